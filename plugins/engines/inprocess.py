@@ -1,0 +1,161 @@
+"""The in-process engine: one worker and its parameter server in the calling process.
+
+Workers and the server side share Param memory directly (as SINGA 0.3's in-process stub
+passed pointers), but every gradient still goes through ``ParamStub.update`` and the
+server's :class:`~singa_core.stub.ParamShard`, so layers and workers behave exactly as they
+will under multi-process engines.
+"""
+
+from __future__ import annotations
+
+from singa_core import checkpoint as ckpt
+from singa_core.engine import Engine, TrainResult
+from singa_core.layer import kTest, kTrain
+from singa_core.net import runtime_param_name
+from singa_core.stub import ParamShard, ParamStub
+from singa_core.training import TrainingLoop
+from singa_core.job import updater_type_name
+
+
+class InProcessStub(ParamStub):
+    def __init__(self, shard: ParamShard, params) -> None:
+        self.shard = shard
+        self.shares: dict[int, list] = {}
+        for p in params:
+            self.shares.setdefault(p.owner.id, []).append(p)
+
+    def collect(self, param) -> None:
+        # Values are shared with the shard; an update is applied before update() returns.
+        pass
+
+    def update(self, step: int, param) -> None:
+        version = self.shard.update(param.owner.id, step, param.grad)
+        if version is not None:
+            for q in self.shares[param.owner.id]:
+                q.version = version
+
+
+class InProcessEngine(Engine):
+    type_names = ("inprocess",)
+    priority = 10
+
+    @classmethod
+    def supports(cls, job) -> str | None:
+        c = job.cluster
+        total_workers = c.nworker_groups * c.nworkers_per_group
+        if total_workers != 1 or c.nserver_groups * c.nservers_per_group != 1:
+            return (
+                f"it runs 1 worker and 1 server; the cluster asks for {total_workers} "
+                f"worker(s) and {c.nserver_groups * c.nservers_per_group} server(s)"
+            )
+        if job.neuralnet.partition_dim > 0 or any(
+            layer.partition_dim > 0 for layer in job.neuralnet.layer
+        ):
+            return "it does not partition nets across workers"
+        return None
+
+    def __init__(self, prepared, reporter) -> None:
+        super().__init__(prepared, reporter)
+        self.job = prepared.job
+        self.nets = prepared.nets or {kTrain: prepared.build_net(kTrain)}
+        self.train_net = self.nets[kTrain]
+        self.worker = prepared.make_worker()
+        self.updater = prepared.make_updater()
+        self.shard = ParamShard(self.updater)
+        self.names = {p.id: runtime_param_name(p.name) for p in self.train_net.owner_params}
+
+    def describe(self) -> list[str]:
+        n = self.train_net.num_param_values()
+        return [
+            "engine: inprocess (1 process: worker 0 of group 0 and server 0 of group 0)",
+            f"server 0 holds all {len(self.train_net.owner_params)} params "
+            f"({n:,} values) unsliced",
+        ]
+
+    # -- set-up of parameter values (SINGA's InitNetParams) -------------------------------
+    def _init_params(self) -> tuple[int, bool]:
+        job, prepared = self.job, self.prepared
+        owners = self.train_net.owner_params
+        if prepared.resume:
+            step, files = prepared.resume
+            ckpt.load_param_files(owners, files, start_step=step, reset_version=False)
+            state = ckpt.read_state(str(files[0]) + ckpt.STATE_SUFFIX)
+            self._check_resume_state(state, files[0])
+            self._put_all()
+            self.shard.load_state_arrays(self.names, state.arrays)
+            ckpt.restore_layer_states(self.nets, state.meta.get("layers", {}))
+            return step, True
+        start = int(job.step)
+        if job.checkpoint_path:
+            ckpt.load_param_files(
+                owners, list(job.checkpoint_path), start_step=start,
+                reset_version=job.reset_param_version,
+            )
+        self._put_all()
+        return start, False
+
+    def _check_resume_state(self, state, path) -> None:
+        saved = state.meta.get("updater")
+        current = updater_type_name(self.job.updater)
+        if saved and saved != current:
+            from singa_core.errors import SingaError
+
+            raise SingaError(
+                f"the checkpoint was trained with updater {saved} but job.conf now says {current}",
+                where=str(path),
+                help="resume with the job.conf that wrote the checkpoint, or start a new "
+                "job with checkpoint_path to fine-tune",
+            )
+
+    def _put_all(self) -> None:
+        counts: dict[int, int] = {}
+        for p in self.train_net.params:
+            counts[p.owner.id] = counts.get(p.owner.id, 0) + 1
+        for p in self.train_net.owner_params:
+            self.shard.put(
+                p.id, p.value, p.version, lr_scale=p.lr_scale, wd_scale=p.wd_scale,
+                num_total=counts[p.id], num_replicas=1,
+            )
+
+    def _write_checkpoint(self, step: int) -> str:
+        records = [
+            ckpt.ParamRecord(self.names[p.id], p.version, p.value)
+            for p in self.train_net.owner_params
+        ]
+        state = ckpt.TrainingState(
+            step=step,
+            meta={
+                "seed": self.prepared.seed,
+                "updater": updater_type_name(self.job.updater),
+                "plugins": [f"{d} {v}" for d, v in self.prepared.host.distributions()],
+                "layers": ckpt.layer_states(self.nets),
+            },
+            arrays=self.shard.state_arrays(self.names),
+        )
+        return str(ckpt.write_checkpoint(self.prepared.workspace, step, 0, records, state))
+
+    def _loop(self) -> TrainingLoop:
+        return TrainingLoop(
+            self.job,
+            worker=self.worker,
+            stub=InProcessStub(self.shard, self.train_net.params),
+            train_net=self.train_net,
+            nets=self.nets,
+            checkpoint=self._write_checkpoint,
+            reporter=self.reporter,
+            lr=self.updater.lr,
+        )
+
+    def train(self) -> TrainResult:
+        start, resumed = self._init_params()
+        loop = self._loop()
+        step, last, interrupted = loop.run(start, resumed=resumed)
+        return TrainResult(step, last, loop.last_metrics, interrupted)
+
+    def test(self, steps: int) -> dict[str, float]:
+        self._init_params()
+        if kTest not in self.nets:
+            net = self.prepared.build_net(kTest)
+            net.share_params_from(self.train_net)
+            self.nets[kTest] = net
+        return self._loop().evaluate(kTest, steps)

@@ -1,0 +1,57 @@
+"""kDropout: inverted dropout (SINGA 0.3 §2.3, neuron_layer/dropout.cc).
+
+Training (phase has ``kTrain``): ``mask = [u < 1 − p] / (1 − p)`` with ``u ~ U(0, 1)`` drawn
+from the layer's ``ctx.rng``, ``y = x·mask``; backward ``gx = g·mask``. Other phases: ``y = x``
+(and ``gx = g`` should backward run after such a forward). ``p = dropout_conf.dropout_ratio``
+(default 0.5) must be in [0, 1).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from singa_core.layer import NeuronLayer, kTrain
+from singa_core.param import DTYPE
+
+
+class DropoutLayer(NeuronLayer):
+    type_names = ("kDropout",)
+
+    def setup(self, srcs):
+        self.expect_srcs(srcs)
+        ratio = float(self.conf.dropout_conf.dropout_ratio)
+        if not 0.0 <= ratio < 1.0:
+            raise self.error(
+                f"layer '{self.name}': dropout_ratio must be in [0, 1), got {ratio}",
+                field="dropout_conf",
+            )
+        self.ratio = ratio
+        self._keep = DTYPE(1.0 - ratio)
+        self._scale = DTYPE(1.0 / (1.0 - ratio))
+        shape = srcs[0].data.shape
+        self.alloc(shape)
+        self.mask = np.zeros(shape, dtype=DTYPE)
+        self._u = np.empty(shape, dtype=DTYPE)
+        self._keepmask = np.empty(shape, dtype=bool)
+        self._masked = False  # whether the last forward applied a mask
+
+    def forward(self, phase, srcs):
+        x = srcs[0].data
+        if phase & kTrain:
+            self.ctx.rng.random(dtype=DTYPE, out=self._u)
+            np.less(self._u, self._keep, out=self._keepmask)
+            np.multiply(self._keepmask, self._scale, out=self.mask)
+            np.multiply(x, self.mask, out=self.data)
+            self._masked = True
+        else:
+            np.copyto(self.data, x)
+            self._masked = False
+
+    def backward(self, phase, srcs):
+        buf = srcs[0].grad_for(self)
+        if buf is None:
+            return
+        if self._masked:
+            np.multiply(self.grad, self.mask, out=buf)
+        else:
+            np.copyto(buf, self.grad)

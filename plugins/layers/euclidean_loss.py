@@ -1,0 +1,45 @@
+"""kEuclideanLoss (SINGA 0.3 §2.4, loss_layer/euclidean.cc).
+
+``srclayers = [prediction, target]`` (the target's ``data``; both must have the same
+number of values). Reported loss (``self.loss``, metric "loss") ``Σ(t − p)²/B`` (no ½);
+gradient to the prediction ``(p − t)/B`` (that of ``½‖p − t‖²/B``), none to the target.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from singa_core.layer import LossLayer
+from singa_core.param import DTYPE
+
+
+class EuclideanLossLayer(LossLayer):
+    type_names = ("kEuclideanLoss",)
+    num_srclayers = (2, 2)
+
+    def setup(self, srcs):
+        self.expect_srcs(srcs)
+        pred, target = srcs[0].data, srcs[1].data
+        if pred.size != target.size:
+            raise self.error(
+                f"layer '{self.name}': prediction '{srcs[0].name}' has {pred.size} values "
+                f"{tuple(pred.shape)} but target '{srcs[1].name}' has {target.size} "
+                f"{tuple(target.shape)}",
+                field="srclayers",
+            )
+        self.batchsize = int(pred.shape[0])
+        self._diff = np.empty(pred.shape, dtype=DTYPE)  # p − t
+        self._inv_b = DTYPE(1.0 / self.batchsize)
+
+    def forward(self, phase, srcs):
+        d = self._diff
+        np.subtract(srcs[0].data, srcs[1].data.reshape(d.shape), out=d)
+        flat = d.reshape(-1)
+        loss = float(np.dot(flat, flat)) / self.batchsize
+        self.loss = loss
+        self.add_metric("loss", loss)
+
+    def backward(self, phase, srcs):
+        buf = srcs[0].grad_for(self)
+        if buf is not None:
+            np.multiply(self._diff, self._inv_b, out=buf)

@@ -1,0 +1,37 @@
+"""kReLU: ``y = max(0, x)``, ``gx = g·[y > 0]`` (SINGA 0.3 §2.3).
+
+As in 0.3, ``relu_conf.negative_slope`` is ignored (the layer is always a plain ReLU).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from singa_core.layer import NeuronLayer
+
+
+def relu_forward(x: np.ndarray, out: np.ndarray) -> None:
+    np.maximum(x, 0.0, out=out)
+
+
+def relu_backward(y: np.ndarray, g: np.ndarray, out: np.ndarray, mask: np.ndarray) -> None:
+    """``out = g·[y > 0]``; ``mask`` is a bool array of y's shape."""
+    np.greater(y, 0.0, out=mask)
+    np.multiply(g, mask, out=out)
+
+
+class ReLULayer(NeuronLayer):
+    type_names = ("kReLU",)
+
+    def setup(self, srcs):
+        self.expect_srcs(srcs)
+        self.alloc(srcs[0].data.shape)
+        self._mask = np.empty(self.data.shape, dtype=bool)
+
+    def forward(self, phase, srcs):
+        relu_forward(srcs[0].data, self.data)
+
+    def backward(self, phase, srcs):
+        buf = srcs[0].grad_for(self)
+        if buf is not None:
+            relu_backward(self.data, self.grad, buf, self._mask)

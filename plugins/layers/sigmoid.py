@@ -1,0 +1,40 @@
+"""kSigmoid: ``y = 1/(1 + e^−x)``, ``gx = g·y·(1 − y)`` (SINGA 0.3 §2.3)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from singa_core.layer import NeuronLayer
+from singa_core.param import DTYPE
+
+
+def sigmoid_forward(x: np.ndarray, out: np.ndarray) -> None:
+    np.negative(x, out=out)
+    with np.errstate(over="ignore"):  # e^−x = inf for x < −88 gives the right limit 0
+        np.exp(out, out=out)
+    out += 1.0
+    np.reciprocal(out, out=out)
+
+
+def sigmoid_backward(y: np.ndarray, g: np.ndarray, out: np.ndarray, scratch: np.ndarray) -> None:
+    """``out = g·y·(1 − y)``; ``scratch`` has y's shape (may not alias y, g or out)."""
+    np.subtract(1.0, y, out=scratch)
+    scratch *= y
+    np.multiply(g, scratch, out=out)
+
+
+class SigmoidLayer(NeuronLayer):
+    type_names = ("kSigmoid",)
+
+    def setup(self, srcs):
+        self.expect_srcs(srcs)
+        self.alloc(srcs[0].data.shape)
+        self._scratch = np.empty(self.data.shape, dtype=DTYPE)
+
+    def forward(self, phase, srcs):
+        sigmoid_forward(srcs[0].data, self.data)
+
+    def backward(self, phase, srcs):
+        buf = srcs[0].grad_for(self)
+        if buf is not None:
+            sigmoid_backward(self.data, self.grad, buf, self._scratch)

@@ -1,0 +1,119 @@
+"""kSoftmaxLoss: softmax + cross-entropy (SINGA 0.3 §2.4, loss_layer/softmax.cc).
+
+``srclayers = [logits, label provider]``; labels come from ``srcs[1].labels()``. With
+``p = softmax(logits)`` row-wise (max-subtracted) over ``count/B`` classes:
+
+* ``loss = scale·Σ_n −ln max(p[n, label_n], FLT_MIN) / B`` (``self.loss`` and metric "loss");
+* ``accuracy = scale·#{n : label_n among the top-k of p[n]} / B`` (metric "accuracy"; 0.3
+  also multiplies the accuracy by ``scale``). Ranking is by ``(p, class index)`` descending,
+  as 0.3's ``partial_sort`` with ``std::greater<pair>``: of equal probabilities the higher
+  class index ranks first;
+* gradient to the logits: ``scale·(p − onehot(label))/B``.
+
+``self.data`` holds ``p`` (shape of the logits). A label outside ``[0, classes)`` is a
+SingaError here (0.3 CHECK-fails on a negative label and reads out of bounds otherwise).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from singa_core.layer import LossLayer
+from singa_core.param import DTYPE
+
+FLT_MIN = float(np.finfo(np.float32).tiny)  # 1.17549435e-38
+
+
+class SoftmaxLossLayer(LossLayer):
+    type_names = ("kSoftmaxLoss",)
+    num_srclayers = (2, 2)
+
+    def setup(self, srcs):
+        self.expect_srcs(srcs)
+        conf = self.conf.softmaxloss_conf
+        src = srcs[0].data
+        self.batchsize = int(src.shape[0])
+        self.dim = int(src.size // self.batchsize)
+        self.topk = int(conf.topk)
+        self.scale = float(conf.scale)
+        if not 1 <= self.topk <= self.dim:
+            raise self.error(
+                f"layer '{self.name}': softmaxloss_conf.topk must be in [1, {self.dim}] "
+                f"(the number of classes), got {self.topk}",
+                field="softmaxloss_conf",
+            )
+        labels = srcs[1].labels()
+        if labels is not None and len(labels) < self.batchsize:
+            raise self.error(
+                f"layer '{self.name}': label source '{srcs[1].name}' provides {len(labels)} "
+                f"labels for a batch of {self.batchsize}",
+                field="srclayers",
+            )
+        self.alloc(src.shape, grad=False)
+        B, D = self.batchsize, self.dim
+        self._prob = self.data.reshape(B, D)
+        self._rowmax = np.empty(B, dtype=DTYPE)
+        self._rowsum = np.empty(B, dtype=DTYPE)
+        self._rowbase = np.arange(B, dtype=np.int64) * D
+        self._idx = np.empty(B, dtype=np.int64)
+        self._ptruth = np.empty(B, dtype=DTYPE)
+        self._cols = np.arange(D, dtype=np.int64)
+        self._above = np.empty((B, D), dtype=bool)
+        self._tie = np.empty((B, D), dtype=bool)
+        self._later = np.empty((B, D), dtype=bool)
+        self._gscale = DTYPE(self.scale / B)
+
+    def _labels(self, srcs) -> np.ndarray:
+        labels = srcs[1].labels()
+        if labels is None:
+            raise self.error(
+                f"layer '{self.name}': source '{srcs[1].name}' provides no labels",
+                field="srclayers",
+            )
+        labels = labels[: self.batchsize]
+        lo, hi = int(labels.min()), int(labels.max())
+        if lo < 0 or hi >= self.dim:
+            bad = lo if lo < 0 else hi
+            raise self.error(
+                f"layer '{self.name}': label {bad} is outside [0, {self.dim}) "
+                f"(the layer has {self.dim} classes)",
+                field="srclayers",
+            )
+        return labels
+
+    def forward(self, phase, srcs):
+        B = self.batchsize
+        x = srcs[0].data.reshape(B, self.dim)
+        prob = self._prob
+        np.max(x, axis=1, out=self._rowmax)
+        np.subtract(x, self._rowmax[:, None], out=prob)
+        np.exp(prob, out=prob)
+        np.sum(prob, axis=1, out=self._rowsum)
+        prob /= self._rowsum[:, None]
+        labels = self._labels(srcs)
+        np.add(self._rowbase, labels, out=self._idx)
+        pt = self._ptruth
+        np.take(prob.reshape(-1), self._idx, out=pt)
+        # rank of the truth = #classes ranking before it by (p, index) descending
+        np.greater(prob, pt[:, None], out=self._above)
+        np.equal(prob, pt[:, None], out=self._tie)
+        np.greater(self._cols, labels[:, None], out=self._later)
+        np.logical_and(self._tie, self._later, out=self._tie)
+        np.logical_or(self._above, self._tie, out=self._above)
+        rank = np.count_nonzero(self._above, axis=1)
+        hit = int(np.count_nonzero(rank < self.topk))
+        np.maximum(pt, FLT_MIN, out=pt)
+        np.log(pt, out=pt)
+        loss = -float(pt.sum(dtype=np.float64)) * self.scale / B
+        self.loss = loss
+        self.add_metric("loss", loss)
+        self.add_metric("accuracy", hit * self.scale / B)
+
+    def backward(self, phase, srcs):
+        buf = srcs[0].grad_for(self)
+        if buf is None:
+            return
+        flat = buf.reshape(-1)
+        np.copyto(buf.reshape(self.batchsize, self.dim), self._prob)
+        flat[self._idx] -= 1.0
+        flat *= self._gscale

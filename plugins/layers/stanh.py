@@ -1,0 +1,47 @@
+"""kSTanh: scaled tanh, ``y = 1.7159047·tanh(0.66666667·x)`` (SINGA 0.3 §2.3, LeCun's tanh).
+
+Backward uses the output only: ``gx = g·(0.66666667·1.7159047 − (0.66666667/1.7159047)·y²)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from singa_core.layer import NeuronLayer
+from singa_core.param import DTYPE
+
+STANH_A = 1.7159047
+STANH_B = 0.66666667
+_AB = STANH_A * STANH_B
+_B_OVER_A = STANH_B / STANH_A
+
+
+def stanh_forward(x: np.ndarray, out: np.ndarray) -> None:
+    np.multiply(x, STANH_B, out=out)
+    np.tanh(out, out=out)
+    np.multiply(out, STANH_A, out=out)
+
+
+def stanh_backward(y: np.ndarray, g: np.ndarray, out: np.ndarray, scratch: np.ndarray) -> None:
+    """``out = g·(A·B − (B/A)·y²)``; ``scratch`` has y's shape (may not alias y, g or out)."""
+    np.multiply(y, y, out=scratch)
+    scratch *= -_B_OVER_A
+    scratch += _AB
+    np.multiply(g, scratch, out=out)
+
+
+class STanhLayer(NeuronLayer):
+    type_names = ("kSTanh",)
+
+    def setup(self, srcs):
+        self.expect_srcs(srcs)
+        self.alloc(srcs[0].data.shape)
+        self._scratch = np.empty(self.data.shape, dtype=DTYPE)
+
+    def forward(self, phase, srcs):
+        stanh_forward(srcs[0].data, self.data)
+
+    def backward(self, phase, srcs):
+        buf = srcs[0].grad_for(self)
+        if buf is not None:
+            stanh_backward(self.data, self.grad, buf, self._scratch)

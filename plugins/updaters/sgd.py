@@ -1,0 +1,53 @@
+"""kSGD: SINGA 0.3's SGDUpdater (src/utils/updater.cc), plain or with momentum.
+
+With ``g`` the slice's summed gradient, ``s = 1/num_total`` from the server,
+``lr = LRGen(step) * lr_scale`` and ``wd = weight_decay * wd_scale``:
+
+1. prologue: clip ``g`` into ``[clip_low, clip_high]`` when ``clip_high > clip_low``;
+   ``g <- g * s``; ``g <- g + wd * w`` when ``wd > 0``;
+2. if ``momentum > 0``: ``h <- momentum * h - lr * g``; ``w <- w + h``;
+   else: ``w <- w - lr * g``.
+
+Everything is float32 and done in place (``g`` is the server's own buffer), so an update
+allocates nothing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from singa_core.updater import Updater
+
+
+class SGDUpdater(Updater):
+    """Stochastic gradient descent with optional (heavy-ball) momentum history ``h``."""
+
+    type_names = ("kSGD",)
+
+    def __init__(self, conf, lr) -> None:
+        super().__init__(conf, lr)
+        # the history is kept only when it is used
+        self.state_names = ("history",) if self.momentum > 0 else ()
+
+    def apply(
+        self,
+        step: int,
+        value: np.ndarray,
+        grad: np.ndarray,
+        state: dict[str, np.ndarray],
+        *,
+        scale: float = 1.0,
+        lr_scale: float = 1.0,
+        wd_scale: float = 1.0,
+    ) -> None:
+        g = self.prologue(value, grad, scale, wd_scale)
+        lr = np.float32(self.lr(step) * lr_scale)
+        if self.momentum > 0:
+            h = state["history"]
+            h *= np.float32(self.momentum)
+            g *= lr
+            h -= g
+            value += h
+        else:
+            g *= -lr
+            value += g

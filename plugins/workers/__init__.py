@@ -1,0 +1,10 @@
+"""Built-in workers (TrainOneBatch algorithms) (one per module), registered through the `singa_register_workers` hook."""
+
+from singa_core import hookimpl
+from singa_core.discovery import register_submodule_types
+from singa_core.worker import Worker
+
+
+@hookimpl
+def singa_register_workers(register):
+    register_submodule_types(__name__, Worker, register)

@@ -1,0 +1,292 @@
+"""The ``singa`` command line.
+
+User errors (:class:`~singa_core.errors.SingaError`) are printed as ``WHERE: error: WHAT``
+plus a ``help:`` line and exit with status 2, without a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from singa_core import __version__
+from singa_core.errors import USER_ERROR_EXIT, SingaError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="singa: train SINGA 0.x job.conf files; extend it with pip-installable plugins.",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+JobArg = Annotated[Path, typer.Argument(help="the job.conf file (protobuf text format)")]
+OverrideOpt = Annotated[
+    list[str] | None,
+    typer.Option("-o", "--override", help="set a field, e.g. -o train_steps=100 (repeatable)"),
+]
+
+
+def _fail(err: SingaError) -> None:
+    print(err.format(), file=sys.stderr)
+    raise typer.Exit(USER_ERROR_EXIT)
+
+
+def _host():
+    from singa_core.plugin_host import get_host
+
+    host = get_host()
+    for f in host.failures:
+        print(f"warning: plugin '{f.plugin}' from {f.dist} failed to load: {f.error}",
+              file=sys.stderr)
+    return host
+
+
+def select_engine(host, job, name: str | None):
+    reg = host.registry("engine")
+    if name:
+        cls = host.get("engine", name)
+        reason = cls.supports(job)
+        if reason:
+            raise SingaError(f"engine '{name}' cannot run this job: {reason}",
+                             help="choose another --engine (see `singa list-plugins`)")
+        return cls
+    reasons = []
+    for entry in sorted(reg.entries.values(), key=lambda e: -e.obj.priority):
+        if entry.alias_of:
+            continue
+        reason = entry.obj.supports(job)
+        if reason is None:
+            return entry.obj
+        reasons.append(f"{entry.name}: {reason}")
+    raise SingaError(
+        "no installed engine can run this cluster configuration",
+        notes=reasons,
+        help="adjust `cluster { ... }` or install an engine plugin that supports it",
+    )
+
+
+def _prepare(job_path: Path, overrides, *, resume=False, seed=None, workspace=None,
+             test_only=False):
+    from singa_core.config import load_job
+    from singa_core.job import prepare_job
+
+    host = _host()
+    cfg = load_job(job_path, overrides or [])
+    return prepare_job(cfg, host, resume=resume, seed=seed, workspace=workspace,
+                       test_only=test_only)
+
+
+def _print_net(prepared, engine) -> None:
+    from singa_core.layer import kTrain
+    from singa_core.net import PHASE_NAMES
+
+    for phase, net in prepared.nets.items():
+        rows = net.summary()
+        print(f"{PHASE_NAMES[phase]} net ({len(rows)} layers):")
+        w = max(len(r[0]) for r in rows)
+        t = max(len(r[1]) for r in rows)
+        for name, typ, srcs, shape, nparams in rows:
+            shape_s = "x".join(str(s) for s in shape) if shape else "-"
+            print(f"  {name:<{w}}  {typ:<{t}}  <- {', '.join(srcs) or '(none)':<20} "
+                  f"out {shape_s:<14} params {nparams:,}")
+        if phase == kTrain:
+            print(f"  total: {net.num_param_values():,} parameter values in "
+                  f"{len(net.owner_params)} params")
+    for line in engine.describe():
+        print(line)
+
+
+@app.command()
+def train(
+    job: JobArg,
+    resume: Annotated[bool, typer.Option("--resume", help="continue from the newest checkpoint in the workspace")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="validate and print the net; do not train")] = False,
+    override: OverrideOpt = None,
+    seed: Annotated[int | None, typer.Option(help="job-level random seed (overrides job.conf's seed)")] = None,
+    engine: Annotated[str | None, typer.Option(help="engine plugin to run the job (default: chosen from the cluster config)")] = None,
+    workspace: Annotated[str | None, typer.Option(help="override cluster.workspace")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no metric lines, only the summary")] = False,
+) -> None:
+    """Train the model a job.conf describes."""
+    try:
+        prepared = _prepare(job, override, resume=resume, seed=seed, workspace=workspace)
+        engine_cls = select_engine(prepared.host, prepared.job, engine)
+        from singa_core.reporting import Reporter
+
+        reporter = Reporter(
+            metrics_path=None if dry_run else prepared.workspace / "metrics.jsonl", quiet=quiet
+        )
+        eng = engine_cls(prepared, reporter)
+        if dry_run:
+            _print_net(prepared, eng)
+            print(f"{job}: ok")
+            return
+        plugins = ", ".join(f"{d}-{v}" for d, v in prepared.host.distributions())
+        start = f"resuming at step {prepared.start_step}" if prepared.resume else "starting"
+        print(f"singa {__version__} | job '{prepared.job.name or job.stem}' {start} | "
+              f"seed {prepared.seed} | engine {engine_cls.type_names[0]} | plugins: {plugins}",
+              file=sys.stderr)
+        result = eng.train()
+    except SingaError as err:
+        _fail(err)
+    ms = reporter.mean_step_ms
+    print(f"finished at step {result.final_step} ({ms:.1f} ms/step); "
+          f"checkpoint: {result.checkpoint}", file=sys.stderr)
+    if result.interrupted:
+        raise typer.Exit(130)
+
+
+@app.command()
+def test(
+    job: JobArg,
+    override: OverrideOpt = None,
+    steps: Annotated[int | None, typer.Option(help="test mini-batches (default: test_steps)")] = None,
+    checkpoint: Annotated[list[Path] | None, typer.Option(help="checkpoint file(s) to load (default: checkpoint_path, else the newest in the workspace)")] = None,
+    engine: Annotated[str | None, typer.Option()] = None,
+) -> None:
+    """Evaluate a trained model on the test net (SINGA's -test)."""
+    from singa_core.checkpoint import latest_checkpoint
+    from singa_core.reporting import Reporter, format_metrics
+
+    try:
+        prepared = _prepare(job, override, test_only=True)
+        j = prepared.job
+        if checkpoint:
+            del j.checkpoint_path[:]
+            j.checkpoint_path.extend(str(c) for c in checkpoint)
+            for c in checkpoint:
+                if not c.exists():
+                    raise SingaError("checkpoint file not found", where=str(c),
+                                     help="give a WORKSPACE/checkpoint/step<S>-worker<W> file")
+        elif not j.checkpoint_path:
+            found = latest_checkpoint(prepared.workspace)
+            if found is None:
+                raise SingaError(
+                    f"no checkpoint to test: checkpoint_path is empty and "
+                    f"{prepared.workspace / 'checkpoint'} has none",
+                    help="train first, or pass --checkpoint FILE",
+                )
+            j.checkpoint_path.extend(str(f) for f in found[1])
+        n = steps if steps is not None else j.test_steps
+        if n <= 0:
+            raise SingaError("no test steps", where=prepared.cfg.locate("test_steps"),
+                             help="set test_steps in job.conf or pass --steps N")
+        engine_cls = select_engine(prepared.host, j, engine)
+        eng = engine_cls(prepared, Reporter())
+        metrics = eng.test(n)
+    except SingaError as err:
+        _fail(err)
+    print(f"Test ({n} batches, {', '.join(j.checkpoint_path)}): {format_metrics(metrics)}")
+
+
+@app.command("list-plugins")
+def list_plugins(
+    as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="show import tracebacks")] = False,
+) -> None:
+    """Show every plugin distribution, its version and the types it provides."""
+    from singa_core.plugin_host import get_host
+
+    host = get_host()
+    dists: dict[tuple[str, str], dict[str, list[str]]] = {}
+    for kind, reg in host.registries.items():
+        for name, entry in sorted(reg.entries.items()):
+            key = (entry.provider.dist, entry.provider.version)
+            label = name if not entry.alias_of else f"{name} (alias of {entry.alias_of})"
+            dists.setdefault(key, {}).setdefault(kind, []).append(label)
+    for p in host.plugins:
+        dists.setdefault((p.provider.dist, p.provider.version), {})
+    conflicts = [
+        {"kind": k, "name": n, "providers": [f"{p.dist} {p.version}" for p in ps]}
+        for k, n, ps in host.conflicts()
+    ]
+    failures = [{"plugin": f.plugin, "dist": f.dist, "error": f.error} for f in host.failures]
+    if as_json:
+        out = {
+            "plugins": [
+                {"name": d, "version": v, "types": types}
+                for (d, v), types in sorted(dists.items())
+            ],
+            "conflicts": conflicts,
+            "failed": failures,
+        }
+        print(json.dumps(out, indent=2))
+        return
+    rows = []
+    for (d, v), types in sorted(dists.items()):
+        for kind in host.registries:
+            if kind in types:
+                rows.append((f"{d} {v}", kind, ", ".join(types[kind])))
+    w0 = max([len("distribution")] + [len(r[0]) for r in rows])
+    w1 = max([len("kind")] + [len(r[1]) for r in rows])
+    print(f"{'distribution':<{w0}}  {'kind':<{w1}}  types")
+    print(f"{'-' * w0}  {'-' * w1}  {'-' * 5}")
+    last = None
+    for dist, kind, names in rows:
+        print(f"{dist if dist != last else '':<{w0}}  {kind:<{w1}}  {names}")
+        last = dist
+    for c in conflicts:
+        print(f"conflict: {c['kind']} type {c['name']} is provided by "
+              f"{' and '.join(c['providers'])}", file=sys.stderr)
+    for f in host.failures:
+        print(f"failed: plugin '{f.plugin}' from {f.dist}: {f.error}", file=sys.stderr)
+        if verbose and f.detail:
+            print(f.detail, file=sys.stderr)
+
+
+@app.command()
+def data(
+    name: Annotated[str, typer.Argument(help="dataset name, e.g. mnist")],
+    out: Annotated[Path, typer.Option("--out", help="folder to write SINGA's stores into")],
+    source: Annotated[Path | None, typer.Option("--from", help="folder holding the raw files (default: $SINGA_DATA/<name>, else download)")] = None,
+) -> None:
+    """Convert a dataset's raw files into SINGA's record stores."""
+    from singa_core.datasets import prepare_dataset
+
+    try:
+        host = _host()
+        conv_cls = host.get("dataset", name, what="dataset")
+        written = prepare_dataset(conv_cls(), out, source)
+    except SingaError as err:
+        _fail(err)
+    for p in written:
+        print(f"wrote {p}")
+
+
+@app.command("compile-proto")
+def compile_proto(
+    files: Annotated[list[Path], typer.Argument(help="your plugin's .proto files")],
+    out: Annotated[Path, typer.Option("--out", help="where to write the _pb2.py modules")] = Path("."),
+    include: Annotated[list[Path] | None, typer.Option("-I", help="extra include folders")] = None,
+) -> None:
+    """Compile a plugin's .proto (which may `import "singa_core/schema/job.proto"`)."""
+    from singa_core.schema import compile_plugin_protos
+
+    try:
+        compile_plugin_protos([str(f) for f in files], str(out), [str(i) for i in include or []])
+    except SingaError as err:
+        _fail(err)
+    except RuntimeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise typer.Exit(USER_ERROR_EXIT) from None
+
+
+@app.command()
+def version() -> None:
+    """Print singa's version."""
+    print(__version__)
+
+
+def main() -> None:
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", os.environ.get("SINGA_BLAS_THREADS", "2"))
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,186 @@
+"""A job made ready to run: config + plugins + validated nets + resume/seed decisions.
+
+:func:`prepare_job` does every check that can fail because of the user's input *before*
+the first training step: it resolves the worker, updater and learning-rate types, builds
+the train/validation/test nets (shape inference), opens the data stores, and checks the
+workspace and checkpoints. Engines receive a :class:`PreparedJob`.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from singa_core.checkpoint import latest_checkpoint
+from singa_core.config import JobConfig
+from singa_core.errors import SingaError
+from singa_core.layer import kTest, kTrain, kVal
+from singa_core.net import NeuralNet, layer_type_name
+from singa_core.plugin_host import PluginHost
+from singa_core.schema import job_pb2
+
+
+def worker_type_name(alg) -> str:
+    if alg.HasField("user_alg") and alg.user_alg:
+        return alg.user_alg
+    return job_pb2.AlgType.Name(alg.alg)
+
+
+def updater_type_name(conf) -> str:
+    if conf.HasField("user_type") and conf.user_type:
+        return conf.user_type
+    return job_pb2.UpdaterType.Name(conf.type)
+
+
+def lr_type_name(conf) -> str:
+    if conf.HasField("user_type") and conf.user_type:
+        return conf.user_type
+    return job_pb2.ChangeMethod.Name(conf.type)
+
+
+@dataclass
+class PreparedJob:
+    cfg: JobConfig
+    host: PluginHost
+    seed: int
+    workspace: Path
+    resume: tuple[int, list[Path]] | None = None  # (step, checkpoint files)
+    nets: dict[int, NeuralNet] = field(default_factory=dict)  # built during validation
+
+    @property
+    def job(self) -> job_pb2.JobProto:
+        return self.cfg.job
+
+    @property
+    def start_step(self) -> int:
+        return self.resume[0] if self.resume else int(self.job.step)
+
+    def get_plugin(self, kind: str, name: str):
+        return self.host.get(kind, name)
+
+    def build_net(self, phase: int, *, init: bool = True) -> NeuralNet:
+        return NeuralNet.create(
+            self.job,
+            phase,
+            get_plugin=self.get_plugin,
+            locate=self.cfg.locate,
+            seed=self.seed,
+            init_params=init,
+        )
+
+    def make_worker(self):
+        alg = self.job.train_one_batch
+        name = worker_type_name(alg)
+        field_ = "train_one_batch.user_alg" if alg.HasField("user_alg") else "train_one_batch.alg"
+        try:
+            return self.host.get("worker", name, what="algorithm")(self.job)
+        except SingaError as err:
+            if not self.job.HasField("train_one_batch"):
+                err.help = "add `train_one_batch { alg: kBP }` to job.conf"
+            raise err.located(self.cfg.locate(field_)) from None
+
+    def make_updater(self):
+        conf = self.job.updater
+        if not self.job.HasField("updater"):
+            raise SingaError("job.conf has no updater", where=self.cfg.locate(),
+                             help="add e.g. `updater { type: kSGD learning_rate { type: kFixed "
+                             "base_lr: 0.01 } }`")
+        lr_conf = conf.learning_rate
+        try:
+            lr = self.host.get("lr_change", lr_type_name(lr_conf), what="learning-rate change method")(lr_conf)
+        except SingaError as err:
+            if lr_type_name(lr_conf) == "kUserChange" and not lr_conf.HasField("user_type"):
+                err = SingaError("the updater has no learning-rate change method",
+                                 help="add e.g. `learning_rate { type: kFixed base_lr: 0.01 }`")
+            raise err.located(self.cfg.locate("updater.learning_rate.type")) from None
+        name = updater_type_name(conf)
+        where = self.cfg.locate("updater.user_type" if conf.HasField("user_type") else "updater.type")
+        try:
+            return self.host.get("updater", name)(conf, lr)
+        except SingaError as err:
+            raise err.located(where) from None
+
+    def phases(self) -> list[int]:
+        """Phases whose nets the job needs: train, plus validation/test when configured."""
+        out = [kTrain]
+        if self.job.validate_steps > 0 and self.job.validate_freq > 0:
+            out.append(kVal)
+        if self.job.test_steps > 0 and self.job.test_freq > 0:
+            out.append(kTest)
+        return out
+
+
+def prepare_job(
+    cfg: JobConfig,
+    host: PluginHost,
+    *,
+    resume: bool = False,
+    seed: int | None = None,
+    workspace: str | None = None,
+    test_only: bool = False,
+) -> PreparedJob:
+    job = cfg.job
+    if seed is not None:
+        job.seed = seed
+    if not job.HasField("seed"):
+        job.seed = secrets.randbits(31)
+    ws = workspace or (job.cluster.workspace if job.cluster.HasField("workspace") else "")
+    if not ws:
+        raise SingaError(
+            "job.conf names no workspace",
+            where=cfg.locate("cluster"),
+            help='add `cluster { workspace: "path/to/folder" }` (checkpoints and metrics go there)',
+        )
+    wsp = Path(ws)
+    if wsp.exists() and not wsp.is_dir():
+        raise SingaError(f"workspace {ws} exists and is not a folder",
+                         where=cfg.locate("cluster.workspace"),
+                         help="choose a folder path for cluster.workspace")
+    if not test_only and job.train_steps <= 0:
+        raise SingaError("train_steps is 0: nothing to train", where=cfg.locate("train_steps"),
+                         help="set e.g. `train_steps: 1000`")
+    if not job.HasField("neuralnet") or not job.neuralnet.layer:
+        raise SingaError("job.conf defines no layers", where=cfg.locate("neuralnet"),
+                         help="add `neuralnet { layer { ... } }`")
+    for name in ("disp_freq", "test_freq", "validate_freq", "checkpoint_freq", "test_steps",
+                 "validate_steps", "train_steps"):
+        if getattr(job, name) < 0:
+            raise SingaError(f"{name} must not be negative", where=cfg.locate(name),
+                             help=f"set {name} to 0 (off) or a positive number")
+
+    prepared = PreparedJob(cfg=cfg, host=host, seed=int(job.seed), workspace=wsp)
+    _check_conflicting_plugins(prepared)
+    if resume:
+        found = latest_checkpoint(wsp)
+        if found is None:
+            raise SingaError(
+                f"--resume: no checkpoint in {wsp / 'checkpoint'}",
+                help="train without --resume first, with checkpoint_freq > 0 to save along the way",
+            )
+        prepared.resume = found
+    prepared.make_worker()
+    prepared.make_updater()
+    for p in job.checkpoint_path:
+        if not os.path.exists(p):
+            raise SingaError(f"checkpoint file not found: {p}",
+                             where=cfg.locate("checkpoint_path"),
+                             help="checkpoint_path lists files like WORKSPACE/checkpoint/step1000-worker0")
+    train = prepared.build_net(kTrain)
+    prepared.nets[kTrain] = train
+    for phase in prepared.phases()[1:]:
+        net = prepared.build_net(phase)
+        net.share_params_from(train)
+        prepared.nets[phase] = net
+    return prepared
+
+
+def _check_conflicting_plugins(prepared: PreparedJob) -> None:
+    """A type claimed by two plugins is an error only if the job uses it."""
+    used = {("layer", layer_type_name(layer)) for layer in prepared.job.neuralnet.layer}
+    used.add(("worker", worker_type_name(prepared.job.train_one_batch)))
+    used.add(("updater", updater_type_name(prepared.job.updater)))
+    for kind, name, _providers in prepared.host.conflicts():
+        if (kind, name) in used:
+            prepared.host.get(kind, name)  # raises the conflict error

@@ -1,0 +1,173 @@
+"""The Layer interface every layer plugin implements (SINGA 0.3 §2.1).
+
+Data flows through numpy float32 arrays whose first dimension is the batch. A layer owns
+``data`` (its output) and ``grad`` (the gradient of the loss w.r.t. ``data``, filled by its
+consumers). In ``backward`` a layer computes its Params' gradients and writes the gradient
+w.r.t. each source into ``src.grad_for(self)`` (overwriting, as SINGA does); sources that
+return ``None`` take no gradient. Labels travel in ``aux`` (int array) of input layers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from singa_core.errors import Location, SingaError
+from singa_core.param import DTYPE, Param
+from singa_core.schema import job_pb2
+
+# Phase bit flags (SINGA's Phase enum); flags passed to forward/backward are OR-ed sets.
+kTrain, kVal, kTest = job_pb2.kTrain, job_pb2.kVal, job_pb2.kTest
+kPositive, kNegative = job_pb2.kPositive, job_pb2.kNegative
+kForward, kBackward, kLoss = job_pb2.kForward, job_pb2.kBackward, job_pb2.kLoss
+kDeploy, kAggGrad = job_pb2.kDeploy, job_pb2.kAggGrad
+
+
+@dataclass
+class LayerContext:
+    """What the net gives a layer when constructing it."""
+
+    rng: np.random.Generator
+    locate: Callable[[str | None], Location | str | None] = lambda field=None: None
+    get_plugin: Callable[[str, str], Any] | None = None  # (kind, name) -> registered object
+    partition_id: int = 0
+    num_partitions: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Layer:
+    """Base class and contract of layer plugins.
+
+    Subclasses override :meth:`setup`, :meth:`forward` and (unless they take no part in
+    backpropagation) :meth:`backward`. Class attributes describe the layer to the net:
+
+    * ``num_srclayers``: ``(min, max)`` number of source layers, ``max=None`` unbounded;
+    * ``one_to_many``: consumers may read ``data`` directly without a split layer
+      (SINGA's kOneToMany: input layers, GRU);
+    * ``is_loss``: reports a loss; the worker reads ``loss`` for gradient checks.
+    """
+
+    num_srclayers: tuple[int, int | None] = (1, 1)
+    one_to_many: bool = False
+    is_loss: bool = False
+
+    def __init__(self, conf, ctx: LayerContext | None = None) -> None:
+        self.conf = conf  # singa.LayerProto
+        self.name: str = conf.name
+        self.ctx = ctx or LayerContext(rng=np.random.default_rng(0))
+        self.params: list[Param] = []
+        self.data: np.ndarray | None = None
+        self.grad: np.ndarray | None = None
+        self.aux: np.ndarray | None = None  # int labels of input layers
+        self.loss: float = 0.0
+        self._metric_sum: dict[str, float] = {}
+        self._metric_count: dict[str, int] = {}
+
+    # -- the contract ---------------------------------------------------------------
+    def setup(self, srcs: Sequence[Layer]) -> None:
+        """Infer shapes from ``srcs``, allocate ``data``/``grad``, create Params."""
+        raise NotImplementedError
+
+    def forward(self, phase: int, srcs: Sequence[Layer]) -> None:
+        raise NotImplementedError
+
+    def backward(self, phase: int, srcs: Sequence[Layer]) -> None:
+        """Default: no gradient (input and output layers)."""
+
+    def grad_for(self, consumer: Layer) -> np.ndarray | None:
+        """The buffer ``consumer`` writes d(loss)/d(self.data) into, or None."""
+        return self.grad
+
+    def labels(self) -> np.ndarray | None:
+        """Integer labels this layer provides to loss/accuracy layers (SINGA's aux_data)."""
+        return self.aux
+
+    def state_dict(self) -> dict[str, Any]:
+        """Resumable state besides Params (data cursors); JSON-serialisable values."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+    # -- helpers for subclasses ---------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.data.shape) if self.data is not None else ()
+
+    def alloc(self, shape: Sequence[int], *, grad: bool = True) -> None:
+        """Allocate ``data`` (and ``grad``) of ``shape``."""
+        self.data = np.zeros(tuple(int(s) for s in shape), dtype=DTYPE)
+        self.grad = np.zeros_like(self.data) if grad else None
+
+    def create_param(self, index: int, shape: Sequence[int], role: str) -> Param:
+        """Param number ``index`` of this layer's conf (``param { ... }`` entries)."""
+        if index >= len(self.conf.param):
+            raise self.error(
+                f"layer '{self.name}' needs a param entry for its {role} "
+                f"(param #{index + 1}); it has {len(self.conf.param)}",
+                field="param",
+                help=f'add `param {{ name: "{self.name}_{role}" init {{ type: kGaussian std: 0.01 }} }}`',
+            )
+        proto = self.conf.param[index]
+        name = proto.name or f"{self.name}/{role}"
+        p = Param(proto, tuple(shape), name)
+        self.params.append(p)
+        return p
+
+    def error(self, message: str, *, field: str | None = None, help: str | None = None):
+        """A SingaError pointing at this layer (or one of its fields) in job.conf."""
+        return SingaError(message, where=self.ctx.locate(field), help=help)
+
+    def expect_srcs(self, srcs: Sequence[Layer]) -> None:
+        lo, hi = self.num_srclayers
+        n = len(srcs)
+        if n < lo or (hi is not None and n > hi):
+            want = f"{lo}" if lo == hi else (f"at least {lo}" if hi is None else f"{lo} to {hi}")
+            raise self.error(
+                f"layer '{self.name}' ({type(self).__name__}) takes {want} source layer(s), got {n}",
+                field="srclayers",
+            )
+
+    def add_metric(self, name: str, value: float, count: int = 1) -> None:
+        self._metric_sum[name] = self._metric_sum.get(name, 0.0) + float(value)
+        self._metric_count[name] = self._metric_count.get(name, 0) + count
+
+    def pop_metrics(self) -> dict[str, float]:
+        """Averages of the metrics added since the last call; resets them."""
+        out = {k: v / max(self._metric_count[k], 1) for k, v in self._metric_sum.items()}
+        self._metric_sum.clear()
+        self._metric_count.clear()
+        return out
+
+
+class NeuronLayer(Layer):
+    """A layer that transforms its source(s) and backpropagates."""
+
+
+class InputLayer(Layer):
+    """A source of data: no source layers, no gradient, feeds many consumers."""
+
+    num_srclayers = (0, 0)
+    one_to_many = True
+
+    def grad_for(self, consumer: Layer) -> np.ndarray | None:
+        return None
+
+
+class LossLayer(Layer):
+    """Computes a loss; ``self.loss`` holds the last batch's value (scaled as reported)."""
+
+    is_loss = True
+
+    def grad_for(self, consumer: Layer) -> np.ndarray | None:
+        return None
+
+
+class OutputLayer(Layer):
+    """Consumes data (metrics, files); takes no part in backpropagation."""
+
+    def grad_for(self, consumer: Layer) -> np.ndarray | None:
+        return None

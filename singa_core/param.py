@@ -1,0 +1,69 @@
+"""Params (a layer's learnable tensors) and the ParamGenerator interface.
+
+SINGA 0.3 conventions kept here: weights are stored ``(out, in)`` so ``fan_in`` is the number
+of columns (``shape[1]``); a Param's ``version`` counts the updates applied to it (-1 before
+initialisation); Params that share values (``share_from``, test nets) hold the very same
+``value`` array, and each keeps its own ``grad``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+DTYPE = np.float32
+
+
+class Param:
+    """One learnable tensor: value, gradient, version and per-param hyper-parameters."""
+
+    def __init__(self, proto, shape: tuple[int, ...], name: str | None = None) -> None:
+        self.proto = proto  # singa.ParamProto
+        self.name = name if name is not None else proto.name
+        self.shape = tuple(int(s) for s in shape)
+        self.value = np.zeros(self.shape, dtype=DTYPE)
+        self.grad = np.zeros(self.shape, dtype=DTYPE)
+        self.version = -1
+        self.last_version = -1
+        self.owner: Param = self  # the Param whose value array this one uses
+        self.id = -1  # set by the net: position among all Params
+
+    @property
+    def size(self) -> int:
+        return int(self.value.size)
+
+    @property
+    def lr_scale(self) -> float:
+        return float(self.proto.lr_scale)
+
+    @property
+    def wd_scale(self) -> float:
+        return float(self.proto.wd_scale)
+
+    @property
+    def is_owner(self) -> bool:
+        return self.owner is self
+
+    def share_data_from(self, other: Param) -> None:
+        """Use ``other``'s value array (values shared, gradient kept separate)."""
+        if other.shape != self.shape:
+            raise ValueError(f"cannot share {self.name} {self.shape} with {other.name} {other.shape}")
+        self.owner = other.owner
+        self.value = other.owner.value
+
+    def __repr__(self) -> str:
+        return f"Param({self.name!r}, shape={self.shape}, version={self.version})"
+
+
+class ParamGenerator:
+    """Contract for param-generator plugins (SINGA's ParamGenerator / InitMethod).
+
+    Constructed as ``cls(conf)`` with the ``singa.ParamGenProto``; :meth:`fill` writes the
+    initial values into ``value`` (float32, shape ``(out, in)`` for matrices) in place,
+    drawing randomness only from ``rng`` so that a job seed makes runs repeatable.
+    """
+
+    def __init__(self, conf) -> None:
+        self.conf = conf
+
+    def fill(self, value: np.ndarray, rng: np.random.Generator) -> None:  # pragma: no cover
+        raise NotImplementedError

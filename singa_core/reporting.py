@@ -1,0 +1,131 @@
+"""What a running job shows: SINGA-style lines, a live progress line, metrics.jsonl.
+
+Lines on stdout look like SINGA's (``Train step-10, loss = 2.2, accuracy = 0.2``). When
+stderr is a terminal a progress line (step, ms/step, ETA, last loss) is redrawn there in
+place; otherwise only plain lines are printed. Every metrics line is also appended as
+JSON to ``WORKSPACE/metrics.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+
+def format_metrics(metrics: dict[str, float]) -> str:
+    parts = []
+    for k, v in metrics.items():
+        if isinstance(v, float) and (abs(v) >= 1e-3 or v == 0) and math.isfinite(v):
+            parts.append(f"{k} = {v:.6f}")
+        else:
+            parts.append(f"{k} = {v:.6g}")
+    return ", ".join(parts)
+
+
+class Reporter:
+    def __init__(
+        self,
+        out=None,
+        err=None,
+        metrics_path: Path | None = None,
+        live: bool | None = None,
+        quiet: bool = False,
+    ) -> None:
+        self.out = out or sys.stdout
+        self.err = err or sys.stderr
+        self.live = self.err.isatty() if live is None else live
+        self.quiet = quiet
+        self.metrics_path = metrics_path
+        self._metrics_file = None
+        self._total = 0
+        self._start_step = 0
+        self._t_start = 0.0
+        self._last_draw = 0.0
+        self._step_times: list[float] = []
+        self._last_loss: float | None = None
+        self._progress_shown = False
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def start(self, start_step: int, total: int) -> None:
+        self._start_step = start_step
+        self._total = total
+        self._t_start = time.perf_counter()
+        if self.metrics_path is not None:
+            self.metrics_path.parent.mkdir(parents=True, exist_ok=True)
+            self._metrics_file = open(self.metrics_path, "a", encoding="utf-8")  # noqa: SIM115
+
+    def finish(self) -> None:
+        self._clear_progress()
+        if self._metrics_file is not None:
+            self._metrics_file.close()
+            self._metrics_file = None
+
+    # -- output ------------------------------------------------------------------------
+    def line(self, text: str) -> None:
+        if self.quiet:
+            return
+        self._clear_progress()
+        print(text, file=self.out, flush=True)
+
+    def note(self, text: str) -> None:
+        self._clear_progress()
+        print(text, file=self.err, flush=True)
+
+    def metrics(self, phase: str, step: int, metrics: dict[str, float]) -> None:
+        self.line(f"{phase} step-{step}, {format_metrics(metrics)}")
+        if "loss" in metrics and phase == "Train":
+            self._last_loss = metrics["loss"]
+        if self._metrics_file is not None:
+            rec = {"phase": phase.lower(), "step": step, "time": round(time.time(), 3)}
+            rec.update({k: float(v) for k, v in metrics.items()})
+            self._metrics_file.write(json.dumps(rec) + "\n")
+            self._metrics_file.flush()
+
+    def step_done(self, step: int, seconds: float) -> None:
+        self._step_times.append(seconds)
+        if len(self._step_times) > 50:
+            del self._step_times[:-50]
+        if not self.live or self.quiet:
+            return
+        now = time.perf_counter()
+        if now - self._last_draw < 0.2 and step + 1 < self._total:
+            return
+        self._last_draw = now
+        done = step + 1
+        avg = sum(self._step_times) / len(self._step_times)
+        elapsed = now - self._t_start
+        rate = elapsed / max(done - self._start_step, 1)
+        eta = rate * (self._total - done)
+        frac = done / max(self._total, 1)
+        bar = "#" * int(frac * 20)
+        text = (
+            f"\r[{bar:<20}] step {done}/{self._total}  {avg * 1000:.1f} ms/step  "
+            f"ETA {_fmt_seconds(eta)}"
+        )
+        if self._last_loss is not None:
+            text += f"  loss {self._last_loss:.4f}"
+        self.err.write(text + "\x1b[K")
+        self.err.flush()
+        self._progress_shown = True
+
+    def _clear_progress(self) -> None:
+        if self._progress_shown:
+            self.err.write("\r\x1b[K")
+            self.err.flush()
+            self._progress_shown = False
+
+    @property
+    def mean_step_ms(self) -> float:
+        return 1000 * sum(self._step_times) / max(len(self._step_times), 1)
+
+
+def _fmt_seconds(s: float) -> str:
+    s = int(s)
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    if s >= 60:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s}s"

@@ -1,0 +1,149 @@
+"""The training loop of one worker (SINGA 0.3 §5.2), engine-independent.
+
+For ``step`` from the start step while ``step < train_steps``: validate, test and
+checkpoint when their ``_freq``/``_after`` say so (all fire at step 0 when ``_after`` is 0,
+as in SINGA), train one batch, display the training metrics, ``step += 1``. After the loop
+a final checkpoint is written at ``train_steps``. A checkpoint ``step<S>`` always holds the
+parameters after exactly S updates.
+
+The first Ctrl-C finishes the current step, writes a checkpoint and stops (resume with
+``--resume``); a second one stops at once.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable
+
+from singa_core.layer import kTest, kVal
+from singa_core.stub import ParamStub
+
+
+def fires(step: int, freq: int, after: int) -> bool:
+    """SINGA's ``XxxNow``: freq > 0, step >= after and (step - after) % freq == 0."""
+    return freq > 0 and step >= after and (step - after) % freq == 0
+
+
+def merge_metrics(per_layer: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Combine layers' metrics into one dict; names used by two layers get a prefix."""
+    counts: dict[str, int] = {}
+    for metrics in per_layer.values():
+        for k in metrics:
+            counts[k] = counts.get(k, 0) + 1
+    out = {}
+    for lname, metrics in per_layer.items():
+        for k, v in metrics.items():
+            out[k if counts[k] == 1 else f"{lname}/{k}"] = v
+    return out
+
+
+def pop_net_metrics(net) -> dict[str, float]:
+    return merge_metrics({layer.name: m for layer in net.layers if (m := layer.pop_metrics())})
+
+
+class TrainingLoop:
+    def __init__(
+        self,
+        job,
+        *,
+        worker,
+        stub: ParamStub,
+        train_net,
+        nets: dict[int, object],
+        checkpoint: Callable[[int], str] | None,
+        reporter,
+        lr: Callable[[int], float] | None = None,
+        is_display_worker: bool = True,
+    ) -> None:
+        self.job = job
+        self.worker = worker
+        self.stub = stub
+        self.train_net = train_net
+        self.nets = nets
+        self.checkpoint = checkpoint
+        self.reporter = reporter
+        self.lr = lr
+        self.is_display_worker = is_display_worker
+        self.last_metrics: dict[str, dict[str, float]] = {}
+        self._stop_requested = False
+
+    def evaluate(self, phase: int, steps: int, step: int | None = None) -> dict[str, float]:
+        net = self.nets[phase]
+        self.stub.collect_all(self.train_net.owner_params)
+        pop_net_metrics(net)  # drop anything left over
+        for _ in range(steps):
+            self.worker.test_one_batch(phase, net)
+        metrics = pop_net_metrics(net)
+        name = "Test" if phase == kTest else "Validation"
+        self.last_metrics[name.lower()] = metrics
+        if step is not None:
+            self.reporter.metrics(name, step, metrics)
+        return metrics
+
+    def run(self, start_step: int, *, resumed: bool = False) -> tuple[int, str | None, bool]:
+        """Train from ``start_step``; returns (final step, last checkpoint, interrupted)."""
+        job = self.job
+        step = start_step
+        last_ckpt = None
+        self.reporter.start(start_step, job.train_steps)
+        prev_handler = self._install_sigint()
+        try:
+            while step < job.train_steps:
+                if kVal in self.nets and fires(step, job.validate_freq, job.validate_after):
+                    self.evaluate(kVal, job.validate_steps, step)
+                if kTest in self.nets and fires(step, job.test_freq, job.test_after):
+                    self.evaluate(kTest, job.test_steps, step)
+                if (
+                    self.checkpoint
+                    and fires(step, job.checkpoint_freq, job.checkpoint_after)
+                    and not (resumed and step == start_step)
+                ):
+                    self.stub.collect_all(self.train_net.owner_params)
+                    last_ckpt = self.checkpoint(step)
+                t0 = time.perf_counter()
+                self.worker.train_one_batch(step, self.train_net, self.stub)
+                self.reporter.step_done(step, time.perf_counter() - t0)
+                if self.is_display_worker and fires(step, job.disp_freq, job.disp_after):
+                    metrics = pop_net_metrics(self.train_net)
+                    if self.lr is not None:
+                        metrics["lr"] = self.lr(step)
+                    self.last_metrics["train"] = metrics
+                    self.reporter.metrics("Train", step, metrics)
+                step += 1
+                if self._stop_requested:
+                    break
+            interrupted = step < job.train_steps
+            if self.checkpoint:
+                self.stub.collect_all(self.train_net.owner_params)
+                last_ckpt = self.checkpoint(step)
+            if interrupted:
+                self.reporter.note(
+                    f"interrupted at step {step}; checkpoint {last_ckpt} written; "
+                    "continue with --resume"
+                )
+            return step, last_ckpt, interrupted
+        finally:
+            self._restore_sigint(prev_handler)
+            self.reporter.finish()
+
+    # -- Ctrl-C: finish the step, checkpoint, stop -------------------------------------------
+    def _install_sigint(self):
+        try:
+            def handler(signum, frame):
+                if self._stop_requested:
+                    raise KeyboardInterrupt
+                self._stop_requested = True
+                self.reporter.note("stopping after this step (Ctrl-C again to abort now)")
+
+            return signal.signal(signal.SIGINT, handler)
+        except ValueError:  # not the main thread
+            return None
+
+    @staticmethod
+    def _restore_sigint(prev) -> None:
+        if prev is not None:
+            try:
+                signal.signal(signal.SIGINT, prev)
+            except ValueError:
+                pass

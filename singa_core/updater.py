@@ -1,0 +1,79 @@
+"""Interfaces of the server-side update rule: Updater and the learning-rate change method.
+
+An Updater runs on the parameter server for every Param slice (SINGA 0.3 §1.6). The server
+hands it the summed gradient of a slice and ``scale = 1/num_total`` (the number of
+data-parallel replicas that contributed); the updater clips, scales, adds weight decay and
+applies its rule to ``value`` in place. Per-slice history lives in ``state``, a dict of
+arrays created by :meth:`Updater.init_state`, so it can be checkpointed and restored.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class LRChange:
+    """Contract for learning-rate change plugins (SINGA's LRGenerator / ChangeMethod).
+
+    Constructed as ``cls(conf)`` with the ``singa.LRGenProto``; ``lr(step)`` returns the
+    base learning rate for a training step. Must be a pure function of ``step`` so that a
+    resumed job continues exactly.
+    """
+
+    def __init__(self, conf) -> None:
+        self.conf = conf
+        self.base_lr = float(conf.base_lr)
+
+    def __call__(self, step: int) -> float:  # pragma: no cover
+        raise NotImplementedError
+
+
+class Updater:
+    """Contract for updater plugins (kSGD, kAdaGrad, ...).
+
+    Constructed as ``cls(conf, lr)`` with the ``singa.UpdaterProto`` and its LRChange.
+    ``state_names`` lists the per-slice history arrays (zeros at start).
+    """
+
+    state_names: tuple[str, ...] = ()
+
+    def __init__(self, conf, lr: LRChange) -> None:
+        self.conf = conf
+        self.lr = lr
+        self.momentum = float(conf.momentum)
+        self.weight_decay = float(conf.weight_decay)
+        self.delta = float(conf.delta)
+        self.clip_low = float(conf.clip_low)
+        self.clip_high = float(conf.clip_high)
+
+    def init_state(self, value: np.ndarray) -> dict[str, np.ndarray]:
+        return {n: np.zeros_like(value) for n in self.state_names}
+
+    def prologue(
+        self, value: np.ndarray, grad: np.ndarray, scale: float, wd_scale: float, clip: bool = True
+    ) -> np.ndarray:
+        """SINGA's common first steps, in its order: clip, scale, add weight decay.
+
+        Modifies and returns ``grad`` (the server's own buffer).
+        """
+        if clip and self.clip_high > self.clip_low:
+            np.clip(grad, self.clip_low, self.clip_high, out=grad)
+        if scale != 1.0:
+            grad *= np.float32(scale)
+        wd = self.weight_decay * wd_scale
+        if wd > 0:
+            grad += np.float32(wd) * value
+        return grad
+
+    def apply(
+        self,
+        step: int,
+        value: np.ndarray,
+        grad: np.ndarray,
+        state: dict[str, np.ndarray],
+        *,
+        scale: float = 1.0,
+        lr_scale: float = 1.0,
+        wd_scale: float = 1.0,
+    ) -> None:  # pragma: no cover
+        raise NotImplementedError

@@ -1,0 +1,32 @@
+"""The Worker interface: a TrainOneBatch algorithm (SINGA 0.3 §5.3).
+
+A worker runs one mini-batch over a :class:`singa_core.net.NeuralNet` and talks to the
+parameter servers only through a :class:`singa_core.stub.ParamStub`: ``stub.collect(p)``
+before a Param's value is used, ``stub.update(step, p)`` once its gradient is ready. Which
+engine sits behind the stub (in-process, other processes, other machines) is invisible here.
+"""
+
+from __future__ import annotations
+
+from singa_core.layer import Layer
+
+
+class Worker:
+    """Contract for worker plugins (kBP, kCD, kBPTT, user algorithms).
+
+    Constructed as ``cls(job)`` with the whole ``singa.JobProto`` (so a user algorithm can
+    read its own AlgProto extension from ``job.train_one_batch``).
+    """
+
+    def __init__(self, job) -> None:
+        self.job = job
+
+    def train_one_batch(self, step: int, net, stub) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def test_one_batch(self, phase: int, net) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    @staticmethod
+    def srcs(net, layer: Layer) -> list[Layer]:
+        return net.srclayers(layer)
