@@ -191,7 +191,7 @@ class JobConfig:
 
 # -- parsing ---------------------------------------------------------------------------
 _NO_FIELD = re.compile(r'Message type "([\w.]+)" has no field named "([^"]+)"')
-_NO_ENUM = re.compile(r'Enum type "([\w.]+)" has no value named ([\w.]+)')
+_NO_ENUM = re.compile(r'Enum type "([\w.]+)" has no value named (\w+)')
 _NO_EXT = re.compile(r'Extension "([^"]+)" not registered')
 _LINECOL = re.compile(r"^(\d+):(\d+) : (.*)$", re.S)
 

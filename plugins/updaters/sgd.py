@@ -23,11 +23,12 @@ class SGDUpdater(Updater):
     """Stochastic gradient descent with optional (heavy-ball) momentum history ``h``."""
 
     type_names = ("kSGD",)
+    state_names = ("history",)
 
     def __init__(self, conf, lr) -> None:
         super().__init__(conf, lr)
-        # the history is kept only when it is used
-        self.state_names = ("history",) if self.momentum > 0 else ()
+        if self.momentum <= 0:
+            self.state_names = ()  # the history is kept only when momentum uses it
 
     def apply(
         self,

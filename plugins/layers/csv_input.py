@@ -1,0 +1,77 @@
+"""kCSVInput: reads comma-separated lines from a store (SINGA 0.3 §2.2, input_layer/csv.cc);
+batching, cycling, random skip and mean/std as in :mod:`plugins.layers._store_input`.
+
+A value is one line split at any character of ``store_conf.separator`` (default ","; as
+0.3's Tokenizer, several characters mean "any of them", and one trailing separator is
+allowed). Unless the phase has ``kDeploy`` or ``has_label`` is false, the first token is the
+integer label (parsed like ``std::stoi``: an integer, or a number truncated towards zero);
+exactly ``prod(store_conf.shape)`` float tokens follow. A mean/std file's first line holds
+the vector, with no label. With ``has_label: false`` the layer still has ``aux`` (zeros)
+but provides no labels to loss layers (0.3 would hand them its zeros).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from plugins.layers._store_input import StoreInputLayer
+
+
+class CSVInputLayer(StoreInputLayer):
+    type_names = ("kCSVInput",)
+
+    def setup(self, srcs):
+        sep = self.conf.store_conf.separator
+        if not sep:
+            raise self.error(
+                f"layer '{self.name}': store_conf.separator is empty", field="store_conf"
+            )
+        if len(sep) == 1:
+            self._split = lambda text: text.split(sep)
+        else:
+            pattern = re.compile("[" + re.escape(sep) + "]")
+            self._split = pattern.split
+        self.has_label = bool(self.conf.store_conf.has_label)
+        super().setup(srcs)
+
+    def _tokens(self, value: bytes) -> list[str]:
+        text = value.decode("utf-8") if isinstance(value, bytes) else value
+        toks = self._split(text)
+        if len(toks) > 1 and toks[-1] == "":
+            toks.pop()  # "a,b," — 0.3's Tokenizer stops at a trailing separator
+        return toks
+
+    def parse(self, k, key, value, with_label):
+        try:
+            toks = self._tokens(value)
+        except UnicodeDecodeError:
+            raise self.bad_record(key, "is not text") from None
+        n = self.rowlen
+        want = n + 1 if with_label else n
+        if len(toks) != want:
+            what = f"a label and {n} values" if with_label else f"{n} values"
+            raise self.bad_record(
+                key, f"has {len(toks)} fields, expected {what} "
+                f"(store_conf.shape {list(self.instance_shape)})"
+            )
+        if with_label:
+            label = toks[0]
+            try:
+                self.aux[k] = int(label)
+            except ValueError:
+                try:
+                    self.aux[k] = int(float(label))
+                except (ValueError, OverflowError):
+                    raise self.bad_record(
+                        key, f"has a label {label!r} that is not an integer"
+                    ) from None
+            toks = toks[1:]
+        try:
+            self._rows[k] = toks
+        except ValueError:
+            raise self.bad_record(key, "has a value that is not a number") from None
+
+    def load_vector(self, value):
+        return np.array(self._tokens(value), dtype=np.float32)

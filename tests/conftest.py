@@ -1,0 +1,128 @@
+"""Shared fixtures: real datasets, small job.conf builders, a CLI runner."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def shared_data_dir() -> Path:
+    """$SINGA_DATA, else ../shared/data next to the checkout (as CI sets it)."""
+    env = os.environ.get("SINGA_DATA")
+    return Path(env) if env else REPO.parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    d = shared_data_dir()
+    if not (d / "mnist").is_dir():
+        pytest.fail(f"datasets not found at {d}: set SINGA_DATA to the shared data folder")
+    return d
+
+
+@pytest.fixture(scope="session")
+def mnist_stores(data_dir, tmp_path_factory) -> Path:
+    """SINGA's MNIST kvfiles (train_data.bin, test_data.bin), converted once per session."""
+    from singa_core.datasets import prepare_dataset
+    from singa_core.plugin_host import get_host
+
+    out = tmp_path_factory.mktemp("mnist")
+    conv = get_host().get("dataset", "mnist")()
+    prepare_dataset(conv, out, data_dir / "mnist")
+    return out
+
+
+def write_csv_blobs(path: Path, n: int = 200, dim: int = 4, classes: int = 3, seed: int = 0):
+    """A small, learnable CSV dataset: 'label,x1,...,xd' lines of Gaussian blobs."""
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(0, 3, size=(classes, dim))
+    labels = rng.integers(0, classes, size=n)
+    x = centers[labels] + rng.normal(0, 0.5, size=(n, dim))
+    with open(path, "w") as f:
+        for lab, row in zip(labels, x, strict=True):
+            f.write(",".join([str(lab)] + [f"{v:.5f}" for v in row]) + "\n")
+    return path
+
+
+def mlp_conf(data: Path, workspace: Path, *, steps: int = 60, extra: str = "", dim: int = 4,
+             classes: int = 3, hidden: int = 16, dropout: bool = False, momentum: float = 0.9,
+             checkpoint_freq: int = 0, batch: int = 20) -> str:
+    """A small job.conf (kCSVInput -> ip -> tanh -> [dropout] -> ip -> softmax loss)."""
+    drop = (
+        'layer { name: "drop" type: kDropout srclayers: "tanh" dropout_conf { dropout_ratio: 0.2 } }'
+        if dropout else ""
+    )
+    after = "drop" if dropout else "tanh"
+    return f"""
+name: "small"
+train_steps: {steps}
+disp_freq: 10
+test_steps: 5
+test_freq: 30
+checkpoint_freq: {checkpoint_freq}
+train_one_batch {{ alg: kBP }}
+updater {{
+  type: kSGD
+  momentum: {momentum}
+  weight_decay: 0.0001
+  learning_rate {{ type: kStep base_lr: 0.05 step_conf {{ change_freq: 20 gamma: 0.9 }} }}
+}}
+neuralnet {{
+  layer {{
+    name: "data" type: kCSVInput
+    store_conf {{ backend: "textfile" path: "{data}" batchsize: {batch} shape: {dim} random_skip: 10 }}
+  }}
+  layer {{
+    name: "ip1" type: kInnerProduct srclayers: "data"
+    innerproduct_conf {{ num_output: {hidden} }}
+    param {{ name: "w1" init {{ type: kUniform low: -0.3 high: 0.3 }} }}
+    param {{ name: "b1" init {{ type: kConstant value: 0 }} }}
+  }}
+  layer {{ name: "tanh" type: kSTanh srclayers: "ip1" }}
+  {drop}
+  layer {{
+    name: "ip2" type: kInnerProduct srclayers: "{after}"
+    innerproduct_conf {{ num_output: {classes} }}
+    param {{ name: "w2" init {{ type: kGaussian std: 0.1 }} }}
+    param {{ name: "b2" init {{ type: kConstant value: 0 }} lr_scale: 2 wd_scale: 0 }}
+  }}
+  layer {{ name: "loss" type: kSoftmaxLoss srclayers: "ip2" srclayers: "data" }}
+  {extra}
+}}
+cluster {{ workspace: "{workspace}" }}
+"""
+
+
+@pytest.fixture
+def small_job(tmp_path):
+    """(path of job.conf, workspace) for a quick-to-train small MLP on CSV blobs."""
+
+    def make(**kw) -> tuple[Path, Path]:
+        data = write_csv_blobs(tmp_path / "blobs.csv")
+        ws = tmp_path / "ws"
+        conf = tmp_path / "job.conf"
+        conf.write_text(mlp_conf(data, ws, **kw))
+        return conf, ws
+
+    return make
+
+
+def run_singa(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: int = 600):
+    """Run the real `singa` command in a subprocess; returns CompletedProcess."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "singa_core.cli", *args],
+        cwd=cwd or REPO,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

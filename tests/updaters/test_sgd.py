@@ -1,0 +1,190 @@
+"""kSGD closed-form checks: clip -> scale -> weight decay, then (momentum) SGD.
+
+Expected values are computed here from SINGA's formulas (by hand or in float64), not with
+the implementation under test.
+"""
+
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from plugins.lr_changes.fixed import FixedLR
+from plugins.lr_changes.step import StepLR
+from plugins.updaters.sgd import SGDUpdater
+from singa_core.schema import job_pb2
+
+
+def fixed_lr(base_lr):
+    return FixedLR(job_pb2.LRGenProto(type=job_pb2.kFixed, base_lr=base_lr))
+
+
+def step_lr(base_lr, gamma, change_freq):
+    conf = job_pb2.LRGenProto(type=job_pb2.kStep, base_lr=base_lr)
+    conf.step_conf.gamma = gamma
+    conf.step_conf.change_freq = change_freq
+    return StepLR(conf)
+
+
+def sgd(lr, **conf):
+    return SGDUpdater(job_pb2.UpdaterProto(type=job_pb2.kSGD, **conf), lr)
+
+
+def f32(*xs):
+    return np.array(xs, dtype=np.float32)
+
+
+def test_plain_sgd_by_hand():
+    up = sgd(fixed_lr(0.5))
+    assert up.state_names == ()
+    w = f32(1.0, -2.0)
+    state = up.init_state(w)
+    assert state == {}
+    for _ in range(3):
+        up.apply(0, w, f32(0.5, 1.0), state)
+    # w = w0 - 3 * 0.5 * g
+    np.testing.assert_allclose(w, [1.0 - 0.75, -2.0 - 1.5], rtol=1e-6)
+    assert w.dtype == np.float32
+
+
+def test_momentum_constant_gradient_closed_form():
+    """h_t = -lr*g*(1-m^t)/(1-m); w_t = w0 - lr*g*(t - m*(1-m^t)/(1-m))/(1-m)."""
+    lr, m = 0.1, 0.9
+    up = sgd(fixed_lr(lr), momentum=m)
+    assert up.state_names == ("history",)
+    g = np.float64(0.3)
+    w = f32(2.0, 2.0, 2.0)
+    state = up.init_state(w)
+    assert set(state) == {"history"} and not state["history"].any()
+    for t in range(1, 11):
+        up.apply(t - 1, w, np.full(3, g, np.float32), state)
+        h_t = -lr * g * (1 - m**t) / (1 - m)
+        w_t = 2.0 - lr * g * (t - m * (1 - m**t) / (1 - m)) / (1 - m)
+        np.testing.assert_allclose(state["history"], h_t, rtol=2e-6)
+        np.testing.assert_allclose(w, w_t, rtol=2e-6)
+
+
+def test_weight_decay_and_scales_by_hand():
+    """Scalar, two steps; g' = g*s + wd*wd_scale*w; lr' = base_lr*lr_scale."""
+    up = sgd(fixed_lr(0.2), weight_decay=0.1)
+    w, state = f32(1.0), {}
+    # step 0: g' = 4*0.25 + 0.1*2*1 = 1.2; w = 1 - 0.2*0.5*1.2 = 0.88
+    up.apply(0, w, f32(4.0), state, scale=0.25, lr_scale=0.5, wd_scale=2.0)
+    assert float(w[0]) == pytest.approx(0.88, rel=1e-6)
+    # step 1: g' = 4*0.25 + 0.2*0.88 = 1.176; w = 0.88 - 0.1*1.176 = 0.7624
+    up.apply(1, w, f32(4.0), state, scale=0.25, lr_scale=0.5, wd_scale=2.0)
+    assert float(w[0]) == pytest.approx(0.7624, rel=1e-6)
+
+
+def test_wd_scale_zero_disables_decay():
+    up = sgd(fixed_lr(0.1), weight_decay=0.5)
+    w = f32(3.0)
+    up.apply(0, w, f32(1.0), {}, wd_scale=0.0)
+    assert float(w[0]) == pytest.approx(2.9, rel=1e-6)
+
+
+def test_clip_before_scale():
+    up = sgd(fixed_lr(1.0), clip_low=-1.0, clip_high=1.0)
+    w = f32(0.0, 0.0, 0.0, 0.0)
+    up.apply(0, w, f32(3.0, -3.0, 0.5, 1.0), {}, scale=0.25)
+    # clip to [1, -1, 0.5, 1] first, then * 0.25 (scaling first would give 0.75 for the 3s)
+    np.testing.assert_allclose(w, [-0.25, 0.25, -0.125, -0.25], rtol=1e-7)
+
+
+def test_no_clipping_when_high_not_above_low():
+    up = sgd(fixed_lr(1.0), clip_low=1.0, clip_high=1.0)
+    w = f32(0.0)
+    up.apply(0, w, f32(5.0), {})
+    assert float(w[0]) == -5.0
+
+
+def test_scale_is_one_over_num_total():
+    """Two replicas' summed gradient scaled by 1/2 equals one replica's mean gradient."""
+    up = sgd(fixed_lr(0.1), momentum=0.5)
+    w1, w2 = f32(1.0, 1.0), f32(1.0, 1.0)
+    s1, s2 = up.init_state(w1), up.init_state(w2)
+    for step in range(4):
+        g_a, g_b = f32(0.2, -0.4), f32(0.6, 0.0)
+        up.apply(step, w1, g_a + g_b, s1, scale=0.5)
+        up.apply(step, w2, (g_a + g_b) / 2, s2)
+    np.testing.assert_allclose(w1, w2, rtol=1e-6)
+
+
+def test_step_schedule_interplay():
+    """kStep(base 0.1, gamma 0.5, freq 2): lr = 0.1, 0.1, 0.05, 0.05, 0.025, 0.025."""
+    up = sgd(step_lr(0.1, 0.5, 2))
+    w = f32(1.0)
+    for step in range(6):
+        up.apply(step, w, f32(1.0), {})
+    assert float(w[0]) == pytest.approx(1.0 - 2 * (0.1 + 0.05 + 0.025), rel=1e-6)
+
+
+def reference_sgd(w, grads, steps, *, base_lr, gamma, freq, m, wd, wd_scale, lr_scale, s,
+                  clip):
+    """Float64 re-statement of SINGA's formulas (kStep schedule)."""
+    w = w.astype(np.float64).copy()
+    h = np.zeros_like(w)
+    out = []
+    for step, grad_fn in zip(steps, grads, strict=True):
+        g = grad_fn(w)
+        if clip[1] > clip[0]:
+            g = np.clip(g, clip[0], clip[1])
+        g = g * s
+        if wd * wd_scale > 0:
+            g = g + wd * wd_scale * w
+        lr = base_lr * gamma ** (step // freq) * lr_scale
+        if m > 0:
+            h = m * h - lr * g
+            w = w + h
+        else:
+            w = w - lr * g
+        out.append(w.copy())
+    return out
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_least_squares_matches_float64_reference(momentum):
+    """Caffe-style run on 0.5*||A w - b||^2 with every option on, over 25 steps."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((8, 3))
+    b = rng.standard_normal(8)
+    opts = dict(base_lr=0.05, gamma=0.7, freq=5, m=momentum, wd=0.01, wd_scale=2.0,
+                lr_scale=0.8, s=0.5, clip=(-3.0, 3.0))
+
+    def grad_fn(w):
+        return a.T @ (a @ w - b)  # summed over 2 "replicas" would be 2x; s = 1/2
+
+    w0 = np.array([1.0, -1.0, 0.5])
+    ref = reference_sgd(w0, [lambda w: 2 * grad_fn(w)] * 25, range(25), **opts)
+
+    up = sgd(step_lr(0.05, 0.7, 5), momentum=momentum, weight_decay=0.01,
+             clip_low=-3.0, clip_high=3.0)
+    w = w0.astype(np.float32)
+    state = up.init_state(w)
+    for step in range(25):
+        g = (2 * grad_fn(w.astype(np.float64))).astype(np.float32)
+        up.apply(step, w, g, state, scale=0.5, lr_scale=0.8, wd_scale=2.0)
+        np.testing.assert_allclose(w, ref[step], rtol=1e-4, atol=1e-5)
+    # it converges toward the ridge solution
+    loss0 = 0.5 * np.sum((a @ w0 - b) ** 2)
+    assert 0.5 * np.sum((a @ w.astype(np.float64) - b) ** 2) < loss0
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_update_is_in_place_and_allocation_free(momentum):
+    # (weight decay is added by Updater.prologue in the core, which is not tested here)
+    up = sgd(fixed_lr(0.01), momentum=momentum, clip_low=-1, clip_high=1)
+    n = 1_000_000
+    w = np.ones(n, np.float32)
+    g = np.full(n, 0.5, np.float32)
+    state = up.init_state(w)
+    value_id = id(w)
+    up.apply(0, w, g.copy(), state, scale=0.5, lr_scale=2.0, wd_scale=1.0)
+    tracemalloc.start()
+    try:
+        up.apply(1, w, g, state, scale=0.5, lr_scale=2.0, wd_scale=1.0)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert id(w) == value_id
+    assert peak < 64 * 1024  # far below one 4 MB temporary
