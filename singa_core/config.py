@@ -370,7 +370,7 @@ def apply_override(cfg: JobConfig, override: str) -> None:
         if not last:
             raise SingaError(f'"{name}" is not a message', where=where, help=None)
         text_value = value
-        if fd.type == fd.TYPE_STRING and not value[:1] in ("'", '"'):
+        if fd.type == fd.TYPE_STRING and value[:1] not in ("'", '"'):
             text_value = '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
         if repeated:
             if index is not None:

@@ -90,7 +90,7 @@ class PreparedJob:
         lr_conf = conf.learning_rate
         try:
             lr = self.host.get("lr_change", lr_type_name(lr_conf), what="learning-rate change method")(lr_conf)
-        except SingaError as err:
+        except SingaError:
             if lr_type_name(lr_conf) == "kUserChange" and not lr_conf.HasField("user_type"):
                 err = SingaError("the updater has no learning-rate change method",
                                  help="add e.g. `learning_rate { type: kFixed base_lr: 0.01 }`")

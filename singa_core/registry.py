@@ -85,8 +85,8 @@ class Registry:
                 f"({failure.error}); it may provide \"{name}\""
             )
         help_ = hint or (
-            f"install the plugin that provides it (pip install ...), then check "
-            f"`singa list-plugins`"
+            "install the plugin that provides it (pip install ...), then check "
+            "`singa list-plugins`"
         )
         raise SingaError(f'unknown {label} "{name}"', help=help_, notes=notes)
 

@@ -237,3 +237,19 @@ class GradientChecker:
         objective()  # leave the layer's outputs consistent with the unperturbed inputs
         layer.pop_metrics()
         return report
+
+
+def peak_bytes(step: Callable[[], None], *, warmup: int = 2, reps: int = 3) -> int:
+    """Peak bytes traced by tracemalloc while running ``step`` ``reps`` times after warm-up
+    (checks that a layer does not allocate arrays per step)."""
+    import tracemalloc
+
+    for _ in range(warmup):
+        step()
+    tracemalloc.start()
+    try:
+        for _ in range(reps):
+            step()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()

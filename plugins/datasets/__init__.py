@@ -1,8 +1,8 @@
 """Built-in dataset converters (one per module), registered through the `singa_register_datasets` hook."""
 
 from singa_core import hookimpl
-from singa_core.discovery import register_submodule_types
 from singa_core.dataset import DatasetConverter
+from singa_core.discovery import register_submodule_types
 
 
 @hookimpl

@@ -8,13 +8,16 @@ will under multi-process engines.
 
 from __future__ import annotations
 
+import os
+
 from singa_core import checkpoint as ckpt
+from singa_core.blas import set_blas_threads
 from singa_core.engine import Engine, TrainResult
+from singa_core.job import updater_type_name
 from singa_core.layer import kTest, kTrain
 from singa_core.net import runtime_param_name
 from singa_core.stub import ParamShard, ParamStub
 from singa_core.training import TrainingLoop
-from singa_core.job import updater_type_name
 
 
 class InProcessStub(ParamStub):
@@ -146,13 +149,22 @@ class InProcessEngine(Engine):
             lr=self.updater.lr,
         )
 
+    def _pin_threads(self) -> None:
+        # SINGA's num_openblas_threads when set; otherwise the whole machine, since this
+        # engine runs a single worker process.
+        j = self.job
+        n = j.num_openblas_threads if j.HasField("num_openblas_threads") else os.cpu_count()
+        set_blas_threads(n or 1)
+
     def train(self) -> TrainResult:
+        self._pin_threads()
         start, resumed = self._init_params()
         loop = self._loop()
         step, last, interrupted = loop.run(start, resumed=resumed)
         return TrainResult(step, last, loop.last_metrics, interrupted)
 
     def test(self, steps: int) -> dict[str, float]:
+        self._pin_threads()
         self._init_params()
         if kTest not in self.nets:
             net = self.prepared.build_net(kTest)

@@ -147,8 +147,8 @@ def test_wrong_number_of_sources():
 
 def test_no_allocation_per_step():
     rng = np.random.default_rng(0)
-    src = SourceLayer(rng.standard_normal((64, 500)))
-    layer = ip([src], n=300)
+    src = SourceLayer(rng.standard_normal((64, 800)))
+    layer = ip([src], n=1000)
     for flag in (0, kAggGrad):
         for _ in range(2):  # warm up (kAggGrad allocates its scratch once)
             layer.forward(kTrain | kForward, [src])
@@ -159,7 +159,9 @@ def test_no_allocation_per_step():
             layer.backward(kTrain | kBackward | flag, [src])
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
-        assert peak < 16_000, peak  # buffers are 64x300 floats = 77 KB
+        # buffers are >= 64x800 floats = 205 KB; numpy's broadcasting (bias add) uses a
+        # transient iterator buffer of at most 8192 elements (32 KB)
+        assert peak < 40_000, peak
 
 
 def test_checker_catches_a_wrong_gradient():

@@ -10,7 +10,7 @@ from singa_core.schema import job_pb2
 def make(base_lr=0.01, gamma=0.0001, power=0.75):
     conf = job_pb2.LRGenProto(type=job_pb2.kInverse, base_lr=base_lr)
     conf.inverse_conf.gamma = gamma
-    setattr(conf.inverse_conf, "pow", power)
+    conf.inverse_conf.pow = power
     return InverseLR(conf)
 
 

@@ -1,0 +1,146 @@
+"""A third-party plugin, pip-installed for real: a layer with its own proto extension."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from conftest import mlp_conf, run_singa, write_csv_blobs
+
+PROTO = """
+syntax = "proto2";
+package singa_scale;
+import "singa_core/schema/job.proto";
+
+message ScaleProto {
+  optional float alpha = 1 [default = 1];
+}
+
+extend singa.LayerProto {
+  optional ScaleProto scale_conf = 1001;
+}
+"""
+
+PLUGIN = '''
+"""kScale: y = alpha * x, configured by its own [scale_conf] proto extension."""
+import numpy as np
+
+from singa_core import hookimpl
+from singa_core.layer import NeuronLayer
+from singa_scale import scale_pb2
+
+
+class ScaleLayer(NeuronLayer):
+    def setup(self, srcs):
+        self.expect_srcs(srcs)
+        self.alpha = np.float32(self.conf.Extensions[scale_pb2.scale_conf].alpha)
+        self.alloc(srcs[0].shape)
+
+    def forward(self, phase, srcs):
+        np.multiply(srcs[0].data, self.alpha, out=self.data)
+
+    def backward(self, phase, srcs):
+        g = srcs[0].grad_for(self)
+        if g is not None:
+            np.multiply(self.grad, self.alpha, out=g)
+
+
+@hookimpl
+def singa_register_layers(register):
+    register("kScale", ScaleLayer)
+'''
+
+PYPROJECT = """
+[build-system]
+requires = ["setuptools>=68"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "singa-scale-layer"
+version = "0.1.0"
+dependencies = []
+
+[project.entry-points.singa]
+scale = "singa_scale.plugin"
+
+[tool.setuptools]
+packages = ["singa_scale"]
+"""
+
+SCALE_LAYER = """
+  layer {
+    name: "scaled" user_type: "kScale" srclayers: "tanh"
+    [scale_conf] { alpha: 0.5 }
+  }
+"""
+
+
+@pytest.fixture(scope="module")
+def installed_plugin(tmp_path_factory):
+    """Build the package in a temp dir and pip-install it into a target folder."""
+    root = tmp_path_factory.mktemp("plugin")
+    pkg = root / "singa-scale-layer"
+    (pkg / "singa_scale").mkdir(parents=True)
+    (pkg / "pyproject.toml").write_text(PYPROJECT)
+    (pkg / "singa_scale" / "__init__.py").write_text("")
+    (pkg / "singa_scale" / "plugin.py").write_text(textwrap.dedent(PLUGIN))
+    (pkg / "singa_scale" / "scale.proto").write_text(PROTO)
+    # the plugin author compiles the extension with singa's helper
+    res = run_singa("compile-proto", str(pkg / "singa_scale" / "scale.proto"),
+                    "--out", str(pkg), "-I", str(pkg))
+    assert res.returncode == 0, res.stderr
+    assert (pkg / "singa_scale" / "scale_pb2.py").exists()
+    site = root / "site"
+    pip = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+         "--target", str(site), str(pkg)],
+        capture_output=True, text=True,
+    )
+    assert pip.returncode == 0, pip.stdout + pip.stderr
+    return site
+
+
+def job_with_scale(tmp_path):
+    data = write_csv_blobs(tmp_path / "d.csv")
+    text = mlp_conf(data, tmp_path / "ws", steps=80)
+    text = text.replace('srclayers: "tanh"', 'srclayers: "scaled"') + ""
+    text = text.replace("  layer {\n    name: \"ip2\"", SCALE_LAYER + "  layer {\n    name: \"ip2\"")
+    assert "kScale" in text
+    path = tmp_path / "job.conf"
+    path.write_text(text)
+    return path
+
+
+def test_list_plugins_shows_it(installed_plugin):
+    env = {"PYTHONPATH": str(installed_plugin)}
+    res = run_singa("list-plugins", env=env)
+    assert res.returncode == 0, res.stderr
+    assert "singa-scale-layer 0.1.0" in res.stdout and "kScale" in res.stdout
+    data = json.loads(run_singa("list-plugins", "--json", env=env).stdout)
+    plug = {p["name"]: p for p in data["plugins"]}["singa-scale-layer"]
+    assert plug["version"] == "0.1.0" and plug["types"] == {"layer": ["kScale"]}
+
+
+def test_job_uses_the_installed_layer(installed_plugin, tmp_path):
+    path = job_with_scale(tmp_path)
+    env = {"PYTHONPATH": str(installed_plugin)}
+    dry = run_singa("train", "--dry-run", str(path), env=env)
+    assert dry.returncode == 0, dry.stderr
+    assert "scaled" in dry.stdout and "kScale" in dry.stdout
+    res = run_singa("train", str(path), "--seed", "3", env=env)
+    assert res.returncode == 0, res.stderr
+    assert "singa-scale-layer-0.1.0" in res.stderr  # the header names the plugins used
+    last_test = [ln for ln in res.stdout.splitlines() if ln.startswith("Test step-")][-1]
+    acc = float(last_test.split("accuracy = ")[1].split(",")[0])
+    assert acc > 0.9, res.stdout
+
+
+def test_without_the_plugin_the_extension_is_a_clear_error(tmp_path):
+    path = job_with_scale(tmp_path)
+    res = run_singa("train", str(path))
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert 'unknown extension field "[scale_conf]"' in res.stderr
+    assert "help:" in res.stderr
