@@ -45,6 +45,7 @@ class Updater:
         self.delta = float(conf.delta)
         self.clip_low = float(conf.clip_low)
         self.clip_high = float(conf.clip_high)
+        self._scratch: dict[tuple, np.ndarray] = {}
 
     def init_state(self, value: np.ndarray) -> dict[str, np.ndarray]:
         return {n: np.zeros_like(value) for n in self.state_names}
@@ -62,8 +63,18 @@ class Updater:
             grad *= np.float32(scale)
         wd = self.weight_decay * wd_scale
         if wd > 0:
-            grad += np.float32(wd) * value
+            tmp = self.scratch(value)
+            np.multiply(value, np.float32(wd), out=tmp)
+            grad += tmp
         return grad
+
+    def scratch(self, like: np.ndarray, slot: int = 0) -> np.ndarray:
+        """A reusable float32 buffer shaped like ``like`` (no per-step allocation)."""
+        key = (like.shape, slot)
+        buf = self._scratch.get(key)
+        if buf is None:
+            buf = self._scratch[key] = np.empty(like.shape, dtype=np.float32)
+        return buf
 
     def apply(
         self,

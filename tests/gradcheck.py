@@ -107,7 +107,8 @@ class Mismatch:
     numeric: float
 
     def __str__(self) -> str:
-        return f"{self.what}{list(self.index)}: analytic {self.analytic:.6g} numeric {self.numeric:.6g}"
+        return (f"{self.what}{list(self.index)}: analytic {self.analytic:.6g} "
+                f"numeric {self.numeric:.6g}")
 
 
 @dataclass

@@ -96,6 +96,7 @@ class StoreInputLayer(InputLayer):
                 field="store_conf",
             )
         self.store = self._open(sc.path)
+        self._records: list = [None] * self.batchsize
 
     def _batchsize(self, sc) -> int:
         values = [int(b) for b in sc.batchsize]
@@ -178,8 +179,9 @@ class StoreInputLayer(InputLayer):
         return None
 
     # -- subclass hooks ----------------------------------------------------------------
-    def parse(self, k: int, key: bytes, value: bytes, with_label: bool) -> None:
-        """Write instance ``k`` of the batch into ``self._rows[k]`` (and ``self.aux[k]``)."""
+    def parse_batch(self, records: list[tuple[bytes, bytes]], with_label: bool) -> None:
+        """Decode the batch's ``(key, value)`` tuples into ``self._rows`` (one row per
+        instance, ``rowlen`` values) and, ``with_label``, their labels into ``self.aux``."""
         raise NotImplementedError
 
     def load_vector(self, value: bytes):
@@ -207,19 +209,20 @@ class StoreInputLayer(InputLayer):
         return rec
 
     def forward(self, phase, srcs):
-        if not self._skipped:
-            self._skipped = True
-            if self.random_skip > 0:
-                for _ in range(int(self.ctx.rng.integers(0, self.random_skip + 1))):
-                    self._next()
-        with_label = self.has_label and not (phase & kDeploy)
-        read = self.store.read
-        parse = self.parse
-        for k in range(self.batchsize):
-            rec = read()
-            if rec is None:
-                rec = self._next()
-            parse(k, rec[0], rec[1], with_label)
+        try:
+            if not self._skipped:
+                self._skipped = True
+                if self.random_skip > 0:
+                    for _ in range(int(self.ctx.rng.integers(0, self.random_skip + 1))):
+                        self._next()
+            read = self.store.read
+            records = self._records
+            for k in range(self.batchsize):
+                rec = read()
+                records[k] = rec if rec is not None else self._next()
+            self.parse_batch(records, self.has_label and not (phase & kDeploy))
+        except SingaError as err:
+            raise err.located(self.ctx.locate("store_conf")) from None
         if self.mean is not None:
             self._rows -= self.mean
         if self.std is not None:

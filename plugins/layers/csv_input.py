@@ -43,35 +43,38 @@ class CSVInputLayer(StoreInputLayer):
             toks.pop()  # "a,b," — 0.3's Tokenizer stops at a trailing separator
         return toks
 
-    def parse(self, k, key, value, with_label):
-        try:
-            toks = self._tokens(value)
-        except UnicodeDecodeError:
-            raise self.bad_record(key, "is not text") from None
+    def parse_batch(self, records, with_label):
         n = self.rowlen
         want = n + 1 if with_label else n
-        if len(toks) != want:
-            what = f"a label and {n} values" if with_label else f"{n} values"
-            raise self.bad_record(
-                key, f"has {len(toks)} fields, expected {what} "
-                f"(store_conf.shape {list(self.instance_shape)})"
-            )
-        if with_label:
-            label = toks[0]
+        rows, aux = self._rows, self.aux
+        for k, (key, value) in enumerate(records):
             try:
-                self.aux[k] = int(label)
+                toks = self._tokens(value)
+            except UnicodeDecodeError:
+                raise self.bad_record(key, "is not text") from None
+            if len(toks) != want:
+                what = f"a label and {n} values" if with_label else f"{n} values"
+                raise self.bad_record(
+                    key, f"has {len(toks)} fields, expected {what} "
+                    f"(store_conf.shape {list(self.instance_shape)})"
+                )
+            if with_label:
+                aux[k] = self._label(key, toks[0])
+                toks = toks[1:]
+            try:
+                rows[k] = toks
             except ValueError:
-                try:
-                    self.aux[k] = int(float(label))
-                except (ValueError, OverflowError):
-                    raise self.bad_record(
-                        key, f"has a label {label!r} that is not an integer"
-                    ) from None
-            toks = toks[1:]
+                raise self.bad_record(key, "has a value that is not a number") from None
+
+    def _label(self, key, tok: str) -> int:
         try:
-            self._rows[k] = toks
+            return int(tok)
         except ValueError:
-            raise self.bad_record(key, "has a value that is not a number") from None
+            pass
+        try:
+            return int(float(tok))  # std::stoi("3.7") == 3
+        except (ValueError, OverflowError):
+            raise self.bad_record(key, f"has a label {tok!r} that is not an integer") from None
 
     def load_vector(self, value):
         return np.array(self._tokens(value), dtype=np.float32)

@@ -27,33 +27,41 @@ class RecordInputLayer(StoreInputLayer):
     def setup(self, srcs):
         self._rec = common_pb2.RecordProto()
         super().setup(srcs)
+        self._labels = [0] * self.batchsize
+        self._want = f"expected {self.rowlen} (store_conf.shape {list(self.instance_shape)})"
 
-    def parse(self, k, key, value, with_label):
+    def parse_batch(self, records, with_label):
         rec = self._rec
-        try:
-            rec.ParseFromString(value)
-        except DecodeError:
-            raise self.bad_record(key, "is not a RecordProto") from None
+        parse = rec.ParseFromString
         n = self.rowlen
-        if len(rec.data):
-            if len(rec.data) != n:
-                raise self.bad_record(
-                    key, f"has {len(rec.data)} data values, expected {n} "
-                    f"(store_conf.shape {list(self.instance_shape)})"
-                )
-            self._rows[k] = rec.data
+        rows = self._rows
+        pixels = []
+        labels = self._labels
+        for k, (key, value) in enumerate(records):
+            try:
+                parse(value)
+            except DecodeError:
+                raise self.bad_record(key, "is not a RecordProto") from None
+            if len(rec.data):
+                if len(rec.data) != n:
+                    raise self.bad_record(key, f"has {len(rec.data)} data values, {self._want}")
+                rows[k] = rec.data
+            else:
+                pixel = rec.pixel
+                if len(pixel) != n:
+                    if not pixel:
+                        raise self.bad_record(key, "has neither data nor pixel values")
+                    raise self.bad_record(key, f"has {len(pixel)} pixel values, {self._want}")
+                pixels.append((k, pixel))
+            labels[k] = rec.label
+        if len(pixels) == len(records):  # all pixel records: decode them in one go
+            rows[...] = np.frombuffer(b"".join([p for _, p in pixels]), dtype=np.uint8).reshape(
+                rows.shape)
         else:
-            pixel = rec.pixel
-            if not pixel:
-                raise self.bad_record(key, "has neither data nor pixel values")
-            if len(pixel) != n:
-                raise self.bad_record(
-                    key, f"has {len(pixel)} pixel values, expected {n} "
-                    f"(store_conf.shape {list(self.instance_shape)})"
-                )
-            self._rows[k] = np.frombuffer(pixel, dtype=np.uint8)
+            for k, pixel in pixels:
+                rows[k] = np.frombuffer(pixel, dtype=np.uint8)
         if with_label:
-            self.aux[k] = rec.label
+            self.aux[...] = labels
 
     def load_vector(self, value):
         rec = common_pb2.RecordProto()

@@ -57,6 +57,8 @@ class SoftmaxLossLayer(LossLayer):
         self._rowbase = np.arange(B, dtype=np.int64) * D
         self._idx = np.empty(B, dtype=np.int64)
         self._ptruth = np.empty(B, dtype=DTYPE)
+        self._pmax = np.empty(B, dtype=DTYPE)
+        self._hitrow = np.empty(B, dtype=bool)
         self._cols = np.arange(D, dtype=np.int64)
         self._above = np.empty((B, D), dtype=bool)
         self._tie = np.empty((B, D), dtype=bool)
@@ -94,20 +96,32 @@ class SoftmaxLossLayer(LossLayer):
         np.add(self._rowbase, labels, out=self._idx)
         pt = self._ptruth
         np.take(prob.reshape(-1), self._idx, out=pt)
-        # rank of the truth = #classes ranking before it by (p, index) descending
-        np.greater(prob, pt[:, None], out=self._above)
-        np.equal(prob, pt[:, None], out=self._tie)
-        np.greater(self._cols, labels[:, None], out=self._later)
-        np.logical_and(self._tie, self._later, out=self._tie)
-        np.logical_or(self._above, self._tie, out=self._above)
-        rank = np.count_nonzero(self._above, axis=1)
-        hit = int(np.count_nonzero(rank < self.topk))
+        hit = self._hits(prob, pt, labels)
         np.maximum(pt, FLT_MIN, out=pt)
         np.log(pt, out=pt)
         loss = -float(pt.sum(dtype=np.float64)) * self.scale / B
         self.loss = loss
         self.add_metric("loss", loss)
         self.add_metric("accuracy", hit * self.scale / B)
+
+    def _hits(self, prob, pt, labels) -> int:
+        """#rows whose label ranks among the top-k by (p, class index) descending."""
+        if self.topk == 1:
+            pmax, tie = self._pmax, self._tie
+            np.max(prob, axis=1, out=pmax)
+            np.equal(prob, pmax[:, None], out=tie)
+            if np.count_nonzero(tie) == self.batchsize:  # a single maximum in every row
+                np.equal(pt, pmax, out=self._hitrow)
+                return int(np.count_nonzero(self._hitrow))
+        above, tie = self._above, self._tie
+        np.greater(prob, pt[:, None], out=above)
+        np.equal(prob, pt[:, None], out=tie)
+        if np.count_nonzero(tie) > self.batchsize:  # equal probabilities besides the truth
+            np.greater(self._cols, labels[:, None], out=self._later)
+            np.logical_and(tie, self._later, out=tie)
+            np.logical_or(above, tie, out=above)
+        rank = np.count_nonzero(above, axis=1)
+        return int(np.count_nonzero(rank < self.topk))
 
     def backward(self, phase, srcs):
         buf = srcs[0].grad_for(self)

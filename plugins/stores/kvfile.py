@@ -180,8 +180,10 @@ class KVFileStore(Store):
             raise self._wrong_mode("seek in")
         position = int(position)
         if position < 0:
-            raise SingaError(f"cannot seek to record {position} of store {self.path}",
-                             help="record positions start at 0")
+            raise SingaError(
+                f"cannot seek to record {position} of store {self.path}",
+                help="record positions start at 0",
+            )
         if position >= len(self._offsets):
             self._index_until(position)
             if position >= len(self._offsets):

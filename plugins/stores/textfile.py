@@ -112,8 +112,10 @@ class TextFileStore(Store):
             raise self._wrong_mode("seek in")
         position = int(position)
         if position < 0:
-            raise SingaError(f"cannot seek to line {position} of store {self.path}",
-                             help="line positions start at 0")
+            raise SingaError(
+                f"cannot seek to line {position} of store {self.path}",
+                help="line positions start at 0",
+            )
         self._index_until(position)
         if position >= len(self._offsets):
             raise SingaError(

@@ -8,8 +8,8 @@ With ``g`` the slice's summed gradient, ``s = 1/num_total`` from the server,
 2. if ``momentum > 0``: ``h <- momentum * h - lr * g``; ``w <- w + h``;
    else: ``w <- w - lr * g``.
 
-Everything is float32 and done in place (``g`` is the server's own buffer), so an update
-allocates nothing.
+Everything is float32 and done in place (``g`` is the server's own buffer): the rule itself
+allocates nothing (weight decay is added by ``Updater.prologue`` in the core).
 """
 
 from __future__ import annotations

@@ -34,8 +34,8 @@ def test_shapes_and_params():
 
 def test_unnamed_params_get_layer_names():
     src = SourceLayer(np.zeros((2, 3)))
-    layer = build(InnerProductLayer, 'name: "fc" innerproduct_conf { num_output: 2 } param {} param {}',
-                  [src])
+    text = 'name: "fc" innerproduct_conf { num_output: 2 } param {} param {}'
+    layer = build(InnerProductLayer, text, [src])
     assert [p.name for p in layer.params] == ["fc/weight", "fc/bias"]
 
 

@@ -37,7 +37,8 @@ def test_extreme_inputs_saturate_without_warnings():
 
 def test_gradient_check():
     src = SourceLayer(np.random.default_rng(1).standard_normal((4, 2, 3)) * 2)
-    GradientChecker(stepsize=1e-2, threshold=1e-3).check(build(SigmoidLayer, 'name: "s"', [src]), [src])
+    layer = build(SigmoidLayer, 'name: "s"', [src])
+    GradientChecker(stepsize=1e-2, threshold=1e-3).check(layer, [src])
 
 
 def test_wrong_number_of_sources():

@@ -32,7 +32,8 @@ def test_forward_backward_formulas():
 
 def test_gradient_check():
     src = SourceLayer(np.random.default_rng(1).standard_normal((4, 6)) * 2)
-    GradientChecker(stepsize=1e-2, threshold=1e-3).check(build(STanhLayer, 'name: "t"', [src]), [src])
+    layer = build(STanhLayer, 'name: "t"', [src])
+    GradientChecker(stepsize=1e-2, threshold=1e-3).check(layer, [src])
 
 
 def test_wrong_number_of_sources():

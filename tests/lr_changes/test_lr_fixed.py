@@ -21,7 +21,13 @@ def test_fixed_default_base_lr():
 def test_all_seven_change_methods_registered():
     names = {c.type_names[0] for c in iter_submodule_types("plugins.lr_changes", LRChange)}
     assert names == {
-        "kFixed", "kStep", "kFixedStep", "kLinear", "kExponential", "kInverse", "kInverseT"
+        "kFixed",
+        "kStep",
+        "kFixedStep",
+        "kLinear",
+        "kExponential",
+        "kInverse",
+        "kInverseT",
     }
     # every type name is a ChangeMethod enum name
     for name in names:

@@ -1,4 +1,4 @@
-"""kFixedStep: lr = step_lr[k], k the largest index with step >= step[k]; step_lr[0] before step[0]."""
+"""kFixedStep: lr = step_lr[k], k the largest index with step >= step[k] (else step_lr[0])."""
 
 import pytest
 
@@ -25,8 +25,14 @@ def expected(steps, rates, step):
 def test_fixed_step_closed_form():
     steps, rates = [0, 60, 65], [0.001, 0.0001, 0.00001]  # examples/cifar10 style
     lr = make(steps, rates)
-    for step, want in [(0, 0.001), (59, 0.001), (60, 0.0001), (64, 0.0001), (65, 1e-5),
-                       (10_000, 1e-5)]:
+    for step, want in [
+        (0, 0.001),
+        (59, 0.001),
+        (60, 0.0001),
+        (64, 0.0001),
+        (65, 1e-5),
+        (10_000, 1e-5),
+    ]:
         assert lr(step) == pytest.approx(want, rel=1e-6)
         assert lr(step) == pytest.approx(expected(steps, rates, step), rel=1e-6)
 

@@ -9,9 +9,7 @@ from singa_core.schema import job_pb2
 
 
 def gen(**kw):
-    return UniformSqrtFanInOutInit(
-        job_pb2.ParamGenProto(type=job_pb2.kUniformSqrtFanInOut, **kw)
-    )
+    return UniformSqrtFanInOutInit(job_pb2.ParamGenProto(type=job_pb2.kUniformSqrtFanInOut, **kw))
 
 
 def test_glorot_with_sqrt6_in_bounds():

@@ -119,8 +119,7 @@ def test_step_schedule_interplay():
     assert float(w[0]) == pytest.approx(1.0 - 2 * (0.1 + 0.05 + 0.025), rel=1e-6)
 
 
-def reference_sgd(w, grads, steps, *, base_lr, gamma, freq, m, wd, wd_scale, lr_scale, s,
-                  clip):
+def reference_sgd(w, grads, steps, *, base_lr, gamma, freq, m, wd, wd_scale, lr_scale, s, clip):
     """Float64 re-statement of SINGA's formulas (kStep schedule)."""
     w = w.astype(np.float64).copy()
     h = np.zeros_like(w)
@@ -148,8 +147,17 @@ def test_least_squares_matches_float64_reference(momentum):
     rng = np.random.default_rng(0)
     a = rng.standard_normal((8, 3))
     b = rng.standard_normal(8)
-    opts = dict(base_lr=0.05, gamma=0.7, freq=5, m=momentum, wd=0.01, wd_scale=2.0,
-                lr_scale=0.8, s=0.5, clip=(-3.0, 3.0))
+    opts = dict(
+        base_lr=0.05,
+        gamma=0.7,
+        freq=5,
+        m=momentum,
+        wd=0.01,
+        wd_scale=2.0,
+        lr_scale=0.8,
+        s=0.5,
+        clip=(-3.0, 3.0),
+    )
 
     def grad_fn(w):
         return a.T @ (a @ w - b)  # summed over 2 "replicas" would be 2x; s = 1/2
@@ -157,8 +165,9 @@ def test_least_squares_matches_float64_reference(momentum):
     w0 = np.array([1.0, -1.0, 0.5])
     ref = reference_sgd(w0, [lambda w: 2 * grad_fn(w)] * 25, range(25), **opts)
 
-    up = sgd(step_lr(0.05, 0.7, 5), momentum=momentum, weight_decay=0.01,
-             clip_low=-3.0, clip_high=3.0)
+    up = sgd(
+        step_lr(0.05, 0.7, 5), momentum=momentum, weight_decay=0.01, clip_low=-3.0, clip_high=3.0
+    )
     w = w0.astype(np.float32)
     state = up.init_state(w)
     for step in range(25):

@@ -1,0 +1,45 @@
+"""Shared helpers for the benchmarks: data location, timing, thread pinning."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def mnist_stores() -> Path:
+    """A folder with SINGA's MNIST kvfiles: examples/mnist if converted, else a temp copy."""
+    ex = REPO / "examples" / "mnist"
+    if (ex / "train_data.bin").exists() and (ex / "test_data.bin").exists():
+        return ex
+    from singa_core.datasets import prepare_dataset
+    from singa_core.plugin_host import get_host
+
+    out = Path(tempfile.mkdtemp(prefix="singa-bench-mnist-"))
+    src = os.environ.get("SINGA_DATA", str(REPO.parent / "shared" / "data"))
+    prepare_dataset(get_host().get("dataset", "mnist")(), out, Path(src) / "mnist")
+    return out
+
+
+def time_steps(fn, steps: int, warmup: int) -> list[float]:
+    for i in range(warmup):
+        fn(i)
+    times = []
+    for i in range(steps):
+        t0 = time.perf_counter()
+        fn(warmup + i)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def summary(times: list[float]) -> str:
+    ms = [t * 1000 for t in times]
+    return f"median {statistics.median(ms):7.2f} ms/step (min {min(ms):.2f}, max {max(ms):.2f})"
+
+
+def median_ms(times: list[float]) -> float:
+    return statistics.median(times) * 1000

@@ -1,0 +1,91 @@
+"""MNIST MLP (SINGA's examples/mnist/job.conf, batch 64): singa vs PyTorch CPU, same run.
+
+    python benchmarks/mnist_mlp.py [--steps 200] [--threads 2]
+
+Times one training step (data reading, forward, backward, SGD update through the
+parameter-server seam) of singa's in-process engine, then the same model in PyTorch CPU
+(preloaded tensors, torch.optim.SGD), with the same number of BLAS/intra-op threads, and
+prints both medians and their ratio. PyTorch is optional: without it only singa is timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+
+from _common import REPO, median_ms, mnist_stores, summary, time_steps
+
+
+def bench_singa(stores, steps: int, warmup: int, threads: int):
+    from singa_core.blas import set_blas_threads
+    from singa_core.config import load_job
+    from singa_core.job import prepare_job
+    from singa_core.plugin_host import get_host
+    from singa_core.reporting import Reporter
+
+    ws = tempfile.mkdtemp(prefix="singa-bench-")
+    cfg = load_job(REPO / "examples" / "mnist" / "job.conf", [
+        f"neuralnet.layer[0].store_conf.path={stores / 'train_data.bin'}",
+        f"neuralnet.layer[1].store_conf.path={stores / 'test_data.bin'}",
+        f"cluster.workspace={ws}", "test_steps=0", f"num_openblas_threads={threads}",
+    ])
+    host = get_host()
+    prepared = prepare_job(cfg, host, seed=0)
+    engine = host.get("engine", "inprocess")(prepared, Reporter(quiet=True))
+    set_blas_threads(threads)
+    engine._init_params()
+    loop = engine._loop()
+    net, worker, stub = engine.train_net, engine.worker, loop.stub
+    return time_steps(lambda s: worker.train_one_batch(s, net, stub), steps, warmup)
+
+
+def bench_torch(steps: int, warmup: int, threads: int):
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    sizes = [784, 2500, 2000, 1500, 1000, 500, 10]
+    layers = []
+    for i in range(len(sizes) - 1):
+        layers.append(torch.nn.Linear(sizes[i], sizes[i + 1]))
+        if i < len(sizes) - 2:
+            layers.append(torch.nn.Tanh())
+    model = torch.nn.Sequential(*layers)
+    opt = torch.optim.SGD(model.parameters(), lr=0.001)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    x = torch.randn(64 * 16, 784)
+    y = torch.randint(0, 10, (64 * 16,))
+
+    def step(i):
+        j = (i % 16) * 64
+        opt.zero_grad(set_to_none=False)
+        loss = loss_fn(model(x[j : j + 64]), y[j : j + 64])
+        loss.backward()
+        opt.step()
+
+    return time_steps(step, steps, warmup)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    stores = mnist_stores()
+    s = bench_singa(stores, args.steps, args.warmup, args.threads)
+    print(f"singa   MNIST MLP batch 64, {args.threads} thread(s): {summary(s)}")
+    t = bench_torch(args.steps, args.warmup, args.threads)
+    if t is None:
+        print("torch   not installed: pip install torch==2.13.0 for the comparison")
+        return
+    print(f"pytorch MNIST MLP batch 64, {args.threads} thread(s): {summary(t)}")
+    print(f"ratio singa/pytorch (median): {median_ms(s) / median_ms(t):.2f}x")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
