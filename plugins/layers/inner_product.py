@@ -89,4 +89,8 @@ class InnerProductLayer(NeuronLayer):
             bp.grad += gb
         buf = src.grad_for(self)
         if buf is not None:
-            np.dot(g, w.T if self.transpose else w, out=buf.reshape(self.batchsize, self.vdim))
+            wx = w.T if self.transpose else w
+            if buf.flags.c_contiguous:
+                np.dot(g, wx, out=buf.reshape(self.batchsize, self.vdim))
+            else:  # a strided view: reshape would copy, so assign instead
+                buf[...] = np.dot(g, wx).reshape(buf.shape)

@@ -73,6 +73,8 @@ class SoftmaxLossLayer(LossLayer):
                 field="srclayers",
             )
         labels = labels[: self.batchsize]
+        if labels.dtype.kind not in "iu":
+            labels = labels.astype(np.int64)
         lo, hi = int(labels.min()), int(labels.max())
         if lo < 0 or hi >= self.dim:
             bad = lo if lo < 0 else hi
@@ -127,6 +129,14 @@ class SoftmaxLossLayer(LossLayer):
         buf = srcs[0].grad_for(self)
         if buf is None:
             return
+        if not buf.flags.c_contiguous:  # a strided view: compute, then assign
+            tmp = np.ascontiguousarray(buf)
+            self._gradient(tmp)
+            buf[...] = tmp
+        else:
+            self._gradient(buf)
+
+    def _gradient(self, buf: np.ndarray) -> None:
         flat = buf.reshape(-1)
         np.copyto(buf.reshape(self.batchsize, self.dim), self._prob)
         flat[self._idx] -= 1.0

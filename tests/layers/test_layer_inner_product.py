@@ -175,3 +175,22 @@ def test_checker_catches_a_wrong_gradient():
     layer = build(Broken, CONF % (2, ""), [src])
     with pytest.raises(AssertionError, match="failed"):
         GradientChecker().check(layer, [src])
+
+
+def test_strided_source_gradient_buffer():
+    rng = np.random.default_rng(2)
+
+    class StridedSource(SourceLayer):
+        def __init__(self, data):
+            super().__init__(data)
+            self.big = np.zeros((data.shape[0], data.shape[1] * 2), dtype=np.float32)
+            self.grad = self.big[:, ::2]  # a non-contiguous view
+
+    src = StridedSource(rng.standard_normal((3, 4)))
+    layer = ip([src], n=2)
+    layer.forward(kTrain | kForward, [src])
+    layer.grad[...] = rng.standard_normal((3, 2))
+    layer.backward(kTrain | kBackward, [src])
+    w = layer.params[0].value
+    np.testing.assert_allclose(src.big[:, ::2], layer.grad @ w, rtol=1e-5)
+    assert (src.big[:, 1::2] == 0).all()

@@ -136,3 +136,19 @@ def test_no_large_allocation_per_step():
     # arrays are 64x1000 floats = 256 KB; broadcasting ufuncs use numpy's transient
     # iterator buffer (at most 8192 elements)
     assert peak_bytes(step) < 40_000
+
+
+def test_strided_gradient_buffer_and_float_labels():
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((3, 4))
+    src = SourceLayer(x)
+    big = np.zeros((3, 8), dtype=np.float32)
+    src.grad = big[:, ::2]
+    lab = SourceLayer(grad=False, data=np.zeros((3, 1)))
+    lab.aux = np.array([1.0, 3.0, 0.0])  # a label provider with float labels
+    layer = build(SoftmaxLossLayer, 'name: "l"', [src, lab])
+    layer.forward(kTrain | kForward, [src, lab])
+    layer.backward(kTrain | kBackward, [src, lab])
+    want = (softmax(src.data) - np.eye(4)[[1, 3, 0]]) / 3
+    np.testing.assert_allclose(big[:, ::2], want, rtol=1e-5, atol=1e-7)
+    assert (big[:, 1::2] == 0).all()
