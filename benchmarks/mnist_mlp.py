@@ -25,11 +25,16 @@ def bench_singa(stores, steps: int, warmup: int, threads: int):
     from singa_core.reporting import Reporter
 
     ws = tempfile.mkdtemp(prefix="singa-bench-")
-    cfg = load_job(REPO / "examples" / "mnist" / "job.conf", [
-        f"neuralnet.layer[0].store_conf.path={stores / 'train_data.bin'}",
-        f"neuralnet.layer[1].store_conf.path={stores / 'test_data.bin'}",
-        f"cluster.workspace={ws}", "test_steps=0", f"num_openblas_threads={threads}",
-    ])
+    cfg = load_job(
+        REPO / "examples" / "mnist" / "job.conf",
+        [
+            f"neuralnet.layer[0].store_conf.path={stores / 'train_data.bin'}",
+            f"neuralnet.layer[1].store_conf.path={stores / 'test_data.bin'}",
+            f"cluster.workspace={ws}",
+            "test_steps=0",
+            f"num_openblas_threads={threads}",
+        ],
+    )
     host = get_host()
     prepared = prepare_job(cfg, host, seed=0)
     engine = host.get("engine", "inprocess")(prepared, Reporter(quiet=True))

@@ -25,10 +25,16 @@ def _openblas_libs() -> list[ctypes.CDLL]:
 
     libs = []
     base = os.path.dirname(numpy.__file__)
-    for pattern in ("../numpy.libs/*openblas*.so*", ".libs/*openblas*", "../numpy.libs/*openblas*.dll"):
+    for pattern in (
+        "../numpy.libs/*openblas*.so*",
+        ".libs/*openblas*",
+        "../numpy.libs/*openblas*.dll",
+    ):
         for path in glob.glob(os.path.join(base, pattern)):
             try:
-                libs.append(ctypes.CDLL(path, mode=getattr(ctypes, "RTLD_NOLOAD", 0) | ctypes.RTLD_GLOBAL))
+                libs.append(
+                    ctypes.CDLL(path, mode=getattr(ctypes, "RTLD_NOLOAD", 0) | ctypes.RTLD_GLOBAL)
+                )
             except OSError:
                 continue
     try:

@@ -249,8 +249,11 @@ def read_params(path: str | Path) -> list[ParamRecord]:
             help="checkpoint_path lists files like WORKSPACE/checkpoint/step1000-worker0",
         ) from None
     if size > MAX_CHECKPOINT_BYTES:
-        raise SingaError(f"checkpoint is larger than {MAX_CHECKPOINT_BYTES >> 20} MB",
-                         where=str(path), help="is this really a SINGA checkpoint?")
+        raise SingaError(
+            f"checkpoint is larger than {MAX_CHECKPOINT_BYTES >> 20} MB",
+            where=str(path),
+            help="is this really a SINGA checkpoint?",
+        )
     return decode_params(p.read_bytes(), str(path))
 
 
@@ -269,12 +272,18 @@ def read_state(path: str | Path) -> TrainingState:
             meta = json.loads(bytes(z["meta"]).decode())
             arrays = {k[2:]: z[k] for k in z.files if k.startswith("a/")}
     except FileNotFoundError:
-        raise SingaError("training-state file not found", where=str(path),
-                         help="resume needs both step<S>-worker<W> and its .state.npz") from None
+        raise SingaError(
+            "training-state file not found",
+            where=str(path),
+            help="resume needs both step<S>-worker<W> and its .state.npz",
+        ) from None
     except (OSError, ValueError, KeyError, zipfile.BadZipFile, json.JSONDecodeError) as exc:
-        raise SingaError(f"corrupt training-state file: {exc}", where=str(path),
-                         help="the file is damaged; remove this step's files to resume "
-                         "from an earlier checkpoint") from None
+        raise SingaError(
+            f"corrupt training-state file: {exc}",
+            where=str(path),
+            help="the file is damaged; remove this step's files to resume "
+            "from an earlier checkpoint",
+        ) from None
     return TrainingState(step=int(meta.pop("step")), meta=meta, arrays=arrays)
 
 

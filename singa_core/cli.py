@@ -42,8 +42,9 @@ def _host():
 
     host = get_host()
     for f in host.failures:
-        print(f"warning: plugin '{f.plugin}' from {f.dist} failed to load: {f.error}",
-              file=sys.stderr)
+        print(
+            f"warning: plugin '{f.plugin}' from {f.dist} failed to load: {f.error}", file=sys.stderr
+        )
     return host
 
 
@@ -53,8 +54,10 @@ def select_engine(host, job, name: str | None):
         cls = host.get("engine", name)
         reason = cls.supports(job)
         if reason:
-            raise SingaError(f"engine '{name}' cannot run this job: {reason}",
-                             help="choose another --engine (see `singa list-plugins`)")
+            raise SingaError(
+                f"engine '{name}' cannot run this job: {reason}",
+                help="choose another --engine (see `singa list-plugins`)",
+            )
         return cls
     reasons = []
     for entry in sorted(reg.entries.values(), key=lambda e: -e.obj.priority):
@@ -71,15 +74,17 @@ def select_engine(host, job, name: str | None):
     )
 
 
-def _prepare(job_path: Path, overrides, *, resume=False, seed=None, workspace=None,
-             test_only=False):
+def _prepare(
+    job_path: Path, overrides, *, resume=False, seed=None, workspace=None, test_only=False
+):
     from singa_core.config import load_job
     from singa_core.job import prepare_job
 
     host = _host()
     cfg = load_job(job_path, overrides or [])
-    return prepare_job(cfg, host, resume=resume, seed=seed, workspace=workspace,
-                       test_only=test_only)
+    return prepare_job(
+        cfg, host, resume=resume, seed=seed, workspace=workspace, test_only=test_only
+    )
 
 
 def _print_net(prepared, engine) -> None:
@@ -93,11 +98,15 @@ def _print_net(prepared, engine) -> None:
         t = max(len(r[1]) for r in rows)
         for name, typ, srcs, shape, nparams in rows:
             shape_s = "x".join(str(s) for s in shape) if shape else "-"
-            print(f"  {name:<{w}}  {typ:<{t}}  <- {', '.join(srcs) or '(none)':<20} "
-                  f"out {shape_s:<14} params {nparams:,}")
+            print(
+                f"  {name:<{w}}  {typ:<{t}}  <- {', '.join(srcs) or '(none)':<20} "
+                f"out {shape_s:<14} params {nparams:,}"
+            )
         if phase == kTrain:
-            print(f"  total: {net.num_param_values():,} parameter values in "
-                  f"{len(net.owner_params)} params")
+            print(
+                f"  total: {net.num_param_values():,} parameter values in "
+                f"{len(net.owner_params)} params"
+            )
     for line in engine.describe():
         print(line)
 
@@ -105,13 +114,24 @@ def _print_net(prepared, engine) -> None:
 @app.command()
 def train(
     job: JobArg,
-    resume: Annotated[bool, typer.Option("--resume", help="continue from the newest checkpoint in the workspace")] = False,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="validate and print the net; do not train")] = False,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="continue from the newest checkpoint in the workspace")
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="validate and print the net; do not train")
+    ] = False,
     override: OverrideOpt = None,
-    seed: Annotated[int | None, typer.Option(help="job-level random seed (overrides job.conf's seed)")] = None,
-    engine: Annotated[str | None, typer.Option(help="engine plugin to run the job (default: chosen from the cluster config)")] = None,
+    seed: Annotated[
+        int | None, typer.Option(help="job-level random seed (overrides job.conf's seed)")
+    ] = None,
+    engine: Annotated[
+        str | None,
+        typer.Option(help="engine plugin to run the job (default: chosen from the cluster config)"),
+    ] = None,
     workspace: Annotated[str | None, typer.Option(help="override cluster.workspace")] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no metric lines, only the summary")] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="no metric lines, only the summary")
+    ] = False,
 ) -> None:
     """Train the model a job.conf describes."""
     try:
@@ -129,15 +149,19 @@ def train(
             return
         plugins = ", ".join(f"{d}-{v}" for d, v in prepared.host.distributions())
         start = f"resuming at step {prepared.start_step}" if prepared.resume else "starting"
-        print(f"singa {__version__} | job '{prepared.job.name or job.stem}' {start} | "
-              f"seed {prepared.seed} | engine {engine_cls.type_names[0]} | plugins: {plugins}",
-              file=sys.stderr)
+        print(
+            f"singa {__version__} | job '{prepared.job.name or job.stem}' {start} | "
+            f"seed {prepared.seed} | engine {engine_cls.type_names[0]} | plugins: {plugins}",
+            file=sys.stderr,
+        )
         result = eng.train()
     except SingaError as err:
         _fail(err)
     ms = reporter.mean_step_ms
-    print(f"finished at step {result.final_step} ({ms:.1f} ms/step); "
-          f"checkpoint: {result.checkpoint}", file=sys.stderr)
+    print(
+        f"finished at step {result.final_step} ({ms:.1f} ms/step); checkpoint: {result.checkpoint}",
+        file=sys.stderr,
+    )
     if result.interrupted:
         raise typer.Exit(130)
 
@@ -146,8 +170,16 @@ def train(
 def test(
     job: JobArg,
     override: OverrideOpt = None,
-    steps: Annotated[int | None, typer.Option(help="test mini-batches (default: test_steps)")] = None,
-    checkpoint: Annotated[list[Path] | None, typer.Option(help="checkpoint file(s) to load (default: checkpoint_path, else the newest in the workspace)")] = None,
+    steps: Annotated[
+        int | None, typer.Option(help="test mini-batches (default: test_steps)")
+    ] = None,
+    checkpoint: Annotated[
+        list[Path] | None,
+        typer.Option(
+            help="checkpoint file(s) to load (default: checkpoint_path, "
+            "else the newest in the workspace)"
+        ),
+    ] = None,
     engine: Annotated[str | None, typer.Option()] = None,
 ) -> None:
     """Evaluate a trained model on the test net (SINGA's -test)."""
@@ -162,8 +194,11 @@ def test(
             j.checkpoint_path.extend(str(c) for c in checkpoint)
             for c in checkpoint:
                 if not c.exists():
-                    raise SingaError("checkpoint file not found", where=str(c),
-                                     help="give a WORKSPACE/checkpoint/step<S>-worker<W> file")
+                    raise SingaError(
+                        "checkpoint file not found",
+                        where=str(c),
+                        help="give a WORKSPACE/checkpoint/step<S>-worker<W> file",
+                    )
         elif not j.checkpoint_path:
             found = latest_checkpoint(prepared.workspace)
             if found is None:
@@ -175,8 +210,11 @@ def test(
             j.checkpoint_path.extend(str(f) for f in found[1])
         n = steps if steps is not None else j.test_steps
         if n <= 0:
-            raise SingaError("no test steps", where=prepared.cfg.locate("test_steps"),
-                             help="set test_steps in job.conf or pass --steps N")
+            raise SingaError(
+                "no test steps",
+                where=prepared.cfg.locate("test_steps"),
+                help="set test_steps in job.conf or pass --steps N",
+            )
         engine_cls = select_engine(prepared.host, j, engine)
         eng = engine_cls(prepared, Reporter())
         metrics = eng.test(n)
@@ -188,7 +226,9 @@ def test(
 @app.command("list-plugins")
 def list_plugins(
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="show import tracebacks")] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="show import tracebacks")
+    ] = False,
 ) -> None:
     """Show every plugin distribution, its version and the types it provides."""
     from singa_core.plugin_host import get_host
@@ -210,8 +250,7 @@ def list_plugins(
     if as_json:
         out = {
             "plugins": [
-                {"name": d, "version": v, "types": types}
-                for (d, v), types in sorted(dists.items())
+                {"name": d, "version": v, "types": types} for (d, v), types in sorted(dists.items())
             ],
             "conflicts": conflicts,
             "failed": failures,
@@ -232,8 +271,10 @@ def list_plugins(
         print(f"{dist if dist != last else '':<{w0}}  {kind:<{w1}}  {names}")
         last = dist
     for c in conflicts:
-        print(f"conflict: {c['kind']} type {c['name']} is provided by "
-              f"{' and '.join(c['providers'])}", file=sys.stderr)
+        print(
+            f"conflict: {c['kind']} type {c['name']} is provided by {' and '.join(c['providers'])}",
+            file=sys.stderr,
+        )
     for f in host.failures:
         print(f"failed: plugin '{f.plugin}' from {f.dist}: {f.error}", file=sys.stderr)
         if verbose and f.detail:
@@ -244,7 +285,13 @@ def list_plugins(
 def data(
     name: Annotated[str, typer.Argument(help="dataset name, e.g. mnist")],
     out: Annotated[Path, typer.Option("--out", help="folder to write SINGA's stores into")],
-    source: Annotated[Path | None, typer.Option("--from", help="folder holding the raw files (default: $SINGA_DATA/<name>, else download)")] = None,
+    source: Annotated[
+        Path | None,
+        typer.Option(
+            "--from",
+            help="folder holding the raw files (default: $SINGA_DATA/<name>, else download)",
+        ),
+    ] = None,
 ) -> None:
     """Convert a dataset's raw files into SINGA's record stores."""
     from singa_core.datasets import prepare_dataset
@@ -262,7 +309,9 @@ def data(
 @app.command("compile-proto")
 def compile_proto(
     files: Annotated[list[Path], typer.Argument(help="your plugin's .proto files")],
-    out: Annotated[Path, typer.Option("--out", help="where to write the _pb2.py modules")] = Path("."),
+    out: Annotated[Path, typer.Option("--out", help="where to write the _pb2.py modules")] = Path(
+        "."
+    ),
     include: Annotated[list[Path] | None, typer.Option("-I", help="extra include folders")] = None,
 ) -> None:
     """Compile a plugin's .proto (which may `import "singa_core/schema/job.proto"`)."""

@@ -274,11 +274,15 @@ def load_job(path: str | Path, overrides: list[str] = ()) -> JobConfig:
             help="give the path of a job.conf file, e.g. examples/mnist/job.conf",
         ) from None
     except IsADirectoryError:
-        raise SingaError(f"{path} is a directory, not a job.conf file",
-                         help="give the path of the job.conf inside it") from None
+        raise SingaError(
+            f"{path} is a directory, not a job.conf file",
+            help="give the path of the job.conf inside it",
+        ) from None
     except UnicodeDecodeError as exc:
-        raise SingaError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start})",
-                         help="job.conf must be protobuf text format") from None
+        raise SingaError(
+            f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start})",
+            help="job.conf must be protobuf text format",
+        ) from None
     cfg = parse_job_text(text, str(path))
     for ov in overrides:
         apply_override(cfg, ov)
@@ -340,8 +344,11 @@ def apply_override(cfg: JobConfig, override: str) -> None:
     for depth, part in enumerate(parts):
         m = _PATH_PART.fullmatch(part)
         if not m or m.group(1).startswith("["):
-            raise SingaError(f"bad field path {key!r}", where=where,
-                             help="use names separated by dots, e.g. updater.momentum")
+            raise SingaError(
+                f"bad field path {key!r}",
+                where=where,
+                help="use names separated by dots, e.g. updater.momentum",
+            )
         name, index = m.group(1), m.group(2)
         fd = msg.DESCRIPTOR.fields_by_name.get(name)
         if fd is None:
@@ -355,14 +362,20 @@ def apply_override(cfg: JobConfig, override: str) -> None:
         repeated = fd.is_repeated
         if fd.message_type is not None:
             if last:
-                raise SingaError(f'"{key}" is a message; set one of its fields', where=where,
-                                 help=f"e.g. -o {key}.FIELD=VALUE")
+                raise SingaError(
+                    f'"{key}" is a message; set one of its fields',
+                    where=where,
+                    help=f"e.g. -o {key}.FIELD=VALUE",
+                )
             if repeated:
                 seq = getattr(msg, name)
                 i = int(index or 0)
                 if i >= len(seq):
-                    raise SingaError(f"{key}: index {i} out of range ({len(seq)} entries)",
-                                     where=where, help="indices start at 0")
+                    raise SingaError(
+                        f"{key}: index {i} out of range ({len(seq)} entries)",
+                        where=where,
+                        help="indices start at 0",
+                    )
                 msg = seq[i]
             else:
                 msg = getattr(msg, name)
@@ -377,14 +390,21 @@ def apply_override(cfg: JobConfig, override: str) -> None:
                 seq = getattr(msg, name)
                 i = int(index)
                 if i >= len(seq):
-                    raise SingaError(f"{key}: index {i} out of range ({len(seq)} entries)",
-                                     where=where, help="indices start at 0")
+                    raise SingaError(
+                        f"{key}: index {i} out of range ({len(seq)} entries)",
+                        where=where,
+                        help="indices start at 0",
+                    )
                 tmp = type(msg)()
                 _merge_scalar(tmp, name, text_value, where)
                 seq[i] = getattr(tmp, name)[0]
             else:
                 msg.ClearField(name)
-                for v in [x for x in text_value.split(",")] if fd.type != fd.TYPE_STRING else [text_value]:
+                for v in (
+                    [x for x in text_value.split(",")]
+                    if fd.type != fd.TYPE_STRING
+                    else [text_value]
+                ):
                     _merge_scalar(msg, name, v.strip(), where)
         else:
             _merge_scalar(msg, name, text_value, where)

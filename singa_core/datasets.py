@@ -79,8 +79,10 @@ def find_raw_files(conv, source: Path | None) -> Path:
         folder = Path(env) / conv.env_subdir
         if not _missing(folder, files):
             return folder
-        tried.append(f"$SINGA_DATA/{conv.env_subdir} = {folder}: missing "
-                     f"{', '.join(_missing(folder, files))}")
+        tried.append(
+            f"$SINGA_DATA/{conv.env_subdir} = {folder}: missing "
+            f"{', '.join(_missing(folder, files))}"
+        )
     cache = Path(os.environ.get("SINGA_CACHE", Path.home() / ".cache" / "singa")) / conv.env_subdir
     missing = _missing(cache, files)
     errors = []

@@ -84,19 +84,28 @@ class PreparedJob:
     def make_updater(self):
         conf = self.job.updater
         if not self.job.HasField("updater"):
-            raise SingaError("job.conf has no updater", where=self.cfg.locate(),
-                             help="add e.g. `updater { type: kSGD learning_rate { type: kFixed "
-                             "base_lr: 0.01 } }`")
+            raise SingaError(
+                "job.conf has no updater",
+                where=self.cfg.locate(),
+                help="add e.g. `updater { type: kSGD learning_rate { type: kFixed "
+                "base_lr: 0.01 } }`",
+            )
         lr_conf = conf.learning_rate
         try:
-            lr = self.host.get("lr_change", lr_type_name(lr_conf), what="learning-rate change method")(lr_conf)
+            lr = self.host.get(
+                "lr_change", lr_type_name(lr_conf), what="learning-rate change method"
+            )(lr_conf)
         except SingaError:
             if lr_type_name(lr_conf) == "kUserChange" and not lr_conf.HasField("user_type"):
-                err = SingaError("the updater has no learning-rate change method",
-                                 help="add e.g. `learning_rate { type: kFixed base_lr: 0.01 }`")
+                err = SingaError(
+                    "the updater has no learning-rate change method",
+                    help="add e.g. `learning_rate { type: kFixed base_lr: 0.01 }`",
+                )
             raise err.located(self.cfg.locate("updater.learning_rate.type")) from None
         name = updater_type_name(conf)
-        where = self.cfg.locate("updater.user_type" if conf.HasField("user_type") else "updater.type")
+        where = self.cfg.locate(
+            "updater.user_type" if conf.HasField("user_type") else "updater.type"
+        )
         try:
             return self.host.get("updater", name)(conf, lr)
         except SingaError as err:
@@ -135,20 +144,38 @@ def prepare_job(
         )
     wsp = Path(ws)
     if wsp.exists() and not wsp.is_dir():
-        raise SingaError(f"workspace {ws} exists and is not a folder",
-                         where=cfg.locate("cluster.workspace"),
-                         help="choose a folder path for cluster.workspace")
+        raise SingaError(
+            f"workspace {ws} exists and is not a folder",
+            where=cfg.locate("cluster.workspace"),
+            help="choose a folder path for cluster.workspace",
+        )
     if not test_only and job.train_steps <= 0:
-        raise SingaError("train_steps is 0: nothing to train", where=cfg.locate("train_steps"),
-                         help="set e.g. `train_steps: 1000`")
+        raise SingaError(
+            "train_steps is 0: nothing to train",
+            where=cfg.locate("train_steps"),
+            help="set e.g. `train_steps: 1000`",
+        )
     if not job.HasField("neuralnet") or not job.neuralnet.layer:
-        raise SingaError("job.conf defines no layers", where=cfg.locate("neuralnet"),
-                         help="add `neuralnet { layer { ... } }`")
-    for name in ("disp_freq", "test_freq", "validate_freq", "checkpoint_freq", "test_steps",
-                 "validate_steps", "train_steps"):
+        raise SingaError(
+            "job.conf defines no layers",
+            where=cfg.locate("neuralnet"),
+            help="add `neuralnet { layer { ... } }`",
+        )
+    for name in (
+        "disp_freq",
+        "test_freq",
+        "validate_freq",
+        "checkpoint_freq",
+        "test_steps",
+        "validate_steps",
+        "train_steps",
+    ):
         if getattr(job, name) < 0:
-            raise SingaError(f"{name} must not be negative", where=cfg.locate(name),
-                             help=f"set {name} to 0 (off) or a positive number")
+            raise SingaError(
+                f"{name} must not be negative",
+                where=cfg.locate(name),
+                help=f"set {name} to 0 (off) or a positive number",
+            )
 
     prepared = PreparedJob(cfg=cfg, host=host, seed=int(job.seed), workspace=wsp)
     _check_conflicting_plugins(prepared)
@@ -164,9 +191,11 @@ def prepare_job(
     prepared.make_updater()
     for p in job.checkpoint_path:
         if not os.path.exists(p):
-            raise SingaError(f"checkpoint file not found: {p}",
-                             where=cfg.locate("checkpoint_path"),
-                             help="checkpoint_path lists files like WORKSPACE/checkpoint/step1000-worker0")
+            raise SingaError(
+                f"checkpoint file not found: {p}",
+                where=cfg.locate("checkpoint_path"),
+                help="checkpoint_path lists files like WORKSPACE/checkpoint/step1000-worker0",
+            )
     train = prepared.build_net(kTrain)
     prepared.nets[kTrain] = train
     for phase in prepared.phases()[1:]:

@@ -109,7 +109,8 @@ class Layer:
                 f"layer '{self.name}' needs a param entry for its {role} "
                 f"(param #{index + 1}); it has {len(self.conf.param)}",
                 field="param",
-                help=f'add `param {{ name: "{self.name}_{role}" init {{ type: kGaussian std: 0.01 }} }}`',
+                help=f'add `param {{ name: "{self.name}_{role}" '
+                f"init {{ type: kGaussian std: 0.01 }} }}`",
             )
         proto = self.conf.param[index]
         name = proto.name or f"{self.name}/{role}"
@@ -127,7 +128,8 @@ class Layer:
         if n < lo or (hi is not None and n > hi):
             want = f"{lo}" if lo == hi else (f"at least {lo}" if hi is None else f"{lo} to {hi}")
             raise self.error(
-                f"layer '{self.name}' ({type(self).__name__}) takes {want} source layer(s), got {n}",
+                f"layer '{self.name}' ({type(self).__name__}) takes {want} source layer(s), "
+                f"got {n}",
                 field="srclayers",
             )
 

@@ -194,7 +194,8 @@ def _phase_filter(netconf, phase: int, locate) -> list[LayerSpec]:
     for i, conf in enumerate(netconf.layer):
         if not conf.name:
             raise SingaError(
-                "a layer has no name", where=locate(f"neuralnet.layer[{i}]"),
+                "a layer has no name",
+                where=locate(f"neuralnet.layer[{i}]"),
                 help='give every layer a unique `name: "..."`',
             )
         if conf.include and conf.exclude:
@@ -341,7 +342,7 @@ def _find_cycle(deps: dict[str, set[str]], nodes: set[str]) -> list[str]:
     while True:
         nxt = sorted(d for d in deps[cur] if d in nodes)[0]
         if nxt in seen:
-            return path[seen[nxt]:][::-1]
+            return path[seen[nxt] :][::-1]
         seen[nxt] = len(path)
         path.append(nxt)
         cur = nxt

@@ -46,7 +46,9 @@ class Param:
     def share_data_from(self, other: Param) -> None:
         """Use ``other``'s value array (values shared, gradient kept separate)."""
         if other.shape != self.shape:
-            raise ValueError(f"cannot share {self.name} {self.shape} with {other.name} {other.shape}")
+            raise ValueError(
+                f"cannot share {self.name} {self.shape} with {other.name} {other.shape}"
+            )
         self.owner = other.owner
         self.value = other.owner.value
 

@@ -75,18 +75,15 @@ class Registry:
             return entry.obj
         label = what or f"{self.kind} type"
         hint = did_you_mean(name, self.entries)
-        known = ", ".join(
-            f"{n} ({self.entries[n].provider.dist})" for n in self.names()
-        ) or "none"
+        known = ", ".join(f"{n} ({self.entries[n].provider.dist})" for n in self.names()) or "none"
         notes = [f"known {self.kind} types: {known}"]
         for failure in failed_plugins:
             notes.append(
                 f"plugin '{failure.plugin}' from {failure.dist} failed to load "
-                f"({failure.error}); it may provide \"{name}\""
+                f'({failure.error}); it may provide "{name}"'
             )
         help_ = hint or (
-            "install the plugin that provides it (pip install ...), then check "
-            "`singa list-plugins`"
+            "install the plugin that provides it (pip install ...), then check `singa list-plugins`"
         )
         raise SingaError(f'unknown {label} "{name}"', help=help_, notes=notes)
 

@@ -130,6 +130,7 @@ class TrainingLoop:
     # -- Ctrl-C: finish the step, checkpoint, stop -------------------------------------------
     def _install_sigint(self):
         try:
+
             def handler(signum, frame):
                 if self._stop_requested:
                     raise KeyboardInterrupt

@@ -51,13 +51,26 @@ def write_csv_blobs(path: Path, n: int = 200, dim: int = 4, classes: int = 3, se
     return path
 
 
-def mlp_conf(data: Path, workspace: Path, *, steps: int = 60, extra: str = "", dim: int = 4,
-             classes: int = 3, hidden: int = 16, dropout: bool = False, momentum: float = 0.9,
-             checkpoint_freq: int = 0, batch: int = 20) -> str:
+def mlp_conf(
+    data: Path,
+    workspace: Path,
+    *,
+    steps: int = 60,
+    extra: str = "",
+    dim: int = 4,
+    classes: int = 3,
+    hidden: int = 16,
+    dropout: bool = False,
+    momentum: float = 0.9,
+    checkpoint_freq: int = 0,
+    batch: int = 20,
+) -> str:
     """A small job.conf (kCSVInput -> ip -> tanh -> [dropout] -> ip -> softmax loss)."""
     drop = (
-        'layer { name: "drop" type: kDropout srclayers: "tanh" dropout_conf { dropout_ratio: 0.2 } }'
-        if dropout else ""
+        'layer { name: "drop" type: kDropout srclayers: "tanh" '
+        "dropout_conf { dropout_ratio: 0.2 } }"
+        if dropout
+        else ""
     )
     after = "drop" if dropout else "tanh"
     return f"""
@@ -77,7 +90,8 @@ updater {{
 neuralnet {{
   layer {{
     name: "data" type: kCSVInput
-    store_conf {{ backend: "textfile" path: "{data}" batchsize: {batch} shape: {dim} random_skip: 10 }}
+    store_conf {{ backend: "textfile" path: "{data}" batchsize: {batch} shape: {dim}
+                  random_skip: 10 }}
   }}
   layer {{
     name: "ip1" type: kInnerProduct srclayers: "data"

@@ -87,8 +87,15 @@ def init_params(layer: Layer, rng: np.random.Generator, std: float = 1.0) -> Non
         p.value[...] = rng.standard_normal(p.shape) * std
 
 
-def build(cls, conf, srcs: Sequence[Layer], *, seed: int = 0, param_std: float = 1.0,
-          ctx: LayerContext | None = None) -> Layer:
+def build(
+    cls,
+    conf,
+    srcs: Sequence[Layer],
+    *,
+    seed: int = 0,
+    param_std: float = 1.0,
+    ctx: LayerContext | None = None,
+) -> Layer:
     """``cls(conf, ctx)`` set up over ``srcs``, Params filled with N(0, param_std²)."""
     if isinstance(conf, str):
         conf = layer_conf(conf)
@@ -107,8 +114,10 @@ class Mismatch:
     numeric: float
 
     def __str__(self) -> str:
-        return (f"{self.what}{list(self.index)}: analytic {self.analytic:.6g} "
-                f"numeric {self.numeric:.6g}")
+        return (
+            f"{self.what}{list(self.index)}: analytic {self.analytic:.6g} "
+            f"numeric {self.numeric:.6g}"
+        )
 
 
 @dataclass
@@ -145,11 +154,9 @@ class GradientChecker:
         a function giving ``(get_output, grad_buffer)`` pairs; default ``layer.data`` with
         ``layer.grad``.
         """
-        report = self.run(layer, srcs, check_srcs=check_srcs, check_params=check_params,
-                          tops=tops)
+        report = self.run(layer, srcs, check_srcs=check_srcs, check_params=check_params, tops=tops)
         if report.mismatches:
-            worst = sorted(report.mismatches,
-                           key=lambda m: -abs(m.analytic - m.numeric))[:10]
+            worst = sorted(report.mismatches, key=lambda m: -abs(m.analytic - m.numeric))[:10]
             lines = "\n  ".join(str(m) for m in worst)
             raise AssertionError(
                 f"{len(report.mismatches)} of {report.checked} gradient checks of "
@@ -175,8 +182,12 @@ class GradientChecker:
             layer.forward(fwd_phase, srcs)
             if layer.is_loss:
                 return float(layer.loss) * self.loss_scale
-            return float(sum(np.dot(get().astype(np.float64).ravel(), w.ravel())
-                             for (get, _), w in zip(out_pairs, weights, strict=True)))
+            return float(
+                sum(
+                    np.dot(get().astype(np.float64).ravel(), w.ravel())
+                    for (get, _), w in zip(out_pairs, weights, strict=True)
+                )
+            )
 
         if check_srcs is None:
             check_srcs = [i for i, s in enumerate(srcs) if s.grad_for(layer) is not None]
@@ -206,17 +217,26 @@ class GradientChecker:
         for what, arr, analytic, is_input in targets:
             if np.isnan(analytic).any():
                 n = int(np.isnan(analytic).sum())
-                raise AssertionError(f"backward of '{layer.name}' left {n} elements of the "
-                                     f"gradient of {what} unwritten")
+                raise AssertionError(
+                    f"backward of '{layer.name}' left {n} elements of the "
+                    f"gradient of {what} unwritten"
+                )
             flat = arr.reshape(-1)
             an = analytic.reshape(-1)
             n = flat.size
-            idx = (np.arange(n) if n <= self.max_checks
-                   else rng.choice(n, size=self.max_checks, replace=False))
+            idx = (
+                np.arange(n)
+                if n <= self.max_checks
+                else rng.choice(n, size=self.max_checks, replace=False)
+            )
             for j in idx:
                 x0 = flat[j]
-                if is_input and self.kink_range >= 0 and (
-                    self.kink - self.kink_range <= abs(float(x0)) <= self.kink + self.kink_range
+                if (
+                    is_input
+                    and self.kink_range >= 0
+                    and (
+                        self.kink - self.kink_range <= abs(float(x0)) <= self.kink + self.kink_range
+                    )
                 ):
                     report.skipped_kinks += 1
                     continue
@@ -233,8 +253,10 @@ class GradientChecker:
                 scale = max(abs(a), abs(numeric), 1.0)
                 if not abs(a - numeric) <= self.threshold * scale:
                     report.mismatches.append(
-                        Mismatch(what, tuple(int(t) for t in np.unravel_index(j, arr.shape)),
-                                 a, numeric))
+                        Mismatch(
+                            what, tuple(int(t) for t in np.unravel_index(j, arr.shape)), a, numeric
+                        )
+                    )
         objective()  # leave the layer's outputs consistent with the unperturbed inputs
         layer.pop_metrics()
         return report

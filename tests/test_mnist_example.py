@@ -17,8 +17,10 @@ runner = CliRunner()
 def test_mnist_mlp_example_learns(mnist_stores, tmp_path):
     conf = REPO / "examples" / "mnist" / "job.conf"
     paths = [
-        "-o", f"neuralnet.layer[0].store_conf.path={mnist_stores / 'train_data.bin'}",
-        "-o", f"neuralnet.layer[1].store_conf.path={mnist_stores / 'test_data.bin'}",
+        "-o",
+        f"neuralnet.layer[0].store_conf.path={mnist_stores / 'train_data.bin'}",
+        "-o",
+        f"neuralnet.layer[1].store_conf.path={mnist_stores / 'test_data.bin'}",
     ]
     ws = tmp_path / "ws"
     res = runner.invoke(app, ["train", str(conf), "--seed", "0", "--workspace", str(ws), *paths])

@@ -89,15 +89,27 @@ def installed_plugin(tmp_path_factory):
     (pkg / "singa_scale" / "plugin.py").write_text(textwrap.dedent(PLUGIN))
     (pkg / "singa_scale" / "scale.proto").write_text(PROTO)
     # the plugin author compiles the extension with singa's helper
-    res = run_singa("compile-proto", str(pkg / "singa_scale" / "scale.proto"),
-                    "--out", str(pkg), "-I", str(pkg))
+    res = run_singa(
+        "compile-proto", str(pkg / "singa_scale" / "scale.proto"), "--out", str(pkg), "-I", str(pkg)
+    )
     assert res.returncode == 0, res.stderr
     assert (pkg / "singa_scale" / "scale_pb2.py").exists()
     site = root / "site"
     pip = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-         "--target", str(site), str(pkg)],
-        capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(site),
+            str(pkg),
+        ],
+        capture_output=True,
+        text=True,
     )
     assert pip.returncode == 0, pip.stdout + pip.stderr
     return site
@@ -107,7 +119,7 @@ def job_with_scale(tmp_path):
     data = write_csv_blobs(tmp_path / "d.csv")
     text = mlp_conf(data, tmp_path / "ws", steps=80)
     text = text.replace('srclayers: "tanh"', 'srclayers: "scaled"') + ""
-    text = text.replace("  layer {\n    name: \"ip2\"", SCALE_LAYER + "  layer {\n    name: \"ip2\"")
+    text = text.replace('  layer {\n    name: "ip2"', SCALE_LAYER + '  layer {\n    name: "ip2"')
     assert "kScale" in text
     path = tmp_path / "job.conf"
     path.write_text(text)

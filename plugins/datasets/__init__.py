@@ -1,4 +1,4 @@
-"""Built-in dataset converters (one per module), registered through the `singa_register_datasets` hook."""
+"""Built-in types of this kind, one per module, registered through the plugin hook below."""
 
 from singa_core import hookimpl
 from singa_core.dataset import DatasetConverter

@@ -71,8 +71,7 @@ class InProcessEngine(Engine):
         n = self.train_net.num_param_values()
         return [
             "engine: inprocess (1 process: worker 0 of group 0 and server 0 of group 0)",
-            f"server 0 holds all {len(self.train_net.owner_params)} params "
-            f"({n:,} values) unsliced",
+            f"server 0 holds all {len(self.train_net.owner_params)} params ({n:,} values) unsliced",
         ]
 
     # -- set-up of parameter values (SINGA's InitNetParams) -------------------------------
@@ -91,7 +90,9 @@ class InProcessEngine(Engine):
         start = int(job.step)
         if job.checkpoint_path:
             ckpt.load_param_files(
-                owners, list(job.checkpoint_path), start_step=start,
+                owners,
+                list(job.checkpoint_path),
+                start_step=start,
                 reset_version=job.reset_param_version,
             )
         self._put_all()
@@ -116,8 +117,13 @@ class InProcessEngine(Engine):
             counts[p.owner.id] = counts.get(p.owner.id, 0) + 1
         for p in self.train_net.owner_params:
             self.shard.put(
-                p.id, p.value, p.version, lr_scale=p.lr_scale, wd_scale=p.wd_scale,
-                num_total=counts[p.id], num_replicas=1,
+                p.id,
+                p.value,
+                p.version,
+                lr_scale=p.lr_scale,
+                wd_scale=p.wd_scale,
+                num_total=counts[p.id],
+                num_replicas=1,
             )
 
     def _write_checkpoint(self, step: int) -> str:

@@ -77,14 +77,11 @@ class StoreInputLayer(InputLayer):
                 help='set `backend: "kvfile"` (RecordProto records) or `backend: "textfile"` (CSV)',
             )
         if not sc.path:
-            raise self.error(
-                f"layer '{self.name}': store_conf.path is not set", field="store_conf"
-            )
+            raise self.error(f"layer '{self.name}': store_conf.path is not set", field="store_conf")
         self.random_skip = int(sc.random_skip)
         if self.random_skip < 0:
             raise self.error(
-                f"layer '{self.name}': store_conf.random_skip must be >= 0, got "
-                f"{self.random_skip}",
+                f"layer '{self.name}': store_conf.random_skip must be >= 0, got {self.random_skip}",
                 field="store_conf",
             )
         self._skipped = False

@@ -55,8 +55,9 @@ class CSVInputLayer(StoreInputLayer):
             if len(toks) != want:
                 what = f"a label and {n} values" if with_label else f"{n} values"
                 raise self.bad_record(
-                    key, f"has {len(toks)} fields, expected {what} "
-                    f"(store_conf.shape {list(self.instance_shape)})"
+                    key,
+                    f"has {len(toks)} fields, expected {what} "
+                    f"(store_conf.shape {list(self.instance_shape)})",
                 )
             if with_label:
                 aux[k] = self._label(key, toks[0])

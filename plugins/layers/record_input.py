@@ -56,7 +56,8 @@ class RecordInputLayer(StoreInputLayer):
             labels[k] = rec.label
         if len(pixels) == len(records):  # all pixel records: decode them in one go
             rows[...] = np.frombuffer(b"".join([p for _, p in pixels]), dtype=np.uint8).reshape(
-                rows.shape)
+                rows.shape
+            )
         else:
             for k, pixel in pixels:
                 rows[k] = np.frombuffer(pixel, dtype=np.uint8)

@@ -1,4 +1,4 @@
-"""Built-in learning-rate change methods (one per module), registered through the `singa_register_lr_changes` hook."""
+"""Built-in types of this kind, one per module, registered through the plugin hook below."""
 
 from singa_core import hookimpl
 from singa_core.discovery import register_submodule_types

@@ -1,4 +1,4 @@
-"""Built-in param initialisers (one per module), registered through the `singa_register_param_generators` hook."""
+"""Built-in types of this kind, one per module, registered through the plugin hook below."""
 
 from singa_core import hookimpl
 from singa_core.discovery import register_submodule_types

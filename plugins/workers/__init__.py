@@ -1,4 +1,4 @@
-"""Built-in workers (TrainOneBatch algorithms) (one per module), registered through the `singa_register_workers` hook."""
+"""Built-in types of this kind, one per module, registered through the plugin hook below."""
 
 from singa_core import hookimpl
 from singa_core.discovery import register_submodule_types

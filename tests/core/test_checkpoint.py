@@ -52,8 +52,11 @@ def test_corrupt_checkpoint_is_a_user_error(tmp_path):
 
 
 def test_state_roundtrip_and_no_pickle(tmp_path):
-    st = ck.TrainingState(7, {"seed": 3, "layers": {"1": {"x": {"state": {"pos": 4}}}}},
-                          {"0#w1::history": np.ones((2, 2), np.float32)})
+    st = ck.TrainingState(
+        7,
+        {"seed": 3, "layers": {"1": {"x": {"state": {"pos": 4}}}}},
+        {"0#w1::history": np.ones((2, 2), np.float32)},
+    )
     p = tmp_path / "s.npz"
     p.write_bytes(ck.encode_state(st))
     back = ck.read_state(p)

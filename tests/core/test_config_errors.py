@@ -86,15 +86,19 @@ def test_unknown_srclayer_points_at_it(tmp_path, good):
 
 
 def test_duplicate_layer_names(tmp_path, good):
-    text = good.replace('name: "tanh"', 'name: "ip1"').replace('srclayers: "tanh"', 'srclayers: "ip1"')
+    text = good.replace('name: "tanh"', 'name: "ip1"').replace(
+        'srclayers: "tanh"', 'srclayers: "ip1"'
+    )
     err = error_of(tmp_path, text)
     assert "duplicate layer name 'ip1'" in err.message
     assert err.where.line == line_col(text, 'name: "ip1"', 1)[0]
 
 
 def test_cycle_is_reported(tmp_path, good):
-    text = good.replace('srclayers: "data"\n    innerproduct_conf { num_output: 16 }',
-                        'srclayers: "ip2"\n    innerproduct_conf { num_output: 16 }')
+    text = good.replace(
+        'srclayers: "data"\n    innerproduct_conf { num_output: 16 }',
+        'srclayers: "ip2"\n    innerproduct_conf { num_output: 16 }',
+    )
     assert text != good
     err = error_of(tmp_path, text)
     assert "cycle" in err.message and "ip1" in err.message and "ip2" in err.message
@@ -102,16 +106,20 @@ def test_cycle_is_reported(tmp_path, good):
 
 
 def test_share_from_shape_mismatch_at_setup(tmp_path, good):
-    text = good.replace('param { name: "w2" init { type: kGaussian std: 0.1 } }',
-                        'param { name: "w2" share_from: "w1" }')
+    text = good.replace(
+        'param { name: "w2" init { type: kGaussian std: 0.1 } }',
+        'param { name: "w2" share_from: "w1" }',
+    )
     err = error_of(tmp_path, text)
     assert "cannot share from 'w1'" in err.message
     assert err.where.line == line_col(text, 'name: "w2"')[0]
 
 
 def test_share_from_unknown(tmp_path, good):
-    text = good.replace('param { name: "w2" init { type: kGaussian std: 0.1 } }',
-                        'param { name: "w2" share_from: "0#w3" }')
+    text = good.replace(
+        'param { name: "w2" init { type: kGaussian std: 0.1 } }',
+        'param { name: "w2" share_from: "0#w3" }',
+    )
     err = error_of(tmp_path, text)
     assert "unknown param '0#w3'" in err.message
     assert err.where.line == line_col(text, 'share_from: "0#w3"')[0]
@@ -125,8 +133,9 @@ def test_missing_data_file_before_training(tmp_path, good):
 
 
 def test_missing_init_method(tmp_path, good):
-    text = good.replace('param { name: "w2" init { type: kGaussian std: 0.1 } }',
-                        'param { name: "w2" }')
+    text = good.replace(
+        'param { name: "w2" init { type: kGaussian std: 0.1 } }', 'param { name: "w2" }'
+    )
     err = error_of(tmp_path, text)
     assert "has no init method" in err.message
     assert "init {" in err.help
@@ -147,8 +156,15 @@ def test_missing_job_file(tmp_path):
 def test_overrides(tmp_path, good):
     path = tmp_path / "job.conf"
     path.write_text(good)
-    cfg = load_job(path, ["train_steps=7", "updater.learning_rate.base_lr=0.5",
-                          "neuralnet.layer[0].store_conf.batchsize=5", "cluster.workspace=/tmp/x"])
+    cfg = load_job(
+        path,
+        [
+            "train_steps=7",
+            "updater.learning_rate.base_lr=0.5",
+            "neuralnet.layer[0].store_conf.batchsize=5",
+            "cluster.workspace=/tmp/x",
+        ],
+    )
     assert cfg.job.train_steps == 7
     assert cfg.job.updater.learning_rate.base_lr == 0.5
     assert list(cfg.job.neuralnet.layer[0].store_conf.batchsize) == [5]

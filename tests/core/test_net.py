@@ -71,7 +71,9 @@ def test_share_from_both_spellings(tmp_path, spelling):
 
 
 def test_include_exclude(tmp_path):
-    extra = 'layer { name: "acc" type: kAccuracy srclayers: "ip2" srclayers: "data" exclude: kTrain }'
+    extra = (
+        'layer { name: "acc" type: kAccuracy srclayers: "ip2" srclayers: "data" exclude: kTrain }'
+    )
     job = prepare(tmp_path, extra=extra)
     assert "acc" not in job.nets[kTrain].by_name
     assert "acc" in job.nets[kTest].by_name

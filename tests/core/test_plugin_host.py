@@ -87,13 +87,18 @@ def test_disable_plugins(site, monkeypatch):
 
 
 def test_registration_checks_the_contract(site):
-    fake_dist(site, "singa-bad", "singa_bad_contract", """
+    fake_dist(
+        site,
+        "singa-bad",
+        "singa_bad_contract",
+        """
         from singa_core import hookimpl
 
         @hookimpl
         def singa_register_layers(register):
             register("kNotALayer", object)
-        """)
+        """,
+    )
     host = PluginHost()
     host.load_entry_points()
     (f,) = [f for f in host.failures if f.plugin == "singa_bad_contract"]

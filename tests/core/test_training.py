@@ -89,10 +89,26 @@ def test_checkpoint_path_fine_tuning_keeps_values(small_job, tmp_path):
     singa("train", conf, "--seed", "2")
     src = ws / "checkpoint" / "step20-worker0"
     ws2 = tmp_path / "ft"
-    singa("train", conf, "--workspace", ws2, "-o", f"checkpoint_path={src}",
-          "-o", "updater.learning_rate.base_lr=0", "-o", "updater.weight_decay=0",
-          "-o", "updater.momentum=0", "-o", "train_steps=3", "-o", "test_steps=0",
-          "-o", "checkpoint_freq=100")
+    singa(
+        "train",
+        conf,
+        "--workspace",
+        ws2,
+        "-o",
+        f"checkpoint_path={src}",
+        "-o",
+        "updater.learning_rate.base_lr=0",
+        "-o",
+        "updater.weight_decay=0",
+        "-o",
+        "updater.momentum=0",
+        "-o",
+        "train_steps=3",
+        "-o",
+        "test_steps=0",
+        "-o",
+        "checkpoint_freq=100",
+    )
     before, after = params_of(src), params_of(ws2 / "checkpoint" / "step0-worker0")
     for name, rec in before.items():
         np.testing.assert_array_equal(rec.value, after[name].value)
@@ -105,7 +121,10 @@ def test_ctrl_c_checkpoints_then_resume_matches(small_job, tmp_path):
     conf, ws = small_job(steps=10**6, hidden=256, checkpoint_freq=0)
     proc = subprocess.Popen(
         [sys.executable, "-m", "singa_core.cli", "train", str(conf), "--seed", "4"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     while True:  # wait until training is under way
         line = proc.stdout.readline()
@@ -121,7 +140,9 @@ def test_ctrl_c_checkpoints_then_resume_matches(small_job, tmp_path):
     end = step + 40
     singa("train", conf, "--resume", "-o", f"train_steps={end}")
     resumed = params_of(ws / "checkpoint" / f"step{end}-worker0")
-    singa("train", conf, "--seed", "4", "--workspace", tmp_path / "full", "-o", f"train_steps={end}")
+    singa(
+        "train", conf, "--seed", "4", "--workspace", tmp_path / "full", "-o", f"train_steps={end}"
+    )
     full = params_of(tmp_path / "full" / "checkpoint" / f"step{end}-worker0")
     for name, rec in full.items():
         np.testing.assert_array_equal(rec.value, resumed[name].value, err_msg=name)

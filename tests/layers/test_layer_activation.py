@@ -58,7 +58,8 @@ def test_default_type_is_relu():
 def test_gradient_check(kind):
     src = SourceLayer(np.random.default_rng(1).standard_normal((3, 5)) * 2)
     GradientChecker(stepsize=1e-2, threshold=1e-3, kink=0.0, kink_range=0.01).check(
-        build(ActivationLayer, conf(kind), [src]), [src])
+        build(ActivationLayer, conf(kind), [src]), [src]
+    )
 
 
 @pytest.mark.parametrize("kind", KINDS)

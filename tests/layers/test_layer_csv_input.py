@@ -18,8 +18,12 @@ STORES = {"textfile": TextFileStore, "kvfile": KVFileStore}
 
 
 def ctx(seed=0, **kw):
-    return make_ctx(seed, get_plugin=lambda kind, name: STORES[name],
-                    locate=lambda field=None: f"job.conf:{field}", **kw)
+    return make_ctx(
+        seed,
+        get_plugin=lambda kind, name: STORES[name],
+        locate=lambda field=None: f"job.conf:{field}",
+        **kw,
+    )
 
 
 def write(tmp_path, lines, name="data.csv"):
@@ -30,7 +34,8 @@ def write(tmp_path, lines, name="data.csv"):
 
 def csv_layer(path, store="", *, seed=0, setup=True, **ctxkw):
     conf = layer_conf(
-        f'name: "csv" type: kCSVInput store_conf {{ backend: "textfile" path: "{path}" {store} }}')
+        f'name: "csv" type: kCSVInput store_conf {{ backend: "textfile" path: "{path}" {store} }}'
+    )
     layer = CSVInputLayer(conf, ctx(seed, **ctxkw))
     if setup:
         layer.setup([])
@@ -113,11 +118,14 @@ def test_mean_and_std_values(tmp_path):
 def test_mean_and_std_files(tmp_path):
     mean = write(tmp_path, ["1,2,3"], "mean.csv")
     std = write(tmp_path, ["2,4,0.5"], "std.csv")
-    layer = csv_layer(write(tmp_path, LINES),
-                      f'batchsize: 1 shape: 3 mean_file: "{mean}" std_file: "{std}" '
-                      "mean_value: 100 std_value: 100")  # files take precedence
-    np.testing.assert_allclose(fwd(layer), [(3.2 - 1) / 2, (1 - 2) / 4, (14.1 - 3) / 0.5],
-                               rtol=1e-6)
+    layer = csv_layer(
+        write(tmp_path, LINES),
+        f'batchsize: 1 shape: 3 mean_file: "{mean}" std_file: "{std}" '
+        "mean_value: 100 std_value: 100",
+    )  # files take precedence
+    np.testing.assert_allclose(
+        fwd(layer), [(3.2 - 1) / 2, (1 - 2) / 4, (14.1 - 3) / 0.5], rtol=1e-6
+    )
 
 
 def test_mean_only(tmp_path):
@@ -201,8 +209,9 @@ def error(tmp_path, lines, store, *, phase=kTrain):
 def test_errors(tmp_path):
     assert "missing.csv" in error(tmp_path, None, "batchsize: 1 shape: 3")
     assert "batchsize" in error(tmp_path, LINES, "shape: 3")
-    assert "has 4 fields, expected a label and 2 values" in error(tmp_path, LINES,
-                                                                   "batchsize: 1 shape: 2")
+    assert "has 4 fields, expected a label and 2 values" in error(
+        tmp_path, LINES, "batchsize: 1 shape: 2"
+    )
     msg = error(tmp_path, ["1,2,3,4", "1,2"], "batchsize: 2 shape: 3")
     assert "record '1'" in msg and "layer 'csv'" in msg
     assert "not an integer" in error(tmp_path, ["x,1"], "batchsize: 1 shape: 1")
@@ -210,8 +219,9 @@ def test_errors(tmp_path):
     assert "std_value" in error(tmp_path, LINES, "batchsize: 1 shape: 3 std_value: 0")
     assert "no records" in error(tmp_path, [], "batchsize: 1 shape: 3")
     mean = write(tmp_path, ["1,2"], "mean.csv")
-    assert "holds 2 values, expected 3" in error(tmp_path, LINES,
-                                                 f'batchsize: 1 shape: 3 mean_file: "{mean}"')
+    assert "holds 2 values, expected 3" in error(
+        tmp_path, LINES, f'batchsize: 1 shape: 3 mean_file: "{mean}"'
+    )
     assert "shape must be positive" in error(tmp_path, LINES, "batchsize: 1 shape: 0")
 
 
@@ -237,8 +247,9 @@ def test_store_plugin_from_the_host(tmp_path):
     except SingaError:
         pytest.skip("the singa package's entry points are not installed")
     path = write(tmp_path, LINES)
-    conf = layer_conf(f'name: "csv" store_conf {{ backend: "textfile" path: "{path}" '
-                      "batchsize: 1 shape: 3 }")
+    conf = layer_conf(
+        f'name: "csv" store_conf {{ backend: "textfile" path: "{path}" batchsize: 1 shape: 3 }}'
+    )
     layer = CSVInputLayer(conf, make_ctx())  # ctx.get_plugin None: the plugin host is used
     layer.setup([])
     assert fwd(layer)[0] == pytest.approx(3.2)

@@ -65,8 +65,9 @@ def test_gradient_check():
 
 @pytest.mark.parametrize("ratio", [1.0, -0.1, 1.5])
 def test_bad_ratio_is_an_error(ratio):
-    layer = DropoutLayer(layer_conf(f'name: "d" dropout_conf {{ dropout_ratio: {ratio} }}'),
-                         make_ctx())
+    layer = DropoutLayer(
+        layer_conf(f'name: "d" dropout_conf {{ dropout_ratio: {ratio} }}'), make_ctx()
+    )
     with pytest.raises(SingaError, match="dropout_ratio"):
         layer.setup([SourceLayer(np.zeros((2, 2)))])
 

@@ -119,8 +119,10 @@ def locating_ctx():
 
 def test_missing_num_output_is_an_error():
     src = SourceLayer(np.zeros((2, 3)))
-    for text in ['name: "ip" param {} param {}',
-                 'name: "ip" innerproduct_conf { transpose: true } param {} param {}']:
+    for text in [
+        'name: "ip" param {} param {}',
+        'name: "ip" innerproduct_conf { transpose: true } param {} param {}',
+    ]:
         layer = InnerProductLayer(layer_conf(text), locating_ctx())
         with pytest.raises(SingaError, match="num_output") as exc:
             layer.setup([src])
@@ -129,8 +131,9 @@ def test_missing_num_output_is_an_error():
 
 def test_missing_params_are_an_error():
     src = SourceLayer(np.zeros((2, 3)))
-    layer = InnerProductLayer(layer_conf('name: "ip" innerproduct_conf { num_output: 2 } param {}'),
-                              locating_ctx())
+    layer = InnerProductLayer(
+        layer_conf('name: "ip" innerproduct_conf { num_output: 2 } param {}'), locating_ctx()
+    )
     with pytest.raises(SingaError, match="bias"):
         layer.setup([src])
 

@@ -40,18 +40,24 @@ def record(label=0, data=None, pixel=None, shape=()):
 
 
 def data_store(tmp_path, name="data.bin"):
-    return write_kvfile(tmp_path / name,
-                        [(str(i), record(lab, data)) for i, (lab, data) in enumerate(INSTANCES)])
+    return write_kvfile(
+        tmp_path / name, [(str(i), record(lab, data)) for i, (lab, data) in enumerate(INSTANCES)]
+    )
 
 
 def ctx(seed=0, **kw):
-    return make_ctx(seed, get_plugin=lambda kind, name: STORES[name],
-                    locate=lambda field=None: f"job.conf:{field}", **kw)
+    return make_ctx(
+        seed,
+        get_plugin=lambda kind, name: STORES[name],
+        locate=lambda field=None: f"job.conf:{field}",
+        **kw,
+    )
 
 
 def rec_layer(path, store="", *, seed=0):
-    conf = layer_conf(f'name: "rec" type: kRecordInput '
-                      f'store_conf {{ backend: "kvfile" path: "{path}" {store} }}')
+    conf = layer_conf(
+        f'name: "rec" type: kRecordInput store_conf {{ backend: "kvfile" path: "{path}" {store} }}'
+    )
     layer = RecordInputLayer(conf, ctx(seed))
     layer.setup([])
     return layer
@@ -95,11 +101,14 @@ def test_wrap_around(tmp_path):
 
 def test_pixels_and_ignored_record_shape(tmp_path):
     px = np.arange(12, dtype=np.uint8) * 20
-    path = write_kvfile(tmp_path / "px.bin", [
-        ("a", record(3, pixel=px, shape=[5, 5])),  # the record's own shape is ignored
-        ("b", record(4, pixel=px[::-1])),
-        ("c", record(5, data=np.arange(12) / 10)),  # data and pixel records may mix
-    ])
+    path = write_kvfile(
+        tmp_path / "px.bin",
+        [
+            ("a", record(3, pixel=px, shape=[5, 5])),  # the record's own shape is ignored
+            ("b", record(4, pixel=px[::-1])),
+            ("c", record(5, data=np.arange(12) / 10)),  # data and pixel records may mix
+        ],
+    )
     layer = rec_layer(path, "batchsize: 3 shape: 3 shape: 2 shape: 2")
     assert layer.data.shape == (3, 3, 2, 2)
     fwd(layer)
@@ -116,12 +125,15 @@ def test_pixels_and_ignored_record_shape(tmp_path):
 
 def test_mean_std_files_and_values(tmp_path):
     mean = write_kvfile(tmp_path / "mean.bin", [("mean", record(data=[1, 2, 3]))])
-    std = write_kvfile(tmp_path / "std.bin", [("std", record(data=[2, 4, 0.5])),
-                                              ("x", record(data=[9, 9, 9]))])
-    layer = rec_layer(data_store(tmp_path),
-                      f'batchsize: 1 shape: 3 mean_file: "{mean}" std_file: "{std}"')
-    np.testing.assert_allclose(fwd(layer), [(3.2 - 1) / 2, (1 - 2) / 4, (14.1 - 3) / 0.5],
-                               rtol=1e-6)
+    std = write_kvfile(
+        tmp_path / "std.bin", [("std", record(data=[2, 4, 0.5])), ("x", record(data=[9, 9, 9]))]
+    )
+    layer = rec_layer(
+        data_store(tmp_path), f'batchsize: 1 shape: 3 mean_file: "{mean}" std_file: "{std}"'
+    )
+    np.testing.assert_allclose(
+        fwd(layer), [(3.2 - 1) / 2, (1 - 2) / 4, (14.1 - 3) / 0.5], rtol=1e-6
+    )
     layer = rec_layer(data_store(tmp_path), "batchsize: 1 shape: 3 mean_value: 1 std_value: 4")
     np.testing.assert_allclose(fwd(layer), (np.array([3.2, 1, 14.1]) - 1) / 4, rtol=1e-6)
     layer = rec_layer(data_store(tmp_path), "batchsize: 1 shape: 3 std_value: 0.5")
@@ -162,24 +174,38 @@ def error(tmp_path, items, store):
 
 def test_errors(tmp_path):
     assert "no.bin" in error(tmp_path, None, "batchsize: 1 shape: 3")
-    msg = error(tmp_path, [("k0", record(data=[1, 2, 3])), ("k1", record(data=[1, 2]))],
-                "batchsize: 2 shape: 3")
+    msg = error(
+        tmp_path,
+        [("k0", record(data=[1, 2, 3])), ("k1", record(data=[1, 2]))],
+        "batchsize: 2 shape: 3",
+    )
     assert "record 'k1'" in msg and "has 2 data values, expected 3" in msg
     assert "layer 'rec'" in msg
     msg = error(tmp_path, [("k7", record(pixel=b"\x01\x02"))], "batchsize: 1 shape: 3")
     assert "record 'k7'" in msg and "2 pixel values" in msg
-    assert "neither data nor pixel" in error(tmp_path, [("z", record(label=1))],
-                                             "batchsize: 1 shape: 3")
-    assert "not a RecordProto" in error(tmp_path, [("bad", b"\xff\xff\xff")],
-                                        "batchsize: 1 shape: 1")
-    assert "backend" in str(pytest.raises(SingaError, RecordInputLayer(
-        layer_conf('name: "r" store_conf { path: "x" batchsize: 1 }'), ctx()).setup, []).value)
+    assert "neither data nor pixel" in error(
+        tmp_path, [("z", record(label=1))], "batchsize: 1 shape: 3"
+    )
+    assert "not a RecordProto" in error(
+        tmp_path, [("bad", b"\xff\xff\xff")], "batchsize: 1 shape: 1"
+    )
+    assert "backend" in str(
+        pytest.raises(
+            SingaError,
+            RecordInputLayer(
+                layer_conf('name: "r" store_conf { path: "x" batchsize: 1 }'), ctx()
+            ).setup,
+            [],
+        ).value
+    )
     mean = write_kvfile(tmp_path / "mean.bin", [("m", record(data=[1, 2]))])
     assert "holds 2 values, expected 3" in error(
-        tmp_path, [("0", record(data=[1, 2, 3]))], f'batchsize: 1 shape: 3 mean_file: "{mean}"')
+        tmp_path, [("0", record(data=[1, 2, 3]))], f'batchsize: 1 shape: 3 mean_file: "{mean}"'
+    )
     empty = write_kvfile(tmp_path / "empty.bin", [])
-    assert "is empty" in error(tmp_path, [("0", record(data=[1]))],
-                               f'batchsize: 1 shape: 1 std_file: "{empty}"')
+    assert "is empty" in error(
+        tmp_path, [("0", record(data=[1]))], f'batchsize: 1 shape: 1 std_file: "{empty}"'
+    )
 
 
 def test_corrupt_store_is_a_singa_error(tmp_path):
@@ -196,10 +222,14 @@ def test_corrupt_store_is_a_singa_error(tmp_path):
 def test_decodes_a_batch_of_64_mnist_records_fast(tmp_path):
     rng = np.random.default_rng(0)
     pixels = rng.integers(0, 256, (200, 784), dtype=np.uint8)
-    items = [(f"{i:08d}", record(int(rng.integers(10)), pixel=pixels[i], shape=[28, 28]))
-             for i in range(200)]
-    layer = rec_layer(write_kvfile(tmp_path / "mnist.bin", items),
-                      "batchsize: 64 shape: 28 shape: 28 std_value: 255")
+    items = [
+        (f"{i:08d}", record(int(rng.integers(10)), pixel=pixels[i], shape=[28, 28]))
+        for i in range(200)
+    ]
+    layer = rec_layer(
+        write_kvfile(tmp_path / "mnist.bin", items),
+        "batchsize: 64 shape: 28 shape: 28 std_value: 255",
+    )
     best = float("inf")
     for _ in range(30):
         t = time.perf_counter()

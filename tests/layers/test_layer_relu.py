@@ -33,7 +33,8 @@ def test_gradient_check_skips_the_kink():
     src = SourceLayer(np.random.default_rng(2).standard_normal((5, 6)))
     src.data[0, :3] = [0.0, 0.004, -0.003]  # near the kink: skipped like Caffe's kink_range
     report = GradientChecker(stepsize=1e-2, threshold=1e-3, kink=0.0, kink_range=0.01).check(
-        build(ReLULayer, 'name: "r"', [src]), [src])
+        build(ReLULayer, 'name: "r"', [src]), [src]
+    )
     assert report.skipped_kinks == 3
 
 

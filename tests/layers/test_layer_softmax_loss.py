@@ -27,7 +27,8 @@ def test_loss_accuracy_and_gradient(topk, scale):
     x = rng.standard_normal((6, 5)) * 2
     labels = rng.integers(0, 5, 6)
     layer, src, lab = setup_loss(
-        x, labels, f'name: "loss" softmaxloss_conf {{ topk: {topk} scale: {scale} }}')
+        x, labels, f'name: "loss" softmaxloss_conf {{ topk: {topk} scale: {scale} }}'
+    )
     assert layer.data.shape == (6, 5) and layer.is_loss
     layer.forward(kTrain | kForward, [src, lab])
     p = softmax(src.data)
@@ -60,8 +61,9 @@ def test_ties_rank_the_higher_class_index_first():
     layer, src, lab = setup_loss(np.zeros((3, 4)), [3, 0, 2])
     layer.forward(kTest | kForward, [src, lab])
     assert layer.pop_metrics()["accuracy"] == pytest.approx(1 / 3)
-    layer2, src2, lab2 = setup_loss(np.zeros((3, 4)), [3, 2, 1],
-                                    'name: "l" softmaxloss_conf { topk: 2 }')
+    layer2, src2, lab2 = setup_loss(
+        np.zeros((3, 4)), [3, 2, 1], 'name: "l" softmaxloss_conf { topk: 2 }'
+    )
     layer2.forward(kTest | kForward, [src2, lab2])
     assert layer2.pop_metrics()["accuracy"] == pytest.approx(2 / 3)
 
@@ -85,8 +87,11 @@ def test_multidimensional_logits():
 @pytest.mark.parametrize("scale", [1.0, 3.0])
 def test_gradient_check(scale):
     rng = np.random.default_rng(5)
-    layer, src, lab = setup_loss(rng.standard_normal((4, 6)), rng.integers(0, 6, 4),
-                                 f'name: "l" softmaxloss_conf {{ scale: {scale} }}')
+    layer, src, lab = setup_loss(
+        rng.standard_normal((4, 6)),
+        rng.integers(0, 6, 4),
+        f'name: "l" softmaxloss_conf {{ scale: {scale} }}',
+    )
     report = GradientChecker(stepsize=1e-2, threshold=1e-3).check(layer, [src, lab])
     assert report.checked == 24
 
@@ -110,8 +115,9 @@ def test_errors():
         SoftmaxLossLayer(layer_conf('name: "l"'), locating_ctx()).setup([x])
     assert exc.value.where == "job.conf:srclayers"
     with pytest.raises(SingaError, match="topk") as exc:
-        SoftmaxLossLayer(layer_conf('name: "l" softmaxloss_conf { topk: 4 }'),
-                         locating_ctx()).setup([x, lab])
+        SoftmaxLossLayer(
+            layer_conf('name: "l" softmaxloss_conf { topk: 4 }'), locating_ctx()
+        ).setup([x, lab])
     assert exc.value.where == "job.conf:softmaxloss_conf"
     for bad in ([0, 3], [-1, 0]):
         layer = build(SoftmaxLossLayer, 'name: "l"', [x, SourceLayer(labels=bad, grad=False)])

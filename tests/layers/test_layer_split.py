@@ -57,7 +57,8 @@ def test_gradient_check():
     layer = build(SplitLayer, 'name: "s" split_conf { num_splits: 3 }', [src])
     cs = consumers(3)
     GradientChecker().check(
-        layer, [src], tops=lambda lay: [(lambda: lay.data, lay.grad_for(c)) for c in cs])
+        layer, [src], tops=lambda lay: [(lambda: lay.data, lay.grad_for(c)) for c in cs]
+    )
 
 
 def test_errors():
