@@ -16,10 +16,9 @@ from pathlib import Path
 
 from singa_core.dataset import DatasetConverter
 from singa_core.errors import SingaError
+from singa_core.plugin_host import get_host
 from singa_core.schema import common_pb2
 from singa_core.store import KCREATE
-
-from ..stores.kvfile import KVFileStore
 
 _URL = "https://ossci-datasets.s3.amazonaws.com/mnist/"
 _IMAGES_MAGIC, _LABELS_MAGIC = 2051, 2049
@@ -93,7 +92,7 @@ def convert_split(images: Path, labels: Path, out: Path, log) -> int:
         )
     size = rows * cols
     heads: dict[int, bytes] = {}
-    store = KVFileStore()
+    store = get_host().get("store", "kvfile")()  # SINGA's create_data writes kvfiles
     store.open(str(out), KCREATE)
     try:
         for i in range(n):
