@@ -36,6 +36,25 @@ def time_steps(fn, steps: int, warmup: int) -> list[float]:
     return times
 
 
+def interleaved(fns: dict, rounds: int, steps_per_round: int, warmup: int) -> dict:
+    """Time several step functions in alternating rounds (A B A B ...), so that the
+    machine's speed drifting (shared hosts) affects them alike. Returns name -> times."""
+    counters = dict.fromkeys(fns, 0)
+    for name, fn in fns.items():
+        for _ in range(warmup):
+            fn(counters[name])
+            counters[name] += 1
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            for _ in range(steps_per_round):
+                t0 = time.perf_counter()
+                fn(counters[name])
+                times[name].append(time.perf_counter() - t0)
+                counters[name] += 1
+    return times
+
+
 def summary(times: list[float]) -> str:
     ms = [t * 1000 for t in times]
     return f"median {statistics.median(ms):7.2f} ms/step (min {min(ms):.2f}, max {max(ms):.2f})"

@@ -1,11 +1,13 @@
 """MNIST MLP (SINGA's examples/mnist/job.conf, batch 64): singa vs PyTorch CPU, same run.
 
-    python benchmarks/mnist_mlp.py [--steps 200] [--threads 2]
+    python benchmarks/mnist_mlp.py [--rounds 10] [--steps 20] [--threads 2]
 
 Times one training step (data reading, forward, backward, SGD update through the
 parameter-server seam) of singa's in-process engine, then the same model in PyTorch CPU
 (preloaded tensors, torch.optim.SGD), with the same number of BLAS/intra-op threads, and
-prints both medians and their ratio. PyTorch is optional: without it only singa is timed.
+prints both medians and their ratio. The two are timed in alternating rounds so that a
+shared machine's drifting speed affects both alike. PyTorch is optional: without it
+only singa is timed.
 """
 
 from __future__ import annotations
@@ -14,10 +16,10 @@ import argparse
 import sys
 import tempfile
 
-from _common import REPO, median_ms, mnist_stores, summary, time_steps
+from _common import REPO, interleaved, median_ms, mnist_stores, summary
 
 
-def bench_singa(stores, steps: int, warmup: int, threads: int):
+def singa_step(stores, threads: int):
     from singa_core.blas import set_blas_threads
     from singa_core.config import load_job
     from singa_core.job import prepare_job
@@ -42,10 +44,10 @@ def bench_singa(stores, steps: int, warmup: int, threads: int):
     engine._init_params()
     loop = engine._loop()
     net, worker, stub = engine.train_net, engine.worker, loop.stub
-    return time_steps(lambda s: worker.train_one_batch(s, net, stub), steps, warmup)
+    return lambda s: worker.train_one_batch(s, net, stub)
 
 
-def bench_torch(steps: int, warmup: int, threads: int):
+def torch_step(threads: int):
     try:
         import torch
     except ImportError:
@@ -71,24 +73,28 @@ def bench_torch(steps: int, warmup: int, threads: int):
         loss.backward()
         opt.step()
 
-    return time_steps(step, steps, warmup)
+    return step
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=200)
-    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--steps", type=int, default=20, help="steps per round")
+    ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
-    stores = mnist_stores()
-    s = bench_singa(stores, args.steps, args.warmup, args.threads)
-    print(f"singa   MNIST MLP batch 64, {args.threads} thread(s): {summary(s)}")
-    t = bench_torch(args.steps, args.warmup, args.threads)
-    if t is None:
-        print("torch   not installed: pip install torch==2.13.0 for the comparison")
+    fns = {"singa": singa_step(mnist_stores(), args.threads)}
+    torch_fn = torch_step(args.threads)
+    if torch_fn is not None:
+        fns["pytorch"] = torch_fn
+    times = interleaved(fns, args.rounds, args.steps, args.warmup)
+    for name, t in times.items():
+        print(f"{name:8s} MNIST MLP batch 64, {args.threads} thread(s): {summary(t)}")
+    if torch_fn is None:
+        print("pytorch  not installed: pip install torch==2.13.0 for the comparison")
         return
-    print(f"pytorch MNIST MLP batch 64, {args.threads} thread(s): {summary(t)}")
-    print(f"ratio singa/pytorch (median): {median_ms(s) / median_ms(t):.2f}x")
+    ratio = median_ms(times["singa"]) / median_ms(times["pytorch"])
+    print(f"ratio singa/pytorch (median): {ratio:.2f}x")
     sys.stdout.flush()
 
 

@@ -64,3 +64,55 @@ def get_blas_threads() -> int | None:
                 fn.restype = ctypes.c_int
                 return int(fn())
     return None
+
+
+_SAXPY_SYMBOLS = (  # (symbol, integer type of its sizes)
+    ("scipy_cblas_saxpy64_", ctypes.c_int64),
+    ("cblas_saxpy64_", ctypes.c_int64),
+    ("scipy_cblas_saxpy", ctypes.c_int),
+    ("cblas_saxpy", ctypes.c_int),
+)
+_saxpy = None  # resolved lazily: a ctypes function, or False when unavailable
+
+
+def _find_saxpy():
+    for lib in _openblas_libs():
+        for sym, itype in _SAXPY_SYMBOLS:
+            fn = getattr(lib, sym, None)
+            if fn is not None:
+                fn.restype = None
+                fn.argtypes = [
+                    itype,
+                    ctypes.c_float,
+                    ctypes.c_void_p,
+                    itype,
+                    ctypes.c_void_p,
+                    itype,
+                ]
+                return fn
+    return False
+
+
+def axpy(a: float, x, y) -> None:
+    """``y += a * x`` in place in one fused pass, with numpy's own BLAS (cblas_saxpy).
+
+    Updaters touch every parameter every step; one fused pass is several times faster than
+    numpy's ``x * a`` then ``y += ...`` and allocates nothing. (scipy's BLAS is avoided on
+    purpose: it is a second OpenBLAS whose spinning threads slow down numpy's GEMMs.)
+    """
+    import numpy as np
+
+    global _saxpy
+    if _saxpy is None:
+        _saxpy = _find_saxpy()
+    if (
+        _saxpy
+        and x.dtype == np.float32
+        and y.dtype == np.float32
+        and x.flags.c_contiguous
+        and y.flags.c_contiguous
+        and x.size == y.size
+    ):
+        _saxpy(x.size, a, x.ctypes.data, 1, y.ctypes.data, 1)
+    else:
+        y += np.float32(a) * x

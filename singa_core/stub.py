@@ -48,8 +48,8 @@ class ShardEntry:
     num_replicas: int  # data-parallel replicas among them (gradient averaging)
     version: int = 0
     state: dict[str, np.ndarray] = field(default_factory=dict)
-    pending: list[np.ndarray] = field(default_factory=list)
-    grad_sum: np.ndarray | None = None
+    received: int = 0  # contributions received towards the next update
+    grad_sum: np.ndarray | None = None  # aggregation buffer (num_total > 1)
 
 
 class ParamShard:
@@ -78,27 +78,33 @@ class ParamShard:
             num_replicas=num_replicas,
             version=version,
             state=self.updater.init_state(value),
-            grad_sum=np.zeros_like(value),
+            grad_sum=np.zeros_like(value) if num_total > 1 else None,
         )
 
     def update(self, key: int, step: int, grad: np.ndarray) -> int | None:
         """Add one contribution; apply the update when all have arrived.
 
-        Returns the new version when the update was applied, else None.
+        The shard may use (and overwrite) ``grad`` as its scratch buffer: a worker hands a
+        gradient over and recomputes it next step. Returns the new version when the update
+        was applied, else None.
         """
         e = self.entries[key]
-        if not e.pending:
-            np.copyto(e.grad_sum, grad)
+        if e.num_total == 1:
+            total = grad  # nothing to aggregate: no copy
         else:
-            e.grad_sum += grad
-        e.pending.append(grad)
-        if len(e.pending) < e.num_total:
-            return None
-        e.pending.clear()
+            if e.received == 0:
+                np.copyto(e.grad_sum, grad)
+            else:
+                e.grad_sum += grad
+            e.received += 1
+            if e.received < e.num_total:
+                return None
+            e.received = 0
+            total = e.grad_sum
         self.updater.apply(
             step,
             e.value,
-            e.grad_sum,
+            total,
             e.state,
             scale=1.0 / e.num_replicas,
             lr_scale=e.lr_scale,

@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from singa_core.blas import axpy
+
+__all__ = ["LRChange", "Updater", "axpy"]
+
 
 class LRChange:
     """Contract for learning-rate change plugins (SINGA's LRGenerator / ChangeMethod).
@@ -45,7 +49,6 @@ class Updater:
         self.delta = float(conf.delta)
         self.clip_low = float(conf.clip_low)
         self.clip_high = float(conf.clip_high)
-        self._scratch: dict[tuple, np.ndarray] = {}
 
     def init_state(self, value: np.ndarray) -> dict[str, np.ndarray]:
         return {n: np.zeros_like(value) for n in self.state_names}
@@ -63,18 +66,8 @@ class Updater:
             grad *= np.float32(scale)
         wd = self.weight_decay * wd_scale
         if wd > 0:
-            tmp = self.scratch(value)
-            np.multiply(value, np.float32(wd), out=tmp)
-            grad += tmp
+            axpy(wd, value, grad)
         return grad
-
-    def scratch(self, like: np.ndarray, slot: int = 0) -> np.ndarray:
-        """A reusable float32 buffer shaped like ``like`` (no per-step allocation)."""
-        key = (like.shape, slot)
-        buf = self._scratch.get(key)
-        if buf is None:
-            buf = self._scratch[key] = np.empty(like.shape, dtype=np.float32)
-        return buf
 
     def apply(
         self,

@@ -8,15 +8,15 @@ With ``g`` the slice's summed gradient, ``s = 1/num_total`` from the server,
 2. if ``momentum > 0``: ``h <- momentum * h - lr * g``; ``w <- w + h``;
    else: ``w <- w - lr * g``.
 
-Everything is float32 and done in place (``g`` is the server's own buffer): the rule itself
-allocates nothing (weight decay is added by ``Updater.prologue`` in the core).
+Everything is float32 and done in place with fused BLAS passes (``axpy``); nothing is
+allocated per step.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from singa_core.updater import Updater
+from singa_core.updater import Updater, axpy
 
 
 class SGDUpdater(Updater):
@@ -46,9 +46,7 @@ class SGDUpdater(Updater):
         if self.momentum > 0:
             h = state["history"]
             h *= np.float32(self.momentum)
-            g *= lr
-            h -= g
-            value += h
+            axpy(-lr, g, h)  # h <- momentum * h - lr * g
+            axpy(1.0, h, value)  # w <- w + h
         else:
-            g *= -lr
-            value += g
+            axpy(-lr, g, value)  # w <- w - lr * g
