@@ -7,7 +7,6 @@ plus a ``help:`` line and exit with status 2, without a traceback.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -333,8 +332,11 @@ def version() -> None:
 
 
 def main() -> None:
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", os.environ.get("SINGA_BLAS_THREADS", "2"))
-    app()
+    try:
+        app()
+    except KeyboardInterrupt:  # Ctrl-C outside the training loop (which handles its own)
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ already happened, so a resumed job continues with the very next record.
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 import numpy as np
@@ -135,6 +136,10 @@ class StoreInputLayer(InputLayer):
             store = get("store", self.backend)()
             store.open(path, KREAD)
         except SingaError as err:
+            if not os.path.isabs(path) and not os.path.exists(path):
+                err.notes.append(
+                    f"relative paths are resolved from the current directory {os.getcwd()}"
+                )
             raise err.located(self.ctx.locate("store_conf")) from None
         return store
 
