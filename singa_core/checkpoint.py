@@ -7,18 +7,16 @@ SINGA never saved and an exact resume needs: the updater's history arrays, the l
 data cursors and random-generator states, the step, the seed, the updater type and the
 plugin versions that produced it. It is an ``.npz`` read with ``allow_pickle=False``.
 
-Every file is written atomically: a temporary file in the same folder, flushed and
-fsync'ed, then renamed over the final name. The state file is written first, so a params
-file whose state file exists is always complete.
+Every file is written atomically (:func:`singa_core.fileio.atomic_write_bytes`): a temporary
+file in the same folder, flushed and fsync'ed, then renamed over the final name. The state
+file is written first, so a params file whose state file exists is always complete.
 """
 
 from __future__ import annotations
 
 import io
 import json
-import os
 import re
-import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,37 +24,12 @@ from pathlib import Path
 import numpy as np
 
 from singa_core.errors import SingaError
+from singa_core.fileio import atomic_write_bytes
 from singa_core.param import DTYPE
 
 _STEP_FILE = re.compile(r"^step(\d+)-worker(\d+)$")
 STATE_SUFFIX = ".state.npz"
 MAX_CHECKPOINT_BYTES = 512 << 20
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    try:  # make the rename itself durable
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
 
 
 @dataclass
@@ -296,8 +269,8 @@ def write_checkpoint(
 ) -> Path:
     d = checkpoint_dir(workspace)
     path = d / f"step{step}-worker{worker}"
-    atomic_write_bytes(Path(str(path) + STATE_SUFFIX), encode_state(state))
-    atomic_write_bytes(path, encode_params(params))
+    atomic_write_bytes(Path(str(path) + STATE_SUFFIX), encode_state(state), "checkpoint file")
+    atomic_write_bytes(path, encode_params(params), "checkpoint file")
     return path
 
 

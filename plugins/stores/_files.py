@@ -1,12 +1,14 @@
-"""File helpers shared by the built-in stores: read-only mapping and atomic replacement."""
+"""Shared by the built-in file stores: read-only mapping, byte coercion and the base class
+for stores that read a memory-mapped file of records and write through an AtomicFile."""
 
 from __future__ import annotations
 
 import mmap
 import os
-import tempfile
 
 from singa_core.errors import SingaError
+from singa_core.fileio import AtomicFile
+from singa_core.store import KAPPEND, KCREATE, KREAD, Store
 
 
 def map_file(path: str, what: str) -> tuple[object, object | None]:
@@ -29,102 +31,6 @@ def map_file(path: str, what: str) -> tuple[object, object | None]:
     return mm, mm
 
 
-def _umask() -> int:
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0o022
-
-
-class AtomicFile:
-    """A new version of ``path``, written to a temp file in the same folder.
-
-    :meth:`commit` flushes, fsyncs and renames it into place with ``os.replace`` (so readers
-    see either the old file or the complete new one, never a half-written one); :meth:`abort`
-    deletes it. The new file gets the old file's permissions, or the umask's default.
-    """
-
-    def __init__(self, path: str, what: str) -> None:
-        self.path = os.path.abspath(path)
-        self.what = what
-        folder = os.path.dirname(self.path)
-        if os.path.isdir(self.path):
-            raise SingaError(
-                f"cannot create {what} {path}: it is a folder",
-                help="give the path of a file to create, not of a folder",
-            )
-        if not os.path.isdir(folder):
-            raise SingaError(
-                f"cannot create {what} {path}: folder {folder} does not exist",
-                help=f"create the folder first (mkdir -p {folder})",
-            )
-        try:
-            fd, self.tmp = tempfile.mkstemp(
-                prefix=f".{os.path.basename(self.path)}.", suffix=".tmp", dir=folder
-            )
-        except OSError as exc:
-            raise SingaError(
-                f"cannot create {what} {path}: {exc.strerror or exc}",
-                help=f"check that the folder {folder} is writable",
-            ) from None
-        try:
-            mode = os.stat(self.path).st_mode & 0o777
-        except OSError:
-            mode = 0o666 & ~_umask()
-        os.fchmod(fd, mode)
-        self.file = os.fdopen(fd, "wb", buffering=1 << 20)
-
-    def _failed(self, exc: OSError) -> SingaError:
-        self.abort()
-        return SingaError(
-            f"cannot write {self.what} {self.path}: {exc.strerror or exc}",
-            help="check the free disk space and the folder's permissions",
-        )
-
-    def write(self, data: bytes) -> None:
-        try:
-            self.file.write(data)
-        except OSError as exc:
-            raise self._failed(exc) from None
-
-    def flush(self) -> None:
-        try:
-            self.file.flush()
-        except OSError as exc:
-            raise self._failed(exc) from None
-
-    def commit(self) -> None:
-        try:
-            self.file.flush()
-            os.fsync(self.file.fileno())
-            self.file.close()
-            os.replace(self.tmp, self.path)
-        except OSError as exc:
-            raise self._failed(exc) from None
-        try:  # make the rename itself durable
-            dfd = os.open(os.path.dirname(self.path), os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-        except OSError:
-            pass
-
-    def abort(self) -> None:
-        try:
-            self.file.close()
-        except OSError:
-            pass
-        try:
-            os.unlink(self.tmp)
-        except OSError:
-            pass
-
-
 def as_bytes(data, what: str) -> bytes:
     """``data`` (bytes-like, or str encoded as UTF-8) as bytes."""
     if isinstance(data, bytes):
@@ -134,3 +40,184 @@ def as_bytes(data, what: str) -> bytes:
     if isinstance(data, bytearray | memoryview):
         return bytes(data)
     raise TypeError(f"store {what} must be bytes or str, got {type(data).__name__}")
+
+
+class _IndexedFileStore(Store):
+    """A store of consecutive records in one file.
+
+    Reading maps the file and indexes record offsets lazily, as records are read or sought
+    past, so ``position()``/``seek(i)``/``count()`` work in records. Writing (kCreate,
+    kAppend) goes to an :class:`AtomicFile` that ``close()`` renames into place.
+
+    Subclasses define the format: ``_open_read``/``_open_create``/``_open_append`` (which set
+    ``path``, and ``_buf``/``_mm``/``_size`` or ``_out``), ``_record(off)`` (the record at
+    byte offset ``off`` as ``(key, value, next offset)``), ``_next_offset(off)`` (just the
+    next offset) and ``_encode(key, value)`` (the bytes to write, or None to refuse).
+    ``_unit`` names a record and ``_noun`` the file in seek errors.
+    """
+
+    _unit = "record"
+    _noun = "store"
+
+    def __init__(self) -> None:
+        self._mode: int | None = None
+        self.path: str | None = None
+        self._buf = b""
+        self._mm = None
+        self._size = 0
+        self._off = 0  # byte offset of the next record
+        self._index = 0  # index of the next record
+        self._offsets = [0]  # _offsets[i]: byte offset of record i, for the records seen so far
+        self._out: AtomicFile | None = None
+
+    # ------------------------------------------------------------------ opening
+    def open(self, path: str, mode: int) -> None:
+        self.close()
+        path = os.fspath(path)
+        if mode == KREAD:
+            self._open_read(path)
+        elif mode == KCREATE:
+            self._open_create(path)
+        elif mode == KAPPEND:
+            self._open_append(path)
+        else:
+            raise ValueError(f"unknown store mode {mode!r}")
+        self._mode = mode
+
+    def _open_read(self, path: str) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def _open_create(self, path: str) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def _open_append(self, path: str) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def _wrong_mode(self, action: str) -> SingaError:
+        state = "not open" if self._mode is None else "not open in a mode that allows it"
+        return SingaError(
+            f"cannot {action} store {self.path}: it is {state}",
+            help="open it with kRead to read, with kCreate or kAppend to write",
+        )
+
+    # ------------------------------------------------------------------ reading
+    def _record(self, off: int) -> tuple[bytes, bytes, int]:  # pragma: no cover
+        raise NotImplementedError
+
+    def _next_offset(self, off: int) -> int:  # pragma: no cover
+        raise NotImplementedError
+
+    def read(self) -> tuple[bytes, bytes] | None:
+        if self._mode != KREAD:
+            raise self._wrong_mode("read from")
+        if self._off >= self._size:
+            return None
+        key, value, nxt = self._record(self._off)
+        self._off = nxt
+        self._index += 1
+        if self._index == len(self._offsets):
+            self._offsets.append(nxt)
+        return key, value
+
+    def seek_to_first(self) -> None:
+        if self._mode != KREAD:
+            raise self._wrong_mode("rewind")
+        self._off = 0
+        self._index = 0
+
+    def position(self) -> int:
+        return self._index
+
+    def seek(self, position: int) -> None:
+        if self._mode != KREAD:
+            raise self._wrong_mode("seek in")
+        position = int(position)
+        unit = self._unit
+        if position < 0:
+            raise SingaError(
+                f"cannot seek to {unit} {position} of store {self.path}",
+                help=f"{unit} positions start at 0",
+            )
+        self._index_until(position)
+        if position >= len(self._offsets):
+            raise SingaError(
+                f"cannot seek to {unit} {position} of store {self.path}: "
+                f"it has only {len(self._offsets) - 1} {unit}s",
+                help=f"the {self._noun} is shorter than when the position was saved; "
+                "resume with the data file the job was started with",
+            )
+        self._off = self._offsets[position]
+        self._index = position
+
+    def _index_until(self, position: int | None) -> None:
+        """Extend the offset index up to ``position`` (or the end of the file)."""
+        off = self._offsets[-1]
+        while off < self._size and (position is None or len(self._offsets) <= position):
+            off = self._next_offset(off)
+            self._offsets.append(off)
+
+    def count(self) -> int:
+        """Number of records (tuples) in the file, like 0.3's KVFile::Count.
+
+        Indexes the whole file, so a damaged record anywhere in it raises.
+        """
+        if self._mode != KREAD:
+            raise self._wrong_mode("count")
+        self._index_until(None)
+        return len(self._offsets) - 1
+
+    # ------------------------------------------------------------------ writing
+    def _encode(self, key, value) -> bytes | None:  # pragma: no cover
+        raise NotImplementedError
+
+    def write(self, key, value) -> bool:
+        if self._out is None:
+            raise self._wrong_mode("write to")
+        data = self._encode(key, value)
+        if data is None:
+            return False
+        self._out.write(data)
+        return True
+
+    def flush(self) -> None:
+        if self._out is not None:
+            self._out.flush()
+
+    # ------------------------------------------------------------------ closing
+    def close(self) -> None:
+        """Finish: a writer's temp file is renamed into place; a reader's map is released."""
+        out, self._out = self._out, None
+        try:
+            if out is not None:
+                out.commit()
+        finally:
+            self._release()
+
+    def abort(self) -> None:
+        """Discard what a writer wrote (the file at ``path`` is left as it was)."""
+        out, self._out = self._out, None
+        if out is not None:
+            out.abort()
+        self._release()
+
+    def _release(self) -> None:
+        if self._mm is not None:
+            self._mm.close()
+        self._mm = None
+        self._buf = b""
+        self._size = self._off = self._index = 0
+        self._offsets = [0]
+        self._mode = None
+
+    def __exit__(self, exc_type, *exc) -> None:
+        if exc_type is not None:
+            self.abort()  # a failed writer leaves the old file (or none) in place
+        else:
+            self.close()
+
+    def __del__(self) -> None:
+        # never publish a store that was not closed explicitly
+        if getattr(self, "_out", None) is not None:
+            self.abort()
+        elif getattr(self, "_mm", None) is not None:
+            self._mm.close()

@@ -26,9 +26,9 @@ import os
 import struct
 
 from singa_core.errors import SingaError
-from singa_core.store import KAPPEND, KCREATE, KREAD, Store
+from singa_core.fileio import AtomicFile
 
-from ._files import AtomicFile, as_bytes, map_file
+from ._files import _IndexedFileStore, as_bytes, map_file
 
 _LEN = struct.Struct("<Q")
 _CORRUPT_HELP = (
@@ -48,55 +48,43 @@ def _resolve_existing(path: str) -> str | None:
     return None
 
 
-class KVFileStore(Store):
+class KVFileStore(_IndexedFileStore):
     """Binary (key, value) tuples with u64 little-endian length prefixes."""
 
     type_names = ("kvfile",)
+    _unit = "record"
+    _noun = "store"
 
     def __init__(self) -> None:
-        self._mode: int | None = None
-        self.path: str | None = None
-        self._buf = b""
-        self._mm = None
-        self._size = 0
-        self._off = 0  # byte offset of the next record
-        self._index = 0  # index of the next record
-        self._offsets = [0]  # _offsets[i]: byte offset of record i, for the records seen so far
-        self._out: AtomicFile | None = None
+        super().__init__()
         self._keys: set[bytes] = set()
 
     # ------------------------------------------------------------------ opening
-    def open(self, path: str, mode: int) -> None:
-        self.close()
-        path = os.fspath(path)
-        if mode == KREAD:
-            found = _resolve_existing(path)
-            if found is None:
-                raise SingaError(
-                    f"cannot open store {path}: no such file (nor {path}/shard.dat)",
-                    help="check the store path; to make the examples' data files, run "
-                    "`singa data <name>` (e.g. `singa data mnist`)",
-                )
-            self.path = found
-            self._buf, self._mm = map_file(found, "store")
-            self._size = len(self._buf)
-        elif mode == KCREATE:
-            self.path = path
-            self._out = AtomicFile(path, "store")
-        elif mode == KAPPEND:
-            found = _resolve_existing(path)
-            if found is None:
-                raise SingaError(
-                    f"cannot open store {path} for appending: no such file",
-                    help="open a new store with mode kCreate; kAppend adds to an existing one",
-                )
-            self._open_append(found)
-        else:
-            raise ValueError(f"unknown store mode {mode!r}")
-        self._mode = mode
+    def _open_read(self, path: str) -> None:
+        found = _resolve_existing(path)
+        if found is None:
+            raise SingaError(
+                f"cannot open store {path}: no such file (nor {path}/shard.dat)",
+                help="check the store path; to make the examples' data files, run "
+                "`singa data <name>` (e.g. `singa data mnist`)",
+            )
+        self.path = found
+        self._buf, self._mm = map_file(found, "store")
+        self._size = len(self._buf)
+
+    def _open_create(self, path: str) -> None:
+        self.path = path
+        self._out = AtomicFile(path, "store")
 
     def _open_append(self, path: str) -> None:
         """Collect the file's keys, drop a partial last tuple, copy the rest to the temp file."""
+        found = _resolve_existing(path)
+        if found is None:
+            raise SingaError(
+                f"cannot open store {path} for appending: no such file",
+                help="open a new store with mode kCreate; kAppend adds to an existing one",
+            )
+        path = found  # the file itself, or <path>/shard.dat
         buf, mm = map_file(path, "store")
         try:
             size, off, keys = len(buf), 0, set()
@@ -145,121 +133,22 @@ class KVFileStore(Store):
             help=_CORRUPT_HELP,
         )
 
-    def _wrong_mode(self, action: str) -> SingaError:
-        state = "not open" if self._mode is None else "not open in a mode that allows it"
-        return SingaError(
-            f"cannot {action} store {self.path}: it is {state}",
-            help="open it with kRead to read, with kCreate or kAppend to write",
-        )
-
-    def read(self) -> tuple[bytes, bytes] | None:
-        if self._mode != KREAD:
-            raise self._wrong_mode("read from")
-        off = self._off
-        if off >= self._size:
-            return None
+    def _record(self, off: int) -> tuple[bytes, bytes, int]:
         ks, ke, vs, ve = self._parse(self._buf, self._size, off, self.path)
         buf = self._buf
-        self._off = ve
-        self._index += 1
-        if self._index == len(self._offsets):
-            self._offsets.append(ve)
-        return buf[ks:ke], buf[vs:ve]
+        return buf[ks:ke], buf[vs:ve], ve
 
-    def seek_to_first(self) -> None:
-        if self._mode != KREAD:
-            raise self._wrong_mode("rewind")
-        self._off = 0
-        self._index = 0
-
-    def position(self) -> int:
-        return self._index
-
-    def seek(self, position: int) -> None:
-        if self._mode != KREAD:
-            raise self._wrong_mode("seek in")
-        position = int(position)
-        if position < 0:
-            raise SingaError(
-                f"cannot seek to record {position} of store {self.path}",
-                help="record positions start at 0",
-            )
-        if position >= len(self._offsets):
-            self._index_until(position)
-            if position >= len(self._offsets):
-                raise SingaError(
-                    f"cannot seek to record {position} of store {self.path}: "
-                    f"it has only {len(self._offsets) - 1} records",
-                    help="the store is shorter than when the position was saved; "
-                    "resume with the data file the job was started with",
-                )
-        self._off = self._offsets[position]
-        self._index = position
-
-    def _index_until(self, position: int | None) -> None:
-        """Extend the offset index up to ``position`` (or the end of the file)."""
-        off = self._offsets[-1]
-        while off < self._size and (position is None or len(self._offsets) <= position):
-            off = self._parse(self._buf, self._size, off, self.path)[3]
-            self._offsets.append(off)
-
-    def count(self) -> int:
-        """Number of records in the file (0.3's KVFile::Count); validates the whole file."""
-        if self._mode != KREAD:
-            raise self._wrong_mode("count")
-        self._index_until(None)
-        return len(self._offsets) - 1
+    def _next_offset(self, off: int) -> int:
+        return self._parse(self._buf, self._size, off, self.path)[3]
 
     # ------------------------------------------------------------------ writing
-    def write(self, key, value) -> bool:
-        if self._out is None:
-            raise self._wrong_mode("write to")
+    def _encode(self, key, value) -> bytes | None:
         key, value = as_bytes(key, "keys"), as_bytes(value, "values")
         if not value or key in self._keys:
-            return False
-        self._out.write(b"".join((_LEN.pack(len(key)), key, _LEN.pack(len(value)), value)))
-        return True
-
-    def flush(self) -> None:
-        if self._out is not None:
-            self._out.flush()
+            return None
+        return b"".join((_LEN.pack(len(key)), key, _LEN.pack(len(value)), value))
 
     # ------------------------------------------------------------------ closing
-    def close(self) -> None:
-        """Finish: a writer's temp file is renamed into place; a reader's map is released."""
-        out, self._out = self._out, None
-        try:
-            if out is not None:
-                out.commit()
-        finally:
-            self._release()
-
-    def abort(self) -> None:
-        """Discard what a writer wrote (the file at ``path`` is left as it was)."""
-        out, self._out = self._out, None
-        if out is not None:
-            out.abort()
-        self._release()
-
     def _release(self) -> None:
-        if self._mm is not None:
-            self._mm.close()
-        self._mm = None
-        self._buf = b""
-        self._size = self._off = self._index = 0
-        self._offsets = [0]
+        super()._release()
         self._keys = set()
-        self._mode = None
-
-    def __exit__(self, exc_type, *exc) -> None:
-        if exc_type is not None:
-            self.abort()  # a failed writer leaves the old file (or none) in place
-        else:
-            self.close()
-
-    def __del__(self) -> None:
-        # never publish a store that was not closed explicitly
-        if getattr(self, "_out", None) is not None:
-            self.abort()
-        elif getattr(self, "_mm", None) is not None:
-            self._mm.close()

@@ -74,7 +74,7 @@ def test_atomic_write_leaves_no_partial_file(tmp_path, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "replace", boom)
-    with pytest.raises(OSError):
+    with pytest.raises(SingaError):
         ck.write_checkpoint(tmp_path, 1, 0, records(), ck.TrainingState(1))
     assert not target.exists()
     assert list((tmp_path / "checkpoint").iterdir()) == []
