@@ -11,11 +11,11 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
-import tempfile
 import urllib.request
 from pathlib import Path
 
 from singa_core.errors import SingaError
+from singa_core.fileio import AtomicFile
 
 
 def sha256_of(path: Path) -> str:
@@ -31,13 +31,14 @@ def _missing(folder: Path, files) -> list[str]:
 
 
 def _download(url: str, dest: Path, sha256: str, size: int) -> None:
+    """Download ``url`` to ``dest`` atomically, checking its SHA-256 before it appears."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    out = AtomicFile(str(dest), "download")
     h = hashlib.sha256()
     got = 0
     live = sys.stderr.isatty()
     try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=30) as resp:
+        with urllib.request.urlopen(url, timeout=30) as resp:
             while chunk := resp.read(1 << 16):
                 out.write(chunk)
                 h.update(chunk)
@@ -45,8 +46,6 @@ def _download(url: str, dest: Path, sha256: str, size: int) -> None:
                 if live:
                     pct = 100 * got / size if size else 0
                     sys.stderr.write(f"\r{dest.name}: {got / 1e6:6.1f} MB {pct:5.1f}%\x1b[K")
-            out.flush()
-            os.fsync(out.fileno())
         if live:
             sys.stderr.write("\n")
         if h.hexdigest() != sha256:
@@ -56,10 +55,10 @@ def _download(url: str, dest: Path, sha256: str, size: int) -> None:
                 where=url,
                 help="try again later, or download the file yourself and use --from DIR",
             )
-        os.replace(tmp, dest)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        out.commit()
+    except BaseException:
+        out.abort()
+        raise
 
 
 def find_raw_files(conv, source: Path | None) -> Path:

@@ -61,6 +61,7 @@ class AtomicFile:
     def __init__(self, path: str, what: str) -> None:
         self.path = os.path.abspath(path)
         self.what = what
+        self.aborted = False
         folder = os.path.dirname(self.path)
         if os.path.isdir(self.path):
             raise SingaError(
@@ -85,8 +86,16 @@ class AtomicFile:
             mode = os.stat(self.path).st_mode & 0o777
         except OSError:
             mode = 0o666 & ~_umask()
-        os.fchmod(fd, mode)
-        self.file = os.fdopen(fd, "wb", buffering=1 << 20)
+        try:
+            os.fchmod(fd, mode)
+            self.file = os.fdopen(fd, "wb", buffering=1 << 20)
+        except OSError as exc:
+            os.close(fd)
+            os.unlink(self.tmp)
+            raise SingaError(
+                f"cannot create {what} {path}: {exc.strerror or exc}",
+                help=f"check that the folder {folder} is writable",
+            ) from None
 
     def _failed(self, exc: OSError) -> SingaError:
         self.abort()
@@ -108,6 +117,12 @@ class AtomicFile:
             raise self._failed(exc) from None
 
     def commit(self) -> None:
+        if self.aborted:
+            raise SingaError(
+                f"cannot finish {self.what} {self.path}: an earlier write failed and the new "
+                "version was discarded (the old file, if any, is unchanged)",
+                help="fix the cause of the first error and write it again",
+            )
         try:
             self.file.flush()
             os.fsync(self.file.fileno())
@@ -118,6 +133,7 @@ class AtomicFile:
         fsync_dir(os.path.dirname(self.path))  # make the rename itself durable
 
     def abort(self) -> None:
+        self.aborted = True
         try:
             self.file.close()
         except OSError:

@@ -74,14 +74,16 @@ class _IndexedFileStore(Store):
     def open(self, path: str, mode: int) -> None:
         self.close()
         path = os.fspath(path)
-        if mode == KREAD:
-            self._open_read(path)
-        elif mode == KCREATE:
-            self._open_create(path)
-        elif mode == KAPPEND:
-            self._open_append(path)
-        else:
+        opener = {KREAD: self._open_read, KCREATE: self._open_create, KAPPEND: self._open_append}
+        if mode not in opener:
             raise ValueError(f"unknown store mode {mode!r}")
+        try:
+            opener[mode](path)
+        except BaseException:
+            # a failed open leaves nothing behind: no writer whose close() could replace
+            # the existing file with a partial copy
+            self.abort()
+            raise
         self._mode = mode
 
     def _open_read(self, path: str) -> None:  # pragma: no cover
