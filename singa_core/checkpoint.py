@@ -260,6 +260,27 @@ def read_state(path: str | Path) -> TrainingState:
     return TrainingState(step=int(meta.pop("step")), meta=meta, arrays=arrays)
 
 
+def read_state_meta(path: str | Path) -> dict:
+    """Only the metadata of a training-state file (cheap: arrays are not read)."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            meta = json.loads(bytes(z["meta"]).decode())
+    except FileNotFoundError:
+        raise SingaError(
+            "training-state file not found",
+            where=str(path),
+            help="resume needs both step<S>-worker<W> and its .state.npz",
+        ) from None
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, json.JSONDecodeError) as exc:
+        raise SingaError(
+            f"corrupt training-state file: {exc}",
+            where=str(path),
+            help="the file is damaged; remove this step's files to resume "
+            "from an earlier checkpoint",
+        ) from None
+    return meta
+
+
 def checkpoint_dir(workspace: str | Path) -> Path:
     return Path(workspace) / "checkpoint"
 

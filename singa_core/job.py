@@ -13,7 +13,7 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from singa_core.checkpoint import latest_checkpoint
+from singa_core.checkpoint import STATE_SUFFIX, latest_checkpoint, read_state_meta
 from singa_core.config import JobConfig
 from singa_core.errors import SingaError
 from singa_core.layer import kTest, kTrain, kVal
@@ -133,8 +133,6 @@ def prepare_job(
     job = cfg.job
     if seed is not None:
         job.seed = seed
-    if not job.HasField("seed"):
-        job.seed = secrets.randbits(31)
     ws = workspace or (job.cluster.workspace if job.cluster.HasField("workspace") else "")
     if not ws:
         raise SingaError(
@@ -177,8 +175,7 @@ def prepare_job(
                 help=f"set {name} to 0 (off) or a positive number",
             )
 
-    prepared = PreparedJob(cfg=cfg, host=host, seed=int(job.seed), workspace=wsp)
-    _check_conflicting_plugins(prepared)
+    found = None
     if resume:
         found = latest_checkpoint(wsp)
         if found is None:
@@ -186,7 +183,14 @@ def prepare_job(
                 f"--resume: no checkpoint in {wsp / 'checkpoint'}",
                 help="train without --resume first, with checkpoint_freq > 0 to save along the way",
             )
-        prepared.resume = found
+        if not job.HasField("seed"):  # continue with the seed the run started with
+            saved = read_state_meta(str(found[1][0]) + STATE_SUFFIX).get("seed")
+            if saved is not None:
+                job.seed = int(saved)
+    if not job.HasField("seed"):
+        job.seed = secrets.randbits(31)
+    prepared = PreparedJob(cfg=cfg, host=host, seed=int(job.seed), workspace=wsp, resume=found)
+    _check_conflicting_plugins(prepared)
     prepared.make_worker()
     prepared.make_updater()
     for p in job.checkpoint_path:

@@ -71,7 +71,8 @@ def test_resume_gives_the_uninterrupted_parameters(small_job, tmp_path):
 
     ws2 = tmp_path / "resumed"
     singa("train", conf, "--seed", "9", "--workspace", ws2, "-o", "train_steps=37")
-    singa("train", conf, "--resume", "--workspace", ws2)  # the seed comes from the checkpoint
+    out = singa("train", conf, "--resume", "--workspace", ws2).output
+    assert "resuming at step 37 | seed 9 |" in out  # the seed comes from the checkpoint
     resumed = params_of(ws2 / "checkpoint" / "step60-worker0")
     for name, rec in full.items():
         np.testing.assert_array_equal(rec.value, resumed[name].value, err_msg=name)
