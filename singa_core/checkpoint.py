@@ -239,11 +239,11 @@ def encode_state(state: TrainingState) -> bytes:
     return buf.getvalue()
 
 
-def read_state(path: str | Path) -> TrainingState:
+def _load_state(path: str | Path, with_arrays: bool) -> tuple[dict, dict[str, np.ndarray]]:
     try:
         with np.load(path, allow_pickle=False) as z:
             meta = json.loads(bytes(z["meta"]).decode())
-            arrays = {k[2:]: z[k] for k in z.files if k.startswith("a/")}
+            arrays = {k[2:]: z[k] for k in z.files if k.startswith("a/")} if with_arrays else {}
     except FileNotFoundError:
         raise SingaError(
             "training-state file not found",
@@ -257,28 +257,17 @@ def read_state(path: str | Path) -> TrainingState:
             help="the file is damaged; remove this step's files to resume "
             "from an earlier checkpoint",
         ) from None
+    return meta, arrays
+
+
+def read_state(path: str | Path) -> TrainingState:
+    meta, arrays = _load_state(path, with_arrays=True)
     return TrainingState(step=int(meta.pop("step")), meta=meta, arrays=arrays)
 
 
 def read_state_meta(path: str | Path) -> dict:
     """Only the metadata of a training-state file (cheap: arrays are not read)."""
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            meta = json.loads(bytes(z["meta"]).decode())
-    except FileNotFoundError:
-        raise SingaError(
-            "training-state file not found",
-            where=str(path),
-            help="resume needs both step<S>-worker<W> and its .state.npz",
-        ) from None
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile, json.JSONDecodeError) as exc:
-        raise SingaError(
-            f"corrupt training-state file: {exc}",
-            where=str(path),
-            help="the file is damaged; remove this step's files to resume "
-            "from an earlier checkpoint",
-        ) from None
-    return meta
+    return _load_state(path, with_arrays=False)[0]
 
 
 def checkpoint_dir(workspace: str | Path) -> Path:
