@@ -183,14 +183,15 @@ def test(
 ) -> None:
     """Evaluate a trained model on the test net (SINGA's -test)."""
     from singa_core.checkpoint import latest_checkpoint
+    from singa_core.config import load_job
+    from singa_core.job import prepare_job
     from singa_core.reporting import Reporter, format_metrics
 
     try:
-        prepared = _prepare(job, override, test_only=True)
-        j = prepared.job
+        host = _host()
+        cfg = load_job(job, override or [])
+        j = cfg.job
         if checkpoint:
-            del j.checkpoint_path[:]
-            j.checkpoint_path.extend(str(c) for c in checkpoint)
             for c in checkpoint:
                 if not c.exists():
                     raise SingaError(
@@ -198,12 +199,14 @@ def test(
                         where=str(c),
                         help="give a WORKSPACE/checkpoint/step<S>-worker<W> file",
                     )
-        elif not j.checkpoint_path:
-            found = latest_checkpoint(prepared.workspace)
+            del j.checkpoint_path[:]
+            j.checkpoint_path.extend(str(c) for c in checkpoint)
+        elif not j.checkpoint_path and j.cluster.workspace:
+            found = latest_checkpoint(j.cluster.workspace)
             if found is None:
                 raise SingaError(
                     f"no checkpoint to test: checkpoint_path is empty and "
-                    f"{prepared.workspace / 'checkpoint'} has none",
+                    f"{Path(j.cluster.workspace) / 'checkpoint'} has none",
                     help="train first, or pass --checkpoint FILE",
                 )
             j.checkpoint_path.extend(str(f) for f in found[1])
@@ -211,9 +214,10 @@ def test(
         if n <= 0:
             raise SingaError(
                 "no test steps",
-                where=prepared.cfg.locate("test_steps"),
+                where=cfg.locate("test_steps"),
                 help="set test_steps in job.conf or pass --steps N",
             )
+        prepared = prepare_job(cfg, host, test_only=True)
         engine_cls = select_engine(prepared.host, j, engine)
         eng = engine_cls(prepared, Reporter())
         metrics = eng.test(n)

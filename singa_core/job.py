@@ -13,7 +13,12 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from singa_core.checkpoint import STATE_SUFFIX, latest_checkpoint, read_state_meta
+from singa_core.checkpoint import (
+    STATE_SUFFIX,
+    latest_checkpoint,
+    load_param_files,
+    read_state_meta,
+)
 from singa_core.config import JobConfig
 from singa_core.errors import SingaError
 from singa_core.layer import kTest, kTrain, kVal
@@ -70,16 +75,43 @@ class PreparedJob:
             init_params=init,
         )
 
+    def _create(
+        self,
+        kind: str,
+        name: str,
+        type_field: str,
+        conf_field: str,
+        *args,
+        what: str | None = None,
+        missing_help: str | None = None,
+    ):
+        """Look up a registered type and construct it; errors located in job.conf."""
+        try:
+            cls = self.host.get(kind, name, what=what)
+        except SingaError as exc:
+            if missing_help:
+                exc.help = missing_help
+            raise exc.located(self.cfg.locate(type_field)) from None
+        try:
+            return cls(*args)
+        except SingaError as exc:  # the plugin rejected its configuration
+            raise exc.located(self.cfg.locate(conf_field)) from None
+
     def make_worker(self):
         alg = self.job.train_one_batch
-        name = worker_type_name(alg)
-        field_ = "train_one_batch.user_alg" if alg.HasField("user_alg") else "train_one_batch.alg"
-        try:
-            return self.host.get("worker", name, what="algorithm")(self.job)
-        except SingaError as err:
-            if not self.job.HasField("train_one_batch"):
-                err.help = "add `train_one_batch { alg: kBP }` to job.conf"
-            raise err.located(self.cfg.locate(field_)) from None
+        user = alg.HasField("user_alg")
+        return self._create(
+            "worker",
+            worker_type_name(alg),
+            "train_one_batch.user_alg" if user else "train_one_batch.alg",
+            "train_one_batch",
+            self.job,
+            what="algorithm",
+            missing_help="set the algorithm: `train_one_batch { alg: kBP }` (or user_alg for a "
+            "plugin's algorithm)"
+            if not user and alg.alg == job_pb2.kUserAlg
+            else None,
+        )
 
     def make_updater(self):
         conf = self.job.updater
@@ -91,25 +123,28 @@ class PreparedJob:
                 "base_lr: 0.01 } }`",
             )
         lr_conf = conf.learning_rate
-        try:
-            lr = self.host.get(
-                "lr_change", lr_type_name(lr_conf), what="learning-rate change method"
-            )(lr_conf)
-        except SingaError:
-            if lr_type_name(lr_conf) == "kUserChange" and not lr_conf.HasField("user_type"):
-                err = SingaError(
-                    "the updater has no learning-rate change method",
-                    help="add e.g. `learning_rate { type: kFixed base_lr: 0.01 }`",
-                )
-            raise err.located(self.cfg.locate("updater.learning_rate.type")) from None
-        name = updater_type_name(conf)
-        where = self.cfg.locate(
-            "updater.user_type" if conf.HasField("user_type") else "updater.type"
+        unset = lr_type_name(lr_conf) == "kUserChange" and not lr_conf.HasField("user_type")
+        lr = self._create(
+            "lr_change",
+            lr_type_name(lr_conf),
+            "updater.learning_rate.user_type"
+            if lr_conf.HasField("user_type")
+            else "updater.learning_rate.type",
+            "updater.learning_rate",
+            lr_conf,
+            what="learning-rate change method",
+            missing_help="set one, e.g. `learning_rate { type: kFixed base_lr: 0.01 }`"
+            if unset
+            else None,
         )
-        try:
-            return self.host.get("updater", name)(conf, lr)
-        except SingaError as err:
-            raise err.located(where) from None
+        return self._create(
+            "updater",
+            updater_type_name(conf),
+            "updater.user_type" if conf.HasField("user_type") else "updater.type",
+            "updater",
+            conf,
+            lr,
+        )
 
     def phases(self) -> list[int]:
         """Phases whose nets the job needs: train, plus validation/test when configured."""
@@ -202,9 +237,18 @@ def prepare_job(
             )
     train = prepared.build_net(kTrain)
     prepared.nets[kTrain] = train
+    if job.checkpoint_path and not found:
+        # SINGA's InitNetParams: load (later files override earlier ones), keep the rest
+        # initialised; done here so a bad checkpoint is reported before training
+        load_param_files(
+            train.owner_params,
+            list(job.checkpoint_path),
+            start_step=int(job.step),
+            reset_version=job.reset_param_version,
+        )
     for phase in prepared.phases()[1:]:
         net = prepared.build_net(phase)
-        net.share_params_from(train)
+        net.share_params_from(train, cfg.locate)
         prepared.nets[phase] = net
     return prepared
 

@@ -35,6 +35,7 @@ class LayerContext:
     get_plugin: Callable[[str, str], Any] | None = None  # (kind, name) -> registered object
     partition_id: int = 0
     num_partitions: int = 1
+    phase: int = 0  # the phase of the net being built (kTrain, kVal, kTest); 0 if unknown
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -130,6 +131,23 @@ class Layer:
             raise self.error(
                 f"layer '{self.name}' ({type(self).__name__}) takes {want} source layer(s), "
                 f"got {n}",
+                field="srclayers",
+            )
+
+    def expect_labels(self, src: Layer, batchsize: int) -> None:
+        """Setup-time check that ``src`` provides ``batchsize`` labels (``labels()``)."""
+        labels = src.labels()
+        if labels is None:
+            raise self.error(
+                f"layer '{self.name}': its label source '{src.name}' provides no labels",
+                field="srclayers",
+                help="the second source of a loss/accuracy layer must be an input layer "
+                "that reads labels (e.g. the data layer)",
+            )
+        if len(labels) < batchsize:
+            raise self.error(
+                f"layer '{self.name}': label source '{src.name}' provides {len(labels)} "
+                f"labels for a batch of {batchsize}",
                 field="srclayers",
             )
 

@@ -114,6 +114,13 @@ class NeuralNet:
         for spec in ordered:
             conf = spec.conf
             type_name = layer_type_name(conf)
+            if type_name == "kUserLayer":
+                raise SingaError(
+                    f"layer '{conf.name}' has no type",
+                    where=_where(locate, spec),
+                    help='add e.g. `type: kInnerProduct`, or `user_type: "..."` for a type '
+                    "from a plugin (see `singa list-plugins`)",
+                )
             where_type = _where(locate, spec, "user_type" if conf.HasField("user_type") else "type")
             try:
                 layer_cls = get_plugin("layer", type_name)
@@ -127,6 +134,7 @@ class NeuralNet:
                 rng=np.random.default_rng(stable_seed(seed, "layer", conf.name, phase)),
                 locate=layer_locate,
                 get_plugin=get_plugin,
+                phase=phase,
             )
             layer = layer_cls(conf, ctx)
             srcs = [net.by_name[s] for s in spec.srcs]
@@ -150,18 +158,22 @@ class NeuralNet:
         _bind_params(net, locate, get_plugin, seed, init_params)
         return net
 
-    def share_params_from(self, other: NeuralNet) -> None:
+    def share_params_from(self, other: NeuralNet, locate=lambda path=None: None) -> None:
         """Share values with ``other``'s Params of the same name (test/val nets)."""
         by_name = {p.name: p for p in other.params}
-        for p in self.params:
-            src = by_name.get(p.name)
-            if src is not None:
+        for layer in self.layers:
+            for j, p in enumerate(layer.params):
+                src = by_name.get(p.name)
+                if src is None:
+                    continue
                 if src.shape != p.shape:
                     raise SingaError(
                         f"param '{p.name}' has shape {p.shape} in the "
                         f"{PHASE_NAMES.get(self.phase)} net but {src.shape} in the "
                         f"{PHASE_NAMES.get(other.phase)} net",
-                        help="layers of the same name must have the same shapes in all phases",
+                        where=_where(locate, self.specs[layer.name], f"param[{j}]"),
+                        help="layers sharing a param must have the same shapes in all phases "
+                        "(check their sources' shapes, e.g. store_conf.shape)",
                     )
                 p.share_data_from(src)
                 p.version = src.version

@@ -87,16 +87,9 @@ class InProcessEngine(Engine):
             self.shard.load_state_arrays(self.names, state.arrays)
             ckpt.restore_layer_states(self.nets, state.meta.get("layers", {}))
             return step, True
-        start = int(job.step)
-        if job.checkpoint_path:
-            ckpt.load_param_files(
-                owners,
-                list(job.checkpoint_path),
-                start_step=start,
-                reset_version=job.reset_param_version,
-            )
+        # a new job: values are initialised, or loaded from checkpoint_path, by prepare_job
         self._put_all()
-        return start, False
+        return int(job.step), False
 
     def _check_resume_state(self, state, path) -> None:
         saved = state.meta.get("updater")
@@ -174,6 +167,6 @@ class InProcessEngine(Engine):
         self._init_params()
         if kTest not in self.nets:
             net = self.prepared.build_net(kTest)
-            net.share_params_from(self.train_net)
+            net.share_params_from(self.train_net, self.prepared.cfg.locate)
             self.nets[kTest] = net
         return self._loop().evaluate(kTest, steps)

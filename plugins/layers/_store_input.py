@@ -95,6 +95,23 @@ class StoreInputLayer(InputLayer):
             )
         self.store = self._open(sc.path)
         self._records: list = [None] * self.batchsize
+        self.prepare_parsing()
+        if self.ctx.phase:  # inside a net: its phase says how records will be read
+            self._check_first_record(self.has_label and not (self.ctx.phase & kDeploy))
+
+    def prepare_parsing(self) -> None:
+        """Subclass hook: set up parsing state once the batch size and shape are known."""
+
+    def _check_first_record(self, with_label: bool) -> None:
+        """Parse the first record now, so a store that does not match store_conf (wrong
+        shape, wrong backend for the layer type, empty) is reported before training."""
+        try:
+            first = self._next()
+            self.parse_batch([first] * self.batchsize, with_label)
+        except SingaError as err:
+            raise err.located(self.ctx.locate("store_conf")) from None
+        finally:
+            self.store.seek_to_first()
 
     def _batchsize(self, sc) -> int:
         values = [int(b) for b in sc.batchsize]

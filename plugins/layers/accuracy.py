@@ -29,6 +29,7 @@ class AccuracyLayer(OutputLayer):
                 f"(the number of classes), got {self.topk}",
                 field="argsort_conf",
             )
+        self.expect_labels(srcs[1], self.batchsize)
         self.alloc((self.batchsize, self.topk), grad=False)
 
     def forward(self, phase, srcs):

@@ -27,6 +27,8 @@ class RecordInputLayer(StoreInputLayer):
     def setup(self, srcs):
         self._rec = common_pb2.RecordProto()
         super().setup(srcs)
+
+    def prepare_parsing(self) -> None:
         self._labels = [0] * self.batchsize
         self._want = f"expected {self.rowlen} (store_conf.shape {list(self.instance_shape)})"
 

@@ -42,13 +42,7 @@ class SoftmaxLossLayer(LossLayer):
                 f"(the number of classes), got {self.topk}",
                 field="softmaxloss_conf",
             )
-        labels = srcs[1].labels()
-        if labels is not None and len(labels) < self.batchsize:
-            raise self.error(
-                f"layer '{self.name}': label source '{srcs[1].name}' provides {len(labels)} "
-                f"labels for a batch of {self.batchsize}",
-                field="srclayers",
-            )
+        self.expect_labels(srcs[1], self.batchsize)
         self.alloc(src.shape, grad=False)
         B, D = self.batchsize, self.dim
         self._prob = self.data.reshape(B, D)

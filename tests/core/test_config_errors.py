@@ -195,3 +195,55 @@ def test_cli_user_error_exit_2_without_traceback(tmp_path, good):
     assert f"{path}:" in res.stderr and "help: did you mean" in res.stderr
     res = run_singa("train", str(tmp_path / "none.conf"))
     assert res.returncode == 2 and "Traceback" not in res.stderr
+
+
+def test_layer_without_type(tmp_path, good):
+    text = good.replace(' type: kSTanh srclayers: "ip1"', ' srclayers: "ip1"')
+    assert text != good
+    err = error_of(tmp_path, text)
+    assert "layer 'tanh' has no type" in err.message and "user_type" in err.help
+    assert err.where.line == line_col(text, 'name: "tanh"')[0]
+
+
+def test_data_not_matching_store_shape_found_at_setup(tmp_path, good):
+    text = good.replace("shape: 4", "shape: 5")
+    err = error_of(tmp_path, text)
+    assert "has 5 fields, expected a label and 5 values" in err.message
+    assert err.where.line == line_col(text, "store_conf")[0]
+
+
+def test_label_source_without_labels(tmp_path, good):
+    text = good.replace('srclayers: "ip2" srclayers: "data"', 'srclayers: "ip2" srclayers: "tanh"')
+    err = error_of(tmp_path, text)
+    assert "label source" in err.message and "provides no labels" in err.message
+    assert err.where.line is not None
+
+
+def test_bad_checkpoint_path_reported_before_training(tmp_path, good):
+    junk = tmp_path / "junk"
+    junk.write_bytes(b"\x0fnot a checkpoint at all")
+    text = good.replace('name: "small"', f'name: "small"\ncheckpoint_path: "{junk}"')
+    err = error_of(tmp_path, text)
+    assert str(junk) in str(err.where) and "checkpoint" in err.message and err.help
+
+
+def test_params_must_match_across_phases(tmp_path, good):
+    # the test-phase copy of ip1 is wider than the train-phase one: they share w1
+    text = good.replace(
+        'layer {\n    name: "ip1" type: kInnerProduct srclayers: "data"\n'
+        "    innerproduct_conf { num_output: 16 }",
+        'layer {\n    name: "ip1" type: kInnerProduct srclayers: "data" include: kTest\n'
+        "    innerproduct_conf { num_output: 17 }",
+    )
+    assert text != good
+    text = text.replace(
+        '  layer { name: "tanh"',
+        '  layer { name: "ip1" type: kInnerProduct srclayers: "data" include: kTrain\n'
+        "    innerproduct_conf { num_output: 16 }\n"
+        '    param { name: "w1" init { type: kConstant } }\n'
+        '    param { name: "b1" init { type: kConstant } } }\n'
+        '  layer { name: "tanh"',
+    )
+    err = error_of(tmp_path, text)
+    assert "param 'w1' has shape (17, 4) in the kTest net but (16, 4)" in err.message
+    assert err.where.line == line_col(text, 'param { name: "w1"')[0]

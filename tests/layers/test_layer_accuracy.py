@@ -61,6 +61,5 @@ def test_errors():
         AccuracyLayer(layer_conf('name: "a" argsort_conf { topk: 4 }'), ctx).setup([x, lab])
     assert exc.value.where == "job.conf:argsort_conf"
     nolab = SourceLayer(np.zeros((2, 1)), grad=False)
-    layer = build(AccuracyLayer, 'name: "a"', [x, nolab])
-    with pytest.raises(SingaError, match="no labels"):
-        layer.forward(kTest | kForward, [x, nolab])
+    with pytest.raises(SingaError, match="no labels"):  # found at setup, before training
+        build(AccuracyLayer, 'name: "a"', [x, nolab])
