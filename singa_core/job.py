@@ -184,9 +184,9 @@ def prepare_job(
         )
     if not test_only and job.train_steps <= 0:
         raise SingaError(
-            "train_steps is 0: nothing to train",
+            f"train_steps is {job.train_steps}: nothing to train",
             where=cfg.locate("train_steps"),
-            help="set e.g. `train_steps: 1000`",
+            help="set a positive number of steps, e.g. `train_steps: 1000`",
         )
     if not job.HasField("neuralnet") or not job.neuralnet.layer:
         raise SingaError(
