@@ -147,6 +147,16 @@ def train(
             print(f"{job}: ok")
             return
         plugins = ", ".join(f"{d}-{v}" for d, v in prepared.host.distributions())
+        if not prepared.resume:
+            from singa_core.checkpoint import latest_checkpoint
+
+            old = latest_checkpoint(prepared.workspace)
+            if old is not None:
+                print(
+                    f"note: {prepared.workspace / 'checkpoint'} has checkpoints up to step "
+                    f"{old[0]}; this new run overwrites them (use --resume to continue)",
+                    file=sys.stderr,
+                )
         start = f"resuming at step {prepared.start_step}" if prepared.resume else "starting"
         print(
             f"singa {__version__} | job '{prepared.job.name or job.stem}' {start} | "
@@ -162,7 +172,7 @@ def train(
         file=sys.stderr,
     )
     if result.interrupted:
-        raise typer.Exit(130)
+        raise typer.Exit(128 + (result.stop_signal or 2))  # 130 for Ctrl-C, 143 for SIGTERM
 
 
 @app.command()

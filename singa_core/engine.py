@@ -17,6 +17,7 @@ class TrainResult:
     checkpoint: str | None = None
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)  # last per phase
     interrupted: bool = False
+    stop_signal: int | None = None  # the signal that stopped training early, if any
 
 
 class Engine:

@@ -49,13 +49,22 @@ class Reporter:
         self._progress_shown = False
 
     # -- lifecycle ---------------------------------------------------------------------
-    def start(self, start_step: int, total: int) -> None:
+    def start(self, start_step: int, total: int, **info) -> None:
         self._start_step = start_step
         self._total = total
         self._t_start = time.perf_counter()
         if self.metrics_path is not None:
             self.metrics_path.parent.mkdir(parents=True, exist_ok=True)
             self._metrics_file = open(self.metrics_path, "a", encoding="utf-8")  # noqa: SIM115
+            rec = {
+                "event": "start",
+                "step": start_step,
+                "train_steps": total,
+                "time": round(time.time(), 3),
+                **info,
+            }
+            self._metrics_file.write(json.dumps(rec) + "\n")
+            self._metrics_file.flush()
 
     def finish(self) -> None:
         self._clear_progress()

@@ -67,6 +67,7 @@ class TrainingLoop:
         self.is_display_worker = is_display_worker
         self.last_metrics: dict[str, dict[str, float]] = {}
         self._stop_requested = False
+        self.stop_signal: int | None = None
 
     def evaluate(self, phase: int, steps: int, step: int | None = None) -> dict[str, float]:
         net = self.nets[phase]
@@ -86,7 +87,7 @@ class TrainingLoop:
         job = self.job
         step = start_step
         last_ckpt = None
-        self.reporter.start(start_step, job.train_steps)
+        self.reporter.start(start_step, job.train_steps, seed=int(job.seed), resumed=resumed)
         prev_handler = self._install_sigint()
         try:
             while step < job.train_steps:
@@ -129,22 +130,25 @@ class TrainingLoop:
 
     # -- Ctrl-C: finish the step, checkpoint, stop -------------------------------------------
     def _install_sigint(self):
+        """SIGINT (Ctrl-C) and SIGTERM (schedulers, preemption) stop after the current
+        step with a checkpoint; a second signal stops at once."""
         try:
 
             def handler(signum, frame):
                 if self._stop_requested:
                     raise KeyboardInterrupt
                 self._stop_requested = True
+                self.stop_signal = signum
                 self.reporter.note("stopping after this step (Ctrl-C again to abort now)")
 
-            return signal.signal(signal.SIGINT, handler)
+            return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
         except ValueError:  # not the main thread
             return None
 
     @staticmethod
     def _restore_sigint(prev) -> None:
-        if prev is not None:
+        for sig, handler in (prev or {}).items():
             try:
-                signal.signal(signal.SIGINT, prev)
+                signal.signal(sig, handler)
             except ValueError:
                 pass

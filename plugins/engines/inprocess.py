@@ -160,7 +160,7 @@ class InProcessEngine(Engine):
         start, resumed = self._init_params()
         loop = self._loop()
         step, last, interrupted = loop.run(start, resumed=resumed)
-        return TrainResult(step, last, loop.last_metrics, interrupted)
+        return TrainResult(step, last, loop.last_metrics, interrupted, loop.stop_signal)
 
     def test(self, steps: int) -> dict[str, float]:
         self._pin_threads()

@@ -45,9 +45,10 @@ def test_small_job_trains_and_reports(small_job):
     names = sorted(p.name for p in (ws / "checkpoint").iterdir() if "state" not in p.name)
     assert names == ["step0-worker0", "step20-worker0", "step40-worker0", "step60-worker0"]
     lines = [json.loads(x) for x in (ws / "metrics.jsonl").read_text().splitlines()]
-    tests = [x for x in lines if x["phase"] == "test"]
+    assert lines[0]["event"] == "start" and lines[0]["seed"] == 1 and not lines[0]["resumed"]
+    tests = [x for x in lines if x.get("phase") == "test"]
     assert tests[-1]["accuracy"] > 0.9  # blobs are separable
-    assert {"loss", "accuracy", "lr"} <= set(next(x for x in lines if x["phase"] == "train"))
+    assert {"loss", "accuracy", "lr"} <= set(next(x for x in lines if x.get("phase") == "train"))
     # versions count updates: step<S> holds exactly S updates
     assert params_of(ws / "checkpoint" / "step20-worker0")["0#w1"].version == 20
     assert params_of(ws / "checkpoint" / "step60-worker0")["0#b2"].version == 60
@@ -158,3 +159,30 @@ def test_dry_run_prints_net(small_job, flag):
     assert "total: 131 parameter values in 4 params" in out
     assert "engine: inprocess" in out
     assert not (ws / "checkpoint").exists()
+
+
+def test_sigterm_checkpoints_and_exits_143(small_job):
+    conf, ws = small_job(steps=10**6, hidden=64)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "singa_core.cli", "train", str(conf), "--seed", "4"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    while True:
+        line = proc.stdout.readline()
+        if line.startswith("Train step-10") or not line:
+            break
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    step, _ = ck.latest_checkpoint(ws)
+    assert step > 10
+
+
+def test_new_run_over_old_checkpoints_says_so(small_job):
+    conf, ws = small_job(steps=5)
+    singa("train", conf)
+    out = singa("train", conf).output
+    assert "has checkpoints up to step 5; this new run overwrites them" in out
