@@ -25,17 +25,6 @@ def mnist_stores() -> Path:
     return out
 
 
-def time_steps(fn, steps: int, warmup: int) -> list[float]:
-    for i in range(warmup):
-        fn(i)
-    times = []
-    for i in range(steps):
-        t0 = time.perf_counter()
-        fn(warmup + i)
-        times.append(time.perf_counter() - t0)
-    return times
-
-
 def interleaved(fns: dict, rounds: int, steps_per_round: int, warmup: int) -> dict:
     """Time several step functions in alternating rounds (A B A B ...), so that the
     machine's speed drifting (shared hosts) affects them alike. Returns name -> times."""

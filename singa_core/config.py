@@ -179,15 +179,6 @@ class JobConfig:
             key = key[:-2]
         return Location(self.path)
 
-    def layer_locator(self, index: int):
-        """A function field -> Location for ``neuralnet.layer[index]``."""
-
-        def locate(fieldname: str | None = None) -> Location:
-            base = f"neuralnet.layer[{index}]"
-            return self.locate(f"{base}.{fieldname}" if fieldname else f"{base}.name")
-
-        return locate
-
 
 # -- parsing ---------------------------------------------------------------------------
 _NO_FIELD = re.compile(r'Message type "([\w.]+)" has no field named "([^"]+)"')

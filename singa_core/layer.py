@@ -10,7 +10,7 @@ return ``None`` take no gradient. Labels travel in ``aux`` (int array) of input 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,7 +36,6 @@ class LayerContext:
     partition_id: int = 0
     num_partitions: int = 1
     phase: int = 0  # the phase of the net being built (kTrain, kVal, kTest); 0 if unknown
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Layer:

@@ -23,7 +23,6 @@ class Param:
         self.value = np.zeros(self.shape, dtype=DTYPE)
         self.grad = np.zeros(self.shape, dtype=DTYPE)
         self.version = -1
-        self.last_version = -1
         self.owner: Param = self  # the Param whose value array this one uses
         self.id = -1  # set by the net: position among all Params
 

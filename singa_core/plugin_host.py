@@ -138,10 +138,6 @@ class PluginHost:
     def get(self, kind: str, name: str, *, what: str | None = None) -> Any:
         return self.registries[kind].get(name, what=what, failed_plugins=self.failures)
 
-    def provider_of(self, kind: str, name: str) -> Provider | None:
-        entry = self.registries[kind].entries.get(name)
-        return entry.provider if entry else None
-
     def conflicts(self) -> list[tuple[str, str, list[Provider]]]:
         out = []
         for kind, reg in self.registries.items():

@@ -8,8 +8,6 @@ engine sits behind the stub (in-process, other processes, other machines) is inv
 
 from __future__ import annotations
 
-from singa_core.layer import Layer
-
 
 class Worker:
     """Contract for worker plugins (kBP, kCD, kBPTT, user algorithms).
@@ -26,7 +24,3 @@ class Worker:
 
     def test_one_batch(self, phase: int, net) -> None:  # pragma: no cover
         raise NotImplementedError
-
-    @staticmethod
-    def srcs(net, layer: Layer) -> list[Layer]:
-        return net.srclayers(layer)

@@ -119,8 +119,8 @@ def test_checkpoint_path_fine_tuning_keeps_values(small_job, tmp_path):
     np.testing.assert_array_equal(final["0#w1"].value, before["0#w1"].value)  # lr 0
 
 
-def test_ctrl_c_checkpoints_then_resume_matches(small_job, tmp_path):
-    conf, ws = small_job(steps=10**6, hidden=256, checkpoint_freq=0)
+def train_until_step_10(conf) -> subprocess.Popen:
+    """Start `singa train` in a subprocess and return once step 10 has been displayed."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "singa_core.cli", "train", str(conf), "--seed", "4"],
         cwd=REPO,
@@ -128,10 +128,15 @@ def test_ctrl_c_checkpoints_then_resume_matches(small_job, tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    while True:  # wait until training is under way
+    while True:
         line = proc.stdout.readline()
         if line.startswith("Train step-10") or not line:
-            break
+            return proc
+
+
+def test_ctrl_c_checkpoints_then_resume_matches(small_job, tmp_path):
+    conf, ws = small_job(steps=10**6, hidden=256, checkpoint_freq=0)
+    proc = train_until_step_10(conf)
     time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
@@ -163,17 +168,7 @@ def test_dry_run_prints_net(small_job, flag):
 
 def test_sigterm_checkpoints_and_exits_143(small_job):
     conf, ws = small_job(steps=10**6, hidden=64)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "singa_core.cli", "train", str(conf), "--seed", "4"],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    while True:
-        line = proc.stdout.readline()
-        if line.startswith("Train step-10") or not line:
-            break
+    proc = train_until_step_10(conf)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, err
