@@ -102,6 +102,14 @@ class Layer:
         self.data = np.zeros(tuple(int(s) for s in shape), dtype=DTYPE)
         self.grad = np.zeros_like(self.data) if grad else None
 
+    def alloc_like(self, src: np.ndarray, *, grad: bool = True) -> None:
+        """Allocate ``data`` (and ``grad``) shaped like ``src`` *and laid out like it in
+        memory*. Convolution and pooling expose NCHW arrays that are strided views of a
+        batch-innermost buffer; elementwise layers keep that layout so their ufuncs run over
+        contiguous memory and hand the same layout on."""
+        self.data = np.zeros_like(src, dtype=DTYPE)
+        self.grad = np.zeros_like(self.data) if grad else None
+
     def create_param(self, index: int, shape: Sequence[int], role: str) -> Param:
         """Param number ``index`` of this layer's conf (``param { ... }`` entries)."""
         if index >= len(self.conf.param):

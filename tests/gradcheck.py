@@ -276,3 +276,37 @@ def peak_bytes(step: Callable[[], None], *, warmup: int = 2, reps: int = 3) -> i
         return tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
+
+
+# -- the registry-wide gradient test's cases ---------------------------------------------
+@dataclass
+class GradCase:
+    """How to gradient-check one layer type (collected by test_registry_gradients.py).
+
+    Every layer test module declares ``GRADIENT_CASES = {"kType": make_case, ...}``, where
+    ``make_case(tmp_path)`` builds a small, set-up layer and returns a GradCase (or a list
+    of them, e.g. one per configuration variant). Layers that take no
+    part in backpropagation (input and output layers) return a case with ``no_gradient``
+    set to the reason; the registry test then checks that they really give no gradient
+    (every source's ``grad_for`` is None, or they have no sources) and run forward/backward.
+    """
+
+    layer: Layer
+    srcs: list[Layer]
+    checker: GradientChecker = field(default_factory=GradientChecker)
+    check_srcs: Sequence[int] | None = None
+    tops: Callable | None = None
+    no_gradient: str | None = None
+
+    def run(self) -> CheckReport | None:
+        if self.no_gradient is not None:
+            assert self.layer.params == [] or not self.layer.is_loss
+            self.layer.forward(kTrain | kForward, self.srcs)
+            self.layer.backward(kTrain | kBackward, self.srcs)
+            for s in self.srcs:
+                if s.grad is not None:
+                    assert not np.isnan(s.grad).any()
+            return None
+        return self.checker.check(
+            self.layer, self.srcs, check_srcs=self.check_srcs, tops=self.tops
+        )

@@ -62,10 +62,10 @@ class ActivationLayer(NeuronLayer):
         if self.conf.share_src_blobs:
             self.data = src.data
             buf = src.grad_for(self)
-            self.grad = buf if buf is not None else np.zeros(shape, dtype=DTYPE)
+            self.grad = buf if buf is not None else np.zeros_like(src.data)
         else:
-            self.alloc(shape)
-        self._scratch = np.empty(shape, dtype=scratch_dtype)
+            self.alloc_like(src.data)
+        self._scratch = np.empty_like(self.data, dtype=scratch_dtype)
 
     def forward(self, phase, srcs):
         self._fwd(srcs[0].data, self.data)

@@ -29,16 +29,20 @@ class DropoutLayer(NeuronLayer):
         self._keep = DTYPE(1.0 - ratio)
         self._scale = DTYPE(1.0 / (1.0 - ratio))
         shape = srcs[0].data.shape
-        self.alloc(shape)
-        self.mask = np.zeros(shape, dtype=DTYPE)
-        self._u = np.empty(shape, dtype=DTYPE)
-        self._keepmask = np.empty(shape, dtype=bool)
+        self.alloc_like(srcs[0].data)
+        self.mask = np.zeros_like(self.data)
+        # uniform draws go into a contiguous buffer laid out like the data (the generator
+        # fills contiguous arrays only); _u is that buffer seen in NCHW order
+        perm = np.argsort([-s for s in self.data.strides], kind="stable")
+        self._u_base = np.empty([shape[i] for i in perm], dtype=DTYPE)
+        self._u = self._u_base.transpose(np.argsort(perm))
+        self._keepmask = np.empty_like(self.data, dtype=bool)
         self._masked = False  # whether the last forward applied a mask
 
     def forward(self, phase, srcs):
         x = srcs[0].data
         if phase & kTrain:
-            self.ctx.rng.random(dtype=DTYPE, out=self._u)
+            self.ctx.rng.random(dtype=DTYPE, out=self._u_base)
             np.less(self._u, self._keep, out=self._keepmask)
             np.multiply(self._keepmask, self._scale, out=self.mask)
             np.multiply(x, self.mask, out=self.data)

@@ -25,8 +25,8 @@ class ReLULayer(NeuronLayer):
 
     def setup(self, srcs):
         self.expect_srcs(srcs)
-        self.alloc(srcs[0].data.shape)
-        self._mask = np.empty(self.data.shape, dtype=bool)
+        self.alloc_like(srcs[0].data)
+        self._mask = np.empty_like(self.data, dtype=bool)
 
     def forward(self, phase, srcs):
         relu_forward(srcs[0].data, self.data)

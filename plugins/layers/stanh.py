@@ -35,8 +35,8 @@ class STanhLayer(NeuronLayer):
 
     def setup(self, srcs):
         self.expect_srcs(srcs)
-        self.alloc(srcs[0].data.shape)
-        self._scratch = np.empty(self.data.shape, dtype=DTYPE)
+        self.alloc_like(srcs[0].data)
+        self._scratch = np.empty_like(self.data)
 
     def forward(self, phase, srcs):
         stanh_forward(srcs[0].data, self.data)

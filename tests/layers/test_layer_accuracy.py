@@ -6,7 +6,7 @@ import pytest
 from plugins.layers.accuracy import AccuracyLayer
 from singa_core.errors import SingaError
 from singa_core.layer import kForward, kTest
-from tests.gradcheck import SourceLayer, build, layer_conf, make_ctx
+from tests.gradcheck import GradCase, SourceLayer, build, layer_conf, make_ctx
 
 
 def run(scores, labels, text='name: "acc"'):
@@ -63,3 +63,14 @@ def test_errors():
     nolab = SourceLayer(np.zeros((2, 1)), grad=False)
     with pytest.raises(SingaError, match="no labels"):  # found at setup, before training
         build(AccuracyLayer, 'name: "a"', [x, nolab])
+
+
+def _case(tmp_path):
+    src = SourceLayer(np.random.default_rng(0).standard_normal((4, 3)))
+    lab = SourceLayer(labels=[0, 1, 2, 0], grad=False, name="data")
+    layer = build(AccuracyLayer, 'name: "acc"', [src, lab])
+    assert layer.grad_for(layer) is None
+    return GradCase(layer, [src, lab], no_gradient="an output layer: it reports accuracy only")
+
+
+GRADIENT_CASES = {"kAccuracy": _case}

@@ -6,7 +6,7 @@ import pytest
 from plugins.layers.activation import ActivationLayer
 from singa_core.errors import SingaError
 from singa_core.layer import kBackward, kForward, kTrain
-from tests.gradcheck import GradientChecker, SourceLayer, build, layer_conf, make_ctx
+from tests.gradcheck import GradCase, GradientChecker, SourceLayer, build, layer_conf, make_ctx
 
 
 def reference(kind, x, g):
@@ -91,3 +91,15 @@ def test_share_src_blobs_with_a_source_without_gradient():
 def test_wrong_number_of_sources():
     with pytest.raises(SingaError, match="source"):
         ActivationLayer(layer_conf(conf("TANH")), make_ctx()).setup([])
+
+
+def _cases(tmp_path):
+    checker = GradientChecker(stepsize=1e-2, threshold=1e-3, kink=0.0, kink_range=0.01)
+    cases = []
+    for kind in KINDS:
+        src = SourceLayer(np.random.default_rng(1).standard_normal((3, 5)) * 2)
+        cases.append(GradCase(build(ActivationLayer, conf(kind), [src]), [src], checker))
+    return cases
+
+
+GRADIENT_CASES = {"kActivation": _cases}

@@ -11,7 +11,7 @@ from plugins.stores.kvfile import KVFileStore
 from plugins.stores.textfile import TextFileStore
 from singa_core.errors import SingaError
 from singa_core.layer import kDeploy, kForward, kTest, kTrain
-from tests.gradcheck import layer_conf, make_ctx
+from tests.gradcheck import GradCase, layer_conf, make_ctx
 
 LINES = ["12,3.2,1,14.1", "2,0.2,0,1.1", "1,2.2,1,4.1"]  # test_csv_input_layer.cc
 STORES = {"textfile": TextFileStore, "kvfile": KVFileStore}
@@ -253,3 +253,12 @@ def test_store_plugin_from_the_host(tmp_path):
     layer = CSVInputLayer(conf, make_ctx())  # ctx.get_plugin None: the plugin host is used
     layer.setup([])
     assert fwd(layer)[0] == pytest.approx(3.2)
+
+
+def _case(tmp_path):
+    layer = csv_layer(write(tmp_path, LINES), "batchsize: 2 shape: 3")
+    assert layer.grad_for(layer) is None
+    return GradCase(layer, [], no_gradient="an input layer: no sources, no gradient")
+
+
+GRADIENT_CASES = {"kCSVInput": _case}

@@ -6,7 +6,7 @@ import pytest
 from plugins.layers.dropout import DropoutLayer
 from singa_core.errors import SingaError
 from singa_core.layer import kBackward, kForward, kTest, kTrain
-from tests.gradcheck import GradientChecker, SourceLayer, build, layer_conf, make_ctx, peak_bytes
+from tests.gradcheck import GradCase, GradientChecker, SourceLayer, build, layer_conf, make_ctx, peak_bytes
 
 
 def test_training_mask_matches_the_formula():
@@ -86,3 +86,11 @@ def test_no_array_allocation_per_step():
         layer.backward(kTrain | kBackward, [src])
 
     assert peak_bytes(step) < 40_000  # arrays are 512 KB (bool→float cast buffer ≤ 32 KB)
+
+
+def _case(tmp_path):
+    src = SourceLayer(np.random.default_rng(2).standard_normal((4, 6)))
+    return GradCase(build(DropoutLayer, 'name: "d"', [src]), [src])
+
+
+GRADIENT_CASES = {"kDropout": _case}

@@ -6,7 +6,7 @@ import pytest
 from plugins.layers.euclidean_loss import EuclideanLossLayer
 from singa_core.errors import SingaError
 from singa_core.layer import kBackward, kForward, kTrain
-from tests.gradcheck import GradientChecker, SourceLayer, build, layer_conf, make_ctx
+from tests.gradcheck import GradCase, GradientChecker, SourceLayer, build, layer_conf, make_ctx
 
 
 def test_loss_and_gradient():
@@ -44,3 +44,14 @@ def test_errors():
     assert exc.value.where == "job.conf:srclayers"
     with pytest.raises(SingaError, match="2 source"):
         EuclideanLossLayer(layer_conf('name: "l"'), ctx).setup([a])
+
+
+def _case(tmp_path):
+    rng = np.random.default_rng(1)
+    pred = SourceLayer(rng.standard_normal((3, 5)))
+    target = SourceLayer(rng.standard_normal((3, 5)), grad=False)
+    layer = build(EuclideanLossLayer, 'name: "loss"', [pred, target])
+    return GradCase(layer, [pred, target], GradientChecker(loss_scale=0.5))
+
+
+GRADIENT_CASES = {"kEuclideanLoss": _case}

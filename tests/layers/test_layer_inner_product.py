@@ -8,7 +8,7 @@ import pytest
 from plugins.layers.inner_product import InnerProductLayer
 from singa_core.errors import SingaError
 from singa_core.layer import kAggGrad, kBackward, kForward, kTrain
-from tests.gradcheck import GradientChecker, SourceLayer, build, layer_conf, make_ctx
+from tests.gradcheck import GradCase, GradientChecker, SourceLayer, build, layer_conf, make_ctx
 
 CONF = 'name: "ip" innerproduct_conf { num_output: %d %s } param { name: "w" } param { name: "b" }'
 
@@ -197,3 +197,14 @@ def test_strided_source_gradient_buffer():
     w = layer.params[0].value
     np.testing.assert_allclose(src.big[:, ::2], layer.grad @ w, rtol=1e-5)
     assert (src.big[:, 1::2] == 0).all()
+
+
+def _cases(tmp_path):
+    cases = []
+    for extra in ("", "transpose: true"):
+        src = SourceLayer(np.random.default_rng(0).standard_normal((3, 2, 5)))
+        cases.append(GradCase(ip([src], n=4, extra=extra), [src]))
+    return cases
+
+
+GRADIENT_CASES = {"kInnerProduct": _cases}

@@ -14,7 +14,7 @@ from plugins.stores.textfile import TextFileStore
 from singa_core.errors import SingaError
 from singa_core.layer import kDeploy, kForward, kTrain
 from singa_core.schema import common_pb2
-from tests.gradcheck import layer_conf, make_ctx
+from tests.gradcheck import GradCase, layer_conf, make_ctx
 
 STORES = {"textfile": TextFileStore, "kvfile": KVFileStore}
 # test_record_input_layer.cc: the CSV test's three instances as RecordProto.data
@@ -236,3 +236,12 @@ def test_decodes_a_batch_of_64_mnist_records_fast(tmp_path):
         fwd(layer)
         best = min(best, time.perf_counter() - t)
     assert best < 1e-3, f"{best * 1e6:.0f} us per batch"
+
+
+def _case(tmp_path):
+    layer = rec_layer(data_store(tmp_path), "batchsize: 2 shape: 3")
+    assert layer.grad_for(layer) is None
+    return GradCase(layer, [], no_gradient="an input layer: no sources, no gradient")
+
+
+GRADIENT_CASES = {"kRecordInput": _case}

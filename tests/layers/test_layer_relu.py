@@ -6,7 +6,7 @@ import pytest
 from plugins.layers.relu import ReLULayer
 from singa_core.errors import SingaError
 from singa_core.layer import kBackward, kForward, kTrain
-from tests.gradcheck import GradientChecker, SourceLayer, build, layer_conf, make_ctx, peak_bytes
+from tests.gradcheck import GradCase, GradientChecker, SourceLayer, build, layer_conf, make_ctx, peak_bytes
 
 
 def test_forward_backward_formulas():
@@ -54,3 +54,12 @@ def test_no_allocation_per_step():
     # arrays are 512 KB; g·mask (float32 × bool) uses numpy's transient casting buffer of at
     # most 8192 elements, which is faster than casting-free alternatives
     assert peak_bytes(step) < 40_000
+
+
+def _case(tmp_path):
+    src = SourceLayer(np.random.default_rng(2).standard_normal((5, 6)))
+    checker = GradientChecker(stepsize=1e-2, threshold=1e-3, kink=0.0, kink_range=0.01)
+    return GradCase(build(ReLULayer, 'name: "r"', [src]), [src], checker)
+
+
+GRADIENT_CASES = {"kReLU": _case}

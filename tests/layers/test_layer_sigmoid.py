@@ -8,7 +8,7 @@ import pytest
 from plugins.layers.sigmoid import SigmoidLayer
 from singa_core.errors import SingaError
 from singa_core.layer import kBackward, kForward, kTrain
-from tests.gradcheck import GradientChecker, SourceLayer, build, layer_conf, make_ctx, peak_bytes
+from tests.gradcheck import GradCase, GradientChecker, SourceLayer, build, layer_conf, make_ctx, peak_bytes
 
 
 def test_forward_backward_formulas():
@@ -56,3 +56,11 @@ def test_no_allocation_per_step():
         layer.backward(kTrain | kBackward, [src])
 
     assert peak_bytes(step) < 4_000
+
+
+def _case(tmp_path):
+    src = SourceLayer(np.random.default_rng(1).standard_normal((4, 2, 3)) * 2)
+    return GradCase(build(SigmoidLayer, 'name: "s"', [src]), [src])
+
+
+GRADIENT_CASES = {"kSigmoid": _case}

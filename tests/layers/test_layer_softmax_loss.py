@@ -6,7 +6,7 @@ import pytest
 from plugins.layers.softmax_loss import SoftmaxLossLayer
 from singa_core.errors import SingaError
 from singa_core.layer import kBackward, kForward, kTest, kTrain
-from tests.gradcheck import GradientChecker, SourceLayer, build, layer_conf, make_ctx, peak_bytes
+from tests.gradcheck import GradCase, GradientChecker, SourceLayer, build, layer_conf, make_ctx, peak_bytes
 
 
 def softmax(x):
@@ -157,3 +157,14 @@ def test_strided_gradient_buffer_and_float_labels():
     want = (softmax(src.data) - np.eye(4)[[1, 3, 0]]) / 3
     np.testing.assert_allclose(big[:, ::2], want, rtol=1e-5, atol=1e-7)
     assert (big[:, 1::2] == 0).all()
+
+
+def _case(tmp_path):
+    rng = np.random.default_rng(5)
+    layer, src, lab = setup_loss(
+        rng.standard_normal((4, 6)), rng.integers(0, 6, 4), 'name: "l" softmaxloss_conf { scale: 2 }'
+    )
+    return GradCase(layer, [src, lab])
+
+
+GRADIENT_CASES = {"kSoftmaxLoss": _case}

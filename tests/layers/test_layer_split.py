@@ -6,7 +6,7 @@ import pytest
 from plugins.layers.split import SplitLayer
 from singa_core.errors import SingaError
 from singa_core.layer import Layer, kBackward, kForward, kTrain
-from tests.gradcheck import GradientChecker, SourceLayer, build, layer_conf, make_ctx, peak_bytes
+from tests.gradcheck import GradCase, GradientChecker, SourceLayer, build, layer_conf, make_ctx, peak_bytes
 
 
 def consumers(n):
@@ -88,3 +88,15 @@ def test_no_allocation_per_step():
         layer.backward(kTrain | kBackward, [src])
 
     assert peak_bytes(step) < 2_000
+
+
+def _case(tmp_path):
+    src = SourceLayer(np.random.default_rng(1).standard_normal((3, 4)))
+    layer = build(SplitLayer, 'name: "s" split_conf { num_splits: 3 }', [src])
+    cs = consumers(3)
+    return GradCase(
+        layer, [src], tops=lambda lay: [(lambda: lay.data, lay.grad_for(c)) for c in cs]
+    )
+
+
+GRADIENT_CASES = {"kSplit": _case}

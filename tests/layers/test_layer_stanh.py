@@ -6,7 +6,7 @@ import pytest
 from plugins.layers.stanh import STANH_A, STANH_B, STanhLayer
 from singa_core.errors import SingaError
 from singa_core.layer import kBackward, kForward, kTrain
-from tests.gradcheck import GradientChecker, SourceLayer, build, layer_conf, make_ctx, peak_bytes
+from tests.gradcheck import GradCase, GradientChecker, SourceLayer, build, layer_conf, make_ctx, peak_bytes
 
 
 def test_constants_are_singas():
@@ -50,3 +50,11 @@ def test_no_allocation_per_step():
         layer.backward(kTrain | kBackward, [src])
 
     assert peak_bytes(step) < 4_000
+
+
+def _case(tmp_path):
+    src = SourceLayer(np.random.default_rng(1).standard_normal((4, 6)) * 2)
+    return GradCase(build(STanhLayer, 'name: "t"', [src]), [src])
+
+
+GRADIENT_CASES = {"kSTanh": _case}

@@ -1,0 +1,74 @@
+"""One gradient test over the whole layer registry.
+
+Every layer type the built-in plugins register (aliases excepted: they name the same class)
+must have a gradient case in some ``tests/layers/test_layer_*.py`` module's
+``GRADIENT_CASES`` (``{"kType": make_case}``, ``make_case(tmp_path)`` returning a
+:class:`~tests.gradcheck.GradCase` or a list of them); each case is built and its analytic gradients (every source and every
+Param) are compared with central differences by :class:`tests.gradcheck.GradientChecker`.
+A new built-in layer type without a case makes ``test_every_registered_layer_has_a_case``
+fail.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+import pytest
+
+import tests.layers
+from singa_core.plugin_host import get_host
+from tests.gradcheck import GradCase
+
+
+def _collect_cases() -> dict[str, object]:
+    cases: dict[str, object] = {}
+    for info in pkgutil.iter_modules(tests.layers.__path__):
+        if not info.name.startswith("test_layer_"):
+            continue
+        module = importlib.import_module(f"tests.layers.{info.name}")
+        for name, make in getattr(module, "GRADIENT_CASES", {}).items():
+            assert name not in cases, f"two gradient cases for {name}"
+            cases[name] = make
+    return cases
+
+
+CASES = _collect_cases()
+
+
+def _builtin_layer_types() -> dict[str, type]:
+    registry = get_host().registries["layer"]
+    return {
+        name: entry.obj
+        for name, entry in registry.entries.items()
+        if entry.provider.dist == "singa" and entry.alias_of is None
+    }
+
+
+def test_every_registered_layer_has_a_case():
+    registered = _builtin_layer_types()
+    missing = sorted(set(registered) - set(CASES))
+    assert not missing, f"built-in layer types without a gradient case: {missing}"
+    stale = sorted(set(CASES) - set(registered))
+    assert not stale, f"gradient cases for types that are not registered: {stale}"
+
+
+def test_aliases_name_checked_classes():
+    registry = get_host().registries["layer"]
+    for name, entry in registry.entries.items():
+        if entry.provider.dist == "singa" and entry.alias_of is not None:
+            assert entry.alias_of in CASES, name
+
+
+@pytest.mark.parametrize("type_name", sorted(CASES))
+def test_gradient(type_name, tmp_path):
+    made = CASES[type_name](tmp_path)
+    registered = _builtin_layer_types().get(type_name)
+    assert registered is not None, f"{type_name} is not registered"
+    for case in made if isinstance(made, list) else [made]:
+        assert isinstance(case, GradCase)
+        assert isinstance(case.layer, registered), (
+            f"the case for {type_name} builds a {type(case.layer).__name__}, "
+            f"not the registered {registered.__name__}"
+        )
+        case.run()
