@@ -307,6 +307,4 @@ class GradCase:
                 if s.grad is not None:
                     assert not np.isnan(s.grad).any()
             return None
-        return self.checker.check(
-            self.layer, self.srcs, check_srcs=self.check_srcs, tops=self.tops
-        )
+        return self.checker.check(self.layer, self.srcs, check_srcs=self.check_srcs, tops=self.tops)

@@ -58,7 +58,6 @@ class ActivationLayer(NeuronLayer):
             )
         self._fwd, self._bwd, scratch_dtype = _FUNCS[kind]
         src = srcs[0]
-        shape = src.data.shape
         if self.conf.share_src_blobs:
             self.data = src.data
             buf = src.grad_for(self)

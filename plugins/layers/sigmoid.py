@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 
 from singa_core.layer import NeuronLayer
-from singa_core.param import DTYPE
 
 
 def sigmoid_forward(x: np.ndarray, out: np.ndarray) -> None:

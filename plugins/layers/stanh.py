@@ -8,7 +8,6 @@ from __future__ import annotations
 import numpy as np
 
 from singa_core.layer import NeuronLayer
-from singa_core.param import DTYPE
 
 STANH_A = 1.7159047
 STANH_B = 0.66666667

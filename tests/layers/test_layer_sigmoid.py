@@ -8,7 +8,15 @@ import pytest
 from plugins.layers.sigmoid import SigmoidLayer
 from singa_core.errors import SingaError
 from singa_core.layer import kBackward, kForward, kTrain
-from tests.gradcheck import GradCase, GradientChecker, SourceLayer, build, layer_conf, make_ctx, peak_bytes
+from tests.gradcheck import (
+    GradCase,
+    GradientChecker,
+    SourceLayer,
+    build,
+    layer_conf,
+    make_ctx,
+    peak_bytes,
+)
 
 
 def test_forward_backward_formulas():

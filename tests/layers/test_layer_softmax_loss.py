@@ -6,7 +6,15 @@ import pytest
 from plugins.layers.softmax_loss import SoftmaxLossLayer
 from singa_core.errors import SingaError
 from singa_core.layer import kBackward, kForward, kTest, kTrain
-from tests.gradcheck import GradCase, GradientChecker, SourceLayer, build, layer_conf, make_ctx, peak_bytes
+from tests.gradcheck import (
+    GradCase,
+    GradientChecker,
+    SourceLayer,
+    build,
+    layer_conf,
+    make_ctx,
+    peak_bytes,
+)
 
 
 def softmax(x):
@@ -162,7 +170,9 @@ def test_strided_gradient_buffer_and_float_labels():
 def _case(tmp_path):
     rng = np.random.default_rng(5)
     layer, src, lab = setup_loss(
-        rng.standard_normal((4, 6)), rng.integers(0, 6, 4), 'name: "l" softmaxloss_conf { scale: 2 }'
+        rng.standard_normal((4, 6)),
+        rng.integers(0, 6, 4),
+        'name: "l" softmaxloss_conf { scale: 2 }',
     )
     return GradCase(layer, [src, lab])
 

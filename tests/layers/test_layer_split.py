@@ -6,7 +6,15 @@ import pytest
 from plugins.layers.split import SplitLayer
 from singa_core.errors import SingaError
 from singa_core.layer import Layer, kBackward, kForward, kTrain
-from tests.gradcheck import GradCase, GradientChecker, SourceLayer, build, layer_conf, make_ctx, peak_bytes
+from tests.gradcheck import (
+    GradCase,
+    GradientChecker,
+    SourceLayer,
+    build,
+    layer_conf,
+    make_ctx,
+    peak_bytes,
+)
 
 
 def consumers(n):

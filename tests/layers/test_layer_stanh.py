@@ -6,7 +6,15 @@ import pytest
 from plugins.layers.stanh import STANH_A, STANH_B, STanhLayer
 from singa_core.errors import SingaError
 from singa_core.layer import kBackward, kForward, kTrain
-from tests.gradcheck import GradCase, GradientChecker, SourceLayer, build, layer_conf, make_ctx, peak_bytes
+from tests.gradcheck import (
+    GradCase,
+    GradientChecker,
+    SourceLayer,
+    build,
+    layer_conf,
+    make_ctx,
+    peak_bytes,
+)
 
 
 def test_constants_are_singas():

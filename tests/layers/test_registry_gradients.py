@@ -3,8 +3,9 @@
 Every layer type the built-in plugins register (aliases excepted: they name the same class)
 must have a gradient case in some ``tests/layers/test_layer_*.py`` module's
 ``GRADIENT_CASES`` (``{"kType": make_case}``, ``make_case(tmp_path)`` returning a
-:class:`~tests.gradcheck.GradCase` or a list of them); each case is built and its analytic gradients (every source and every
-Param) are compared with central differences by :class:`tests.gradcheck.GradientChecker`.
+:class:`~tests.gradcheck.GradCase` or a list of them); each case is built and its
+analytic gradients (every source and every Param) are compared with central differences
+by :class:`tests.gradcheck.GradientChecker`.
 A new built-in layer type without a case makes ``test_every_registered_layer_has_a_case``
 fail.
 """
