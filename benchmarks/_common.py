@@ -51,3 +51,43 @@ def summary(times: list[float]) -> str:
 
 def median_ms(times: list[float]) -> float:
     return statistics.median(times) * 1000
+
+
+def cifar10_stores() -> Path:
+    """A folder with SINGA's CIFAR-10 kvfiles: examples/cifar10 if converted, else a temp
+    conversion of $SINGA_DATA/cifar10."""
+    ex = REPO / "examples" / "cifar10"
+    names = ("train_data.bin", "test_data.bin", "image_mean.bin")
+    if all((ex / n).exists() for n in names):
+        return ex
+    from singa_core.datasets import prepare_dataset
+    from singa_core.plugin_host import get_host
+
+    out = Path(tempfile.mkdtemp(prefix="singa-bench-cifar10-"))
+    src = os.environ.get("SINGA_DATA", str(REPO.parent / "shared" / "data"))
+    prepare_dataset(get_host().get("dataset", "cifar10")(), out, Path(src) / "cifar10")
+    return out
+
+
+def singa_train_step(conf: Path, overrides: list[str], threads: int):
+    """One training step (data, forward, backward, update through the stub) of ``conf``
+    on the in-process engine, as a function of the step number."""
+    from singa_core.blas import set_blas_threads
+    from singa_core.config import load_job
+    from singa_core.job import prepare_job
+    from singa_core.plugin_host import get_host
+    from singa_core.reporting import Reporter
+
+    ws = tempfile.mkdtemp(prefix="singa-bench-")
+    cfg = load_job(
+        conf,
+        [*overrides, f"cluster.workspace={ws}", "test_steps=0", f"num_openblas_threads={threads}"],
+    )
+    host = get_host()
+    prepared = prepare_job(cfg, host, seed=0)
+    engine = host.get("engine", "inprocess")(prepared, Reporter(quiet=True))
+    set_blas_threads(threads)
+    engine._init_params()
+    loop = engine._loop()
+    net, worker, stub = engine.train_net, engine.worker, loop.stub
+    return lambda s: worker.train_one_batch(s, net, stub)

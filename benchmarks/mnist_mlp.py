@@ -14,37 +14,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 
-from _common import REPO, interleaved, median_ms, mnist_stores, summary
+from _common import REPO, interleaved, median_ms, mnist_stores, singa_train_step, summary
 
 
 def singa_step(stores, threads: int):
-    from singa_core.blas import set_blas_threads
-    from singa_core.config import load_job
-    from singa_core.job import prepare_job
-    from singa_core.plugin_host import get_host
-    from singa_core.reporting import Reporter
-
-    ws = tempfile.mkdtemp(prefix="singa-bench-")
-    cfg = load_job(
-        REPO / "examples" / "mnist" / "job.conf",
-        [
-            f"neuralnet.layer[0].store_conf.path={stores / 'train_data.bin'}",
-            f"neuralnet.layer[1].store_conf.path={stores / 'test_data.bin'}",
-            f"cluster.workspace={ws}",
-            "test_steps=0",
-            f"num_openblas_threads={threads}",
-        ],
-    )
-    host = get_host()
-    prepared = prepare_job(cfg, host, seed=0)
-    engine = host.get("engine", "inprocess")(prepared, Reporter(quiet=True))
-    set_blas_threads(threads)
-    engine._init_params()
-    loop = engine._loop()
-    net, worker, stub = engine.train_net, engine.worker, loop.stub
-    return lambda s: worker.train_one_batch(s, net, stub)
+    overrides = [
+        f"neuralnet.layer[0].store_conf.path={stores / 'train_data.bin'}",
+        f"neuralnet.layer[1].store_conf.path={stores / 'test_data.bin'}",
+    ]
+    return singa_train_step(REPO / "examples" / "mnist" / "job.conf", overrides, threads)
 
 
 def torch_step(threads: int):

@@ -1,0 +1,161 @@
+"""Convolutional nets: singa vs PyTorch CPU in the same run.
+
+    python benchmarks/conv_nets.py [--net lenet|cifar10|both] [--rounds 8] [--steps 10]
+                                   [--threads 2]
+
+* lenet: SINGA's examples/mnist/conv.conf (batch 64): conv 20 k5 → max-pool 2/2 → conv 50
+  k5 → max-pool 2/2 → ip 500 → ReLU → ip 10 → softmax loss; SGD momentum 0.9, wd 5e-4.
+* cifar10: SINGA's examples/cifar10/job.conf (batch 100): conv 32 k5 p2 → max-pool 3/2 →
+  ReLU → LRN(3) → conv 32 k5 p2 → ReLU → avg-pool 3/2 → LRN(3) → conv 64 k5 p2 → ReLU →
+  avg-pool 3/2 → ip 10 → softmax loss; SGD momentum 0.9, wd 4e-3.
+
+A singa step reads a batch from the kvfile store, runs forward, backward and the update
+through the parameter-server seam of the in-process engine. The PyTorch version is the
+same model (floor-mode pooling, local_response_norm, torch.optim.SGD with the same
+momentum/weight decay) on preloaded tensors, with the same number of intra-op/BLAS
+threads. Both are timed in alternating rounds; the medians and their ratio are printed.
+PyTorch is optional: without it only singa is timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from _common import (
+    REPO,
+    cifar10_stores,
+    interleaved,
+    median_ms,
+    mnist_stores,
+    singa_train_step,
+    summary,
+)
+
+
+def singa_lenet(threads: int):
+    stores = mnist_stores()
+    overrides = [
+        f"neuralnet.layer[0].store_conf.path={stores / 'train_data.bin'}",
+        f"neuralnet.layer[1].store_conf.path={stores / 'test_data.bin'}",
+    ]
+    return singa_train_step(REPO / "examples" / "mnist" / "conv.conf", overrides, threads)
+
+
+def singa_cifar10(threads: int):
+    stores = cifar10_stores()
+    mean = stores / "image_mean.bin"
+    overrides = [
+        f"neuralnet.layer[0].store_conf.path={stores / 'train_data.bin'}",
+        f"neuralnet.layer[0].store_conf.mean_file={mean}",
+        f"neuralnet.layer[1].store_conf.path={stores / 'test_data.bin'}",
+        f"neuralnet.layer[1].store_conf.mean_file={mean}",
+    ]
+    return singa_train_step(REPO / "examples" / "cifar10" / "job.conf", overrides, threads)
+
+
+def _torch_step(torch, model, opt, x, y, batch):
+    loss_fn = torch.nn.CrossEntropyLoss()
+    n = x.shape[0] // batch
+
+    def step(i):
+        j = (i % n) * batch
+        opt.zero_grad(set_to_none=False)
+        loss = loss_fn(model(x[j : j + batch]), y[j : j + batch])
+        loss.backward()
+        opt.step()
+
+    return step
+
+
+def torch_lenet(threads: int):
+    try:
+        import torch
+    except ImportError:
+        return None
+    nn = torch.nn
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(1, 20, 5),
+        nn.MaxPool2d(2, 2),
+        nn.Conv2d(20, 50, 5),
+        nn.MaxPool2d(2, 2),
+        nn.Flatten(),
+        nn.Linear(800, 500),
+        nn.ReLU(),
+        nn.Linear(500, 10),
+    )
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
+    x = torch.rand(64 * 16, 1, 28, 28)
+    y = torch.randint(0, 10, (64 * 16,))
+    return _torch_step(torch, model, opt, x, y, 64)
+
+
+def torch_cifar10(threads: int):
+    try:
+        import torch
+    except ImportError:
+        return None
+    nn = torch.nn
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+
+    class LRN(nn.Module):
+        def forward(self, x):
+            return nn.functional.local_response_norm(x, 3, alpha=5e-5, beta=0.75, k=1.0)
+
+    model = nn.Sequential(
+        nn.Conv2d(3, 32, 5, padding=2),
+        nn.MaxPool2d(3, 2),
+        nn.ReLU(),
+        LRN(),
+        nn.Conv2d(32, 32, 5, padding=2),
+        nn.ReLU(),
+        nn.AvgPool2d(3, 2),
+        LRN(),
+        nn.Conv2d(32, 64, 5, padding=2),
+        nn.ReLU(),
+        nn.AvgPool2d(3, 2),
+        nn.Flatten(),
+        nn.Linear(576, 10),
+    )
+    opt = torch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9, weight_decay=4e-3)
+    x = torch.randn(100 * 8, 3, 32, 32) * 60
+    y = torch.randint(0, 10, (100 * 8,))
+    return _torch_step(torch, model, opt, x, y, 100)
+
+
+NETS = {
+    "lenet": ("LeNet (MNIST conv.conf) batch 64", singa_lenet, torch_lenet),
+    "cifar10": ("CIFAR-10 job.conf batch 100", singa_cifar10, torch_cifar10),
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--net", choices=[*NETS, "both"], default="both")
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=10, help="steps per round")
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    for key in NETS if args.net == "both" else [args.net]:
+        title, singa_fn, torch_fn = NETS[key]
+        fns = {"singa": singa_fn(args.threads)}
+        tfn = torch_fn(args.threads)
+        if tfn is not None:
+            fns["pytorch"] = tfn
+        times = interleaved(fns, args.rounds, args.steps, args.warmup)
+        for name, t in times.items():
+            print(f"{name:8s} {title}, {args.threads} thread(s): {summary(t)}")
+        if tfn is None:
+            print("pytorch  not installed: pip install torch==2.13.0 for the comparison")
+        else:
+            ratio = median_ms(times["singa"]) / median_ms(times["pytorch"])
+            print(f"ratio singa/pytorch {key} (median): {ratio:.2f}x")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,141 @@
+"""Pooling shared by kPooling and kCPooling (SINGA 0.3 §2.3).
+
+Input ``[B, C, H, W]`` (3-D: one channel), output ``[B, C, oH, oW]`` with SINGA's floor
+rule ``oH = (H + 2·pad_h − kh) // stride_h + 1`` (CIFAR-10's 32 → 15 for k3 s2).
+
+* MAX: the window maximum (padding never wins); backward routes each output's gradient to
+  the *first* maximal input of its window in row-major order (Caffe's argmax), for both
+  types;
+* AVG: the window sum divided by ``kh·kw``. Under the floor rule every window lies inside
+  the padded input, so this equals Caffe's "count including padding" divisor; backward
+  spreads ``g / (kh·kw)`` over the window.
+
+Implementation (batch-innermost layout, see ``_window.py``): one pass per kernel offset
+over a strided block of the input — a running maximum that records the winning offset
+with a strict ``>`` (so the first maximum wins), or a running sum. Backward adds each
+offset's share back (``g·[argmax = k]``, written directly when windows do not overlap).
+Everything is branchless: masked assignments are several times slower on random masks.
+The winning offsets are only recorded in training.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from plugins.layers._window import (
+    as_chwn,
+    batch_innermost,
+    check_output_size,
+    spatial_input,
+    window_from_conf,
+    window_slice,
+)
+from singa_core.layer import NeuronLayer, kTrain
+from singa_core.param import DTYPE
+from singa_core.schema import job_pb2
+
+MAX, AVG = job_pb2.PoolingProto.MAX, job_pb2.PoolingProto.AVG
+
+
+class PoolingBase(NeuronLayer):
+    #: kPooling (mshadow) uses the ``_x`` kernel/pad/stride for both axes
+    square: bool = False
+
+    def setup(self, srcs):
+        self.expect_srcs(srcs)
+        conf = self.conf.pooling_conf
+        self.method = int(conf.pool)
+        if self.method not in (MAX, AVG):
+            raise self.error(
+                f"layer '{self.name}': unknown pooling method {self.method}",
+                field="pooling_conf",
+                help="use `pool: MAX` or `pool: AVG`",
+            )
+        self.win = win = window_from_conf(self, conf, "pooling_conf", square=self.square)
+        b, c, h, w = spatial_input(self, srcs[0])
+        oh, ow = check_output_size(self, win, h, w, "pooling_conf")
+        self.batchsize, self.channels, self.height, self.width = b, c, h, w
+        self.out_h, self.out_w = oh, ow
+        self._out, self.data = batch_innermost(c, oh, ow, b)
+        self._gout, self.grad = batch_innermost(c, oh, ow, b)
+        self._padded = win.ph > 0 or win.pw > 0
+        fill = -np.inf if self.method == MAX else 0.0
+        hp, wp = h + 2 * win.ph, w + 2 * win.pw
+        self._xp = np.full((c, hp, wp, b), fill, dtype=DTYPE) if self._padded else None
+        self._gxp = np.zeros((c, hp, wp, b), dtype=DTYPE) if self._padded else None
+        self._slices = [window_slice(win, i, j, oh, ow) for i, j in win.positions]
+        if len(self._slices) > 255:
+            raise self.error(
+                f"layer '{self.name}': pooling windows of more than 255 elements are not "
+                f"supported (got {win.kh}x{win.kw})",
+                field="pooling_conf",
+            )
+        self._mask = np.empty((c, oh, ow, b), dtype=bool)
+        self._argmax = np.zeros((c, oh, ow, b), dtype=np.uint8)
+        self._kmask = np.empty((c, oh, ow, b), dtype=np.uint8)
+        # non-overlapping windows (stride >= kernel), and whether they cover the input
+        self._tiles = win.sh >= win.kh and win.sw >= win.kw
+        self._covers = self._tiles and oh * win.sh == hp and ow * win.sw == wp
+        self._scaled = np.empty((c, oh, ow, b), dtype=DTYPE)
+        self._inv_count = DTYPE(1.0 / (win.kh * win.kw))
+
+    def _input_chwn(self, x: np.ndarray) -> np.ndarray:
+        xc = as_chwn(x, self.batchsize, self.channels, self.height, self.width)
+        if not self._padded:
+            return xc
+        win = self.win
+        np.copyto(self._xp[:, win.ph : win.ph + self.height, win.pw : win.pw + self.width], xc)
+        return self._xp
+
+    def forward(self, phase, srcs):
+        xp = self._input_chwn(srcs[0].data)
+        out, slices = self._out, self._slices
+        np.copyto(out, xp[slices[0]])
+        if self.method == AVG:
+            for sl in slices[1:]:
+                out += xp[sl]
+            out *= self._inv_count
+        elif phase & kTrain:
+            # offsets are visited in increasing order, so "arg = k where x > max" is
+            # arg = max(arg, k·[x > max]): branchless, unlike a masked assignment
+            arg, mask, kmask = self._argmax, self._mask, self._kmask
+            arg.fill(0)
+            for k, sl in enumerate(slices[1:], start=1):
+                np.greater(xp[sl], out, out=mask)
+                np.multiply(mask, np.uint8(k), out=kmask)
+                np.maximum(arg, kmask, out=arg)
+                np.maximum(out, xp[sl], out=out)
+        else:
+            for sl in slices[1:]:
+                np.maximum(out, xp[sl], out=out)
+
+    def backward(self, phase, srcs):
+        buf = srcs[0].grad_for(self)
+        if buf is None:
+            return
+        target = as_chwn(buf, self.batchsize, self.channels, self.height, self.width)
+        gxp = self._gxp if self._padded else target
+        g, tmp = self._gout, self._scaled
+        if self._tiles and self.method == MAX:
+            # windows do not overlap: each input gets one offset's share, written directly
+            if not self._covers:
+                gxp.fill(0.0)
+            arg, mask = self._argmax, self._mask
+            for k, sl in enumerate(self._slices):
+                np.equal(arg, k, out=mask)
+                np.multiply(g, mask, out=gxp[sl])
+        else:
+            gxp.fill(0.0)
+            if self.method == AVG:
+                np.multiply(g, self._inv_count, out=tmp)
+                for sl in self._slices:
+                    gxp[sl] += tmp
+            else:
+                arg, mask = self._argmax, self._mask
+                for k, sl in enumerate(self._slices):
+                    np.equal(arg, k, out=mask)
+                    np.multiply(g, mask, out=tmp)
+                    gxp[sl] += tmp
+        if self._padded:
+            win = self.win
+            np.copyto(target, gxp[:, win.ph : win.ph + self.height, win.pw : win.pw + self.width])
