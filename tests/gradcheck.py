@@ -221,16 +221,16 @@ class GradientChecker:
                     f"backward of '{layer.name}' left {n} elements of the "
                     f"gradient of {what} unwritten"
                 )
-            flat = arr.reshape(-1)
             an = analytic.reshape(-1)
-            n = flat.size
+            n = arr.size
             idx = (
                 np.arange(n)
                 if n <= self.max_checks
                 else rng.choice(n, size=self.max_checks, replace=False)
             )
             for j in idx:
-                x0 = flat[j]
+                pos = np.unravel_index(j, arr.shape)  # arr may be a strided view
+                x0 = arr[pos]
                 if (
                     is_input
                     and self.kink_range >= 0
@@ -242,11 +242,11 @@ class GradientChecker:
                     continue
                 xp = F32(x0 + F32(self.stepsize))
                 xm = F32(x0 - F32(self.stepsize))
-                flat[j] = xp
+                arr[pos] = xp
                 lp = objective()
-                flat[j] = xm
+                arr[pos] = xm
                 lm = objective()
-                flat[j] = x0
+                arr[pos] = x0
                 numeric = (lp - lm) / (float(xp) - float(xm))
                 a = float(an[j])
                 report.checked += 1
