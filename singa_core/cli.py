@@ -81,9 +81,12 @@ def _prepare(
 
     host = _host()
     cfg = load_job(job_path, overrides or [])
-    return prepare_job(
+    prepared = prepare_job(
         cfg, host, resume=resume, seed=seed, workspace=workspace, test_only=test_only
     )
+    for line in prepared.notices.values():
+        print(line, file=sys.stderr)
+    return prepared
 
 
 def _print_net(prepared, engine) -> None:

@@ -62,8 +62,17 @@ class PreparedJob:
     def start_step(self) -> int:
         return self.resume[0] if self.resume else int(self.job.step)
 
+    notices: dict[str, str] = field(default_factory=dict)  # one line per alias used
+
     def get_plugin(self, kind: str, name: str):
-        return self.host.get(kind, name)
+        obj = self.host.get(kind, name)
+        entry = self.host.registry(kind).entries.get(name)
+        if entry is not None and entry.alias_of and name not in self.notices:
+            why = getattr(obj, "alias_note", "")
+            self.notices[name] = f"note: {kind} type {name} runs as {entry.alias_of}" + (
+                f" ({why})" if why else ""
+            )
+        return obj
 
     def build_net(self, phase: int, *, init: bool = True) -> NeuralNet:
         return NeuralNet.create(

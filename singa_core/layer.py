@@ -47,10 +47,14 @@ class Layer:
     * ``num_srclayers``: ``(min, max)`` number of source layers, ``max=None`` unbounded;
     * ``one_to_many``: consumers may read ``data`` directly without a split layer
       (SINGA's kOneToMany: input layers, GRU);
-    * ``is_loss``: reports a loss; the worker reads ``loss`` for gradient checks.
+    * ``is_loss``: reports a loss; the worker reads ``loss`` for gradient checks;
+    * ``type_names``: the registered names (first canonical, the rest aliases) and
+      ``alias_note``, a reason printed once per job when an alias is used.
     """
 
     num_srclayers: tuple[int, int | None] = (1, 1)
+    #: shown once per job when the layer is used under an alias (``type_names[1:]``)
+    alias_note: str = ""
     one_to_many: bool = False
     is_loss: bool = False
 

@@ -4,6 +4,12 @@ SINGA 0.3 conventions kept here: weights are stored ``(out, in)`` so ``fan_in`` 
 of columns (``shape[1]``); a Param's ``version`` counts the updates applied to it (-1 before
 initialisation); Params that share values (``share_from``, test nets) hold the very same
 ``value`` array, and each keeps its own ``grad``.
+
+A Param with ``learnable = False`` holds state its layer maintains itself (batch
+normalisation's running statistics): the layer writes ``value`` in ``forward``; servers never
+apply the updater to it (no gradient step, weight decay or momentum) but still count its
+updates in ``version``, so collecting and checkpointing proceed as for other Params. It is
+initialised from its ``param`` entry and checkpointed like any Param.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ class Param:
         self.version = -1
         self.owner: Param = self  # the Param whose value array this one uses
         self.id = -1  # set by the net: position among all Params
+        self.learnable = True  # False: layer-maintained state, never touched by the updater
 
     @property
     def size(self) -> int:

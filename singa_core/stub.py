@@ -11,6 +11,10 @@ The server side (:class:`ParamShard`) owns the authoritative values of the owner
 with ``scale = 1/num_replicas`` (gradients of data-parallel replicas are averaged; shares
 through ``share_from`` within one replica are summed — see docs/compat.md). Engines decide
 where stubs and shards live and how values and gradients move between them.
+
+Entries of non-learnable Params (``Param.learnable`` False, e.g. batch-norm running
+statistics, written by their layer) take contributions like any other, but the updater is
+never applied to them: their version advances without the value being touched.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ class ShardEntry:
     state: dict[str, np.ndarray] = field(default_factory=dict)
     received: int = 0  # contributions received towards the next update
     grad_sum: np.ndarray | None = None  # aggregation buffer (num_total > 1)
+    learnable: bool = True  # False: count contributions, never apply the updater
 
 
 class ParamShard:
@@ -69,6 +74,7 @@ class ParamShard:
         wd_scale: float,
         num_total: int = 1,
         num_replicas: int = 1,
+        learnable: bool = True,
     ) -> None:
         self.entries[key] = ShardEntry(
             value=value,
@@ -77,8 +83,9 @@ class ParamShard:
             num_total=num_total,
             num_replicas=num_replicas,
             version=version,
-            state=self.updater.init_state(value),
-            grad_sum=np.zeros_like(value) if num_total > 1 else None,
+            state=self.updater.init_state(value) if learnable else {},
+            grad_sum=np.zeros_like(value) if num_total > 1 and learnable else None,
+            learnable=learnable,
         )
 
     def update(self, key: int, step: int, grad: np.ndarray) -> int | None:
@@ -89,6 +96,13 @@ class ParamShard:
         was applied, else None.
         """
         e = self.entries[key]
+        if not e.learnable:
+            e.received += 1
+            if e.received < e.num_total:
+                return None
+            e.received = 0
+            e.version += 1
+            return e.version
         if e.num_total == 1:
             total = grad  # nothing to aggregate: no copy
         else:

@@ -4,6 +4,9 @@ from singa_core import hookimpl
 from singa_core.discovery import register_submodule_types
 from singa_core.layer import Layer
 
+#: alias_note of the layers that also answer to a cuDNN type name (kCudnnConv, ...)
+CUDNN_ALIAS_NOTE = "the CPU implementation: this engine runs cuDNN layer types on the CPU"
+
 
 @hookimpl
 def singa_register_layers(register):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from plugins.layers import CUDNN_ALIAS_NOTE
 from plugins.layers.relu import relu_backward, relu_forward
 from plugins.layers.sigmoid import sigmoid_backward, sigmoid_forward
 from plugins.layers.stanh import stanh_backward, stanh_forward
@@ -45,7 +46,8 @@ _FUNCS = {
 
 
 class ActivationLayer(NeuronLayer):
-    type_names = ("kActivation",)
+    type_names = ("kActivation", "kCudnnActivation")
+    alias_note = CUDNN_ALIAS_NOTE
 
     def setup(self, srcs):
         self.expect_srcs(srcs)

@@ -9,9 +9,11 @@ ignored.
 
 from __future__ import annotations
 
+from plugins.layers import CUDNN_ALIAS_NOTE
 from plugins.layers._conv import ConvolutionBase
 
 
 class CConvolutionLayer(ConvolutionBase):
     type_names = ("kCConvolution", "kCudnnConv")
+    alias_note = CUDNN_ALIAS_NOTE
     square = False

@@ -11,9 +11,11 @@ count (only differs when ``pad > 0``).
 
 from __future__ import annotations
 
+from plugins.layers import CUDNN_ALIAS_NOTE
 from plugins.layers._pool import PoolingBase
 
 
 class CPoolingLayer(PoolingBase):
     type_names = ("kCPooling", "kCudnnPool")
+    alias_note = CUDNN_ALIAS_NOTE
     square = False

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from plugins.layers import CUDNN_ALIAS_NOTE
 from singa_core.layer import LossLayer
 from singa_core.param import DTYPE
 
@@ -25,7 +26,8 @@ FLT_MIN = float(np.finfo(np.float32).tiny)  # 1.17549435e-38
 
 
 class SoftmaxLossLayer(LossLayer):
-    type_names = ("kSoftmaxLoss",)
+    type_names = ("kSoftmaxLoss", "kCudnnSoftmaxLoss")
+    alias_note = CUDNN_ALIAS_NOTE
     num_srclayers = (2, 2)
 
     def setup(self, srcs):

@@ -47,7 +47,7 @@ def test_forward_backward_formulas(kind):
 
 
 def test_default_type_is_relu():
-    assert ActivationLayer.type_names == ("kActivation",)
+    assert ActivationLayer.type_names == ("kActivation", "kCudnnActivation")
     src = SourceLayer(np.array([[-1.0, 2.0]]))
     layer = build(ActivationLayer, 'name: "a"', [src])
     layer.forward(kTrain | kForward, [src])
