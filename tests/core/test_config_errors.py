@@ -63,10 +63,10 @@ def test_unknown_enum_value_suggests(tmp_path, good):
 
 
 def test_type_without_plugin_lists_known_types_and_providers(tmp_path, good):
-    text = good.replace("type: kSTanh", "type: kLRN")
+    text = good.replace("type: kSTanh", "type: kLMDBData")
     err = error_of(tmp_path, text)
-    assert 'unknown layer type "kLRN"' in err.message
-    assert (err.where.line, err.where.col) == line_col(text, "type: kLRN")
+    assert 'unknown layer type "kLMDBData"' in err.message
+    assert (err.where.line, err.where.col) == line_col(text, "type: kLMDBData")
     assert any("kSTanh (singa)" in n for n in err.notes)
 
 
