@@ -96,6 +96,11 @@ class Layer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         pass
 
+    def close(self) -> None:
+        """Publish what the layer has written (output layers' files). Called after every
+        evaluation pass and at the end of a run; may be called again, and the layer may
+        keep working (appending) afterwards."""
+
     # -- helpers for subclasses ---------------------------------------------------------
     @property
     def shape(self) -> tuple[int, ...]:

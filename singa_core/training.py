@@ -42,6 +42,12 @@ def pop_net_metrics(net) -> dict[str, float]:
     return merge_metrics({layer.name: m for layer in net.layers if (m := layer.pop_metrics())})
 
 
+def close_layers(net) -> None:
+    """Let every layer publish its output files (Layer.close)."""
+    for layer in net.layers:
+        layer.close()
+
+
 class TrainingLoop:
     def __init__(
         self,
@@ -76,6 +82,7 @@ class TrainingLoop:
         for _ in range(steps):
             self.worker.test_one_batch(phase, net)
         metrics = pop_net_metrics(net)
+        close_layers(net)
         name = "Test" if phase == kTest else "Validation"
         self.last_metrics[name.lower()] = metrics
         if step is not None:
@@ -125,6 +132,8 @@ class TrainingLoop:
                 )
             return step, last_ckpt, interrupted
         finally:
+            for net in {id(n): n for n in (self.train_net, *self.nets.values())}.values():
+                close_layers(net)
             self._restore_sigint(prev_handler)
             self.reporter.finish()
 

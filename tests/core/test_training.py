@@ -181,3 +181,18 @@ def test_new_run_over_old_checkpoints_says_so(small_job):
     singa("train", conf)
     out = singa("train", conf).output
     assert "has checkpoints up to step 5; this new run overwrites them" in out
+
+
+def test_output_layers_publish_their_files_after_each_evaluation(small_job, tmp_path):
+    out = tmp_path / "scores.csv"
+    extra = (
+        f'layer {{ name: "out" type: kCSVOutput srclayers: "ip2" include: kTest '
+        f'store_conf {{ path: "{out}" }} }}'
+    )
+    conf, ws = small_job(steps=40, extra=extra)  # tests at steps 0 and 30 (5 batches of 20)
+    res = CliRunner().invoke(app, ["train", str(conf), "--seed", "1", "-q"])
+    assert res.exit_code == 0, res.output
+    # published by Layer.close after each test pass, not by garbage collection
+    lines = out.read_text().splitlines()
+    assert len(lines) == 2 * 5 * 20
+    assert all(len(line.split(",")) == 3 for line in lines)  # ip2 has no labels to prefix
