@@ -88,7 +88,7 @@ def find_raw_files(conv, source: Path | None) -> Path:
     for name in missing:
         sha, size, url = files[name]
         if not url:
-            errors.append(f"{name}: no download address known")
+            errors.append(f"{name}: no download address known ({conv.description})")
             continue
         try:
             print(f"downloading {url}", file=sys.stderr)
@@ -112,7 +112,14 @@ def find_raw_files(conv, source: Path | None) -> Path:
 
 def prepare_dataset(conv, out: Path, source: Path | None) -> list[Path]:
     folder = find_raw_files(conv, source)
-    for name, (sha, _size, _url) in conv.files.items():
+    for name, (sha, size, _url) in conv.files.items():
+        found = (folder / name).stat().st_size
+        if size and found != size:
+            raise SingaError(
+                f"{name} has {found} bytes, expected {size}",
+                where=str(folder / name),
+                help="the file is truncated or a different file; replace it",
+            )
         if sha and sha256_of(folder / name) != sha:
             raise SingaError(
                 f"{name} does not match its published checksum",

@@ -186,5 +186,22 @@ def test_cli_rejects_a_damaged_file(src, tmp_path):
     bad.write_bytes((src / "data_batch_2.bin").read_bytes()[:1000])
     res = run_singa("data", "cifar10", "--from", str(folder), "--out", str(out))
     assert res.returncode == 2
+    assert "data_batch_2.bin has 1000 bytes, expected 30730000" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert os.listdir(out) == []
+    # same size, different bytes: the checksum catches it
+    data = bytearray((src / "data_batch_2.bin").read_bytes())
+    data[5000] ^= 0xFF
+    bad.unlink()
+    bad.write_bytes(bytes(data))
+    res = run_singa("data", "cifar10", "--from", str(folder), "--out", str(out))
+    assert res.returncode == 2
     assert "data_batch_2.bin" in res.stderr and "checksum" in res.stderr
     assert os.listdir(out) == []
+
+
+def test_no_download_address_says_where_to_get_the_files(tmp_path):
+    env = {"SINGA_DATA": str(tmp_path / "none"), "SINGA_CACHE": str(tmp_path / "cache")}
+    res = run_singa("data", "cifar10", "--out", str(tmp_path / "out"), env=env)
+    assert res.returncode == 2
+    assert "cifar-10-binary.tar.gz" in res.stderr and "Traceback" not in res.stderr
