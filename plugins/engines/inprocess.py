@@ -117,6 +117,7 @@ class InProcessEngine(Engine):
                 wd_scale=p.wd_scale,
                 num_total=counts[p.id],
                 num_replicas=1,
+                learnable=p.learnable,
             )
 
     def _write_checkpoint(self, step: int) -> str:
