@@ -85,6 +85,12 @@ class Layer:
         """The buffer ``consumer`` writes d(loss)/d(self.data) into, or None."""
         return self.grad
 
+    def output_for(self, consumer: Layer) -> Layer:
+        """The source object ``consumer`` is handed (SINGA's ``data(from)``): the layer
+        itself, or, for layers with one output per consumer (kSlice), an object standing
+        for that consumer's part, with its own ``data``, ``grad_for`` and ``labels``."""
+        return self
+
     def labels(self) -> np.ndarray | None:
         """Integer labels this layer provides to loss/accuracy layers (SINGA's aux_data)."""
         return self.aux

@@ -137,7 +137,7 @@ class NeuralNet:
                 phase=phase,
             )
             layer = layer_cls(conf, ctx)
-            srcs = [net.by_name[s] for s in spec.srcs]
+            srcs = [net.by_name[s].output_for(layer) for s in spec.srcs]
             try:
                 layer.setup(srcs)
             except SingaError as err:

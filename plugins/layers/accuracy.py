@@ -13,6 +13,15 @@ import numpy as np
 from singa_core.layer import OutputLayer
 
 
+def top_k_indices(x: np.ndarray, k: int) -> np.ndarray:
+    """Column indices of the ``k`` largest values of each row of ``x`` (``(B, D)``),
+    descending; of equal values the higher index first (0.3's ``partial_sort`` with
+    ``std::greater`` on ``(value, index)`` pairs). Returns an int array ``(B, k)``."""
+    # a stable sort of the reversed row keeps the higher index first among equal values
+    order = np.argsort(-x[:, ::-1], axis=1, kind="stable")[:, :k]
+    return (x.shape[1] - 1) - order
+
+
 class AccuracyLayer(OutputLayer):
     type_names = ("kAccuracy",)
     num_srclayers = (2, 2)
@@ -41,9 +50,7 @@ class AccuracyLayer(OutputLayer):
                 f"layer '{self.name}': source '{srcs[1].name}' provides no labels",
                 field="srclayers",
             )
-        # stable sort of the reversed row: equal scores keep the higher index first
-        order = np.argsort(-x[:, ::-1], axis=1, kind="stable")[:, :k]
-        top = (D - 1) - order
+        top = top_k_indices(x, k)
         self.data[...] = top
         hits = int(np.count_nonzero((top == labels[:B, None]).any(axis=1)))
         self.add_metric("accuracy", hits / B)

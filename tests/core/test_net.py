@@ -88,3 +88,46 @@ def test_same_seed_same_init_different_seed_differs(tmp_path):
     path.write_text(mlp_conf(data, tmp_path / "ws"))
     c = prepare_job(load_job(path), get_host(), seed=4).nets[kTrain].param_by_name("w1").value
     assert not np.array_equal(a, c)
+
+
+def test_slice_hands_each_consumer_its_part_in_a_net(tmp_path):
+    """ip -> kSlice (dim 1) -> two kSTanh -> kConcate: the net connects every consumer to
+    its own part, so the concatenation equals stanh(ip) and training runs."""
+    from typer.testing import CliRunner
+
+    from singa_core.cli import app
+    from singa_core.config import parse_job_text
+
+    data = write_csv_blobs(tmp_path / "blobs.csv")
+    text = f"""
+name: "sliced"
+train_steps: 20
+disp_freq: 10
+train_one_batch {{ alg: kBP }}
+updater {{ type: kSGD learning_rate {{ type: kFixed base_lr: 0.1 }} }}
+neuralnet {{
+  layer {{ name: "data" type: kCSVInput
+           store_conf {{ backend: "textfile" path: "{data}" batchsize: 10 shape: 4 }} }}
+  layer {{ name: "ip" type: kInnerProduct srclayers: "data"
+           innerproduct_conf {{ num_output: 6 }}
+           param {{ name: "w" init {{ type: kGaussian std: 0.5 }} }}
+           param {{ name: "b" init {{ type: kConstant value: 0.1 }} }} }}
+  layer {{ name: "slice" type: kSlice srclayers: "ip" slice_conf {{ slice_dim: 1 num_slices: 2 }} }}
+  layer {{ name: "t1" type: kSTanh srclayers: "slice" }}
+  layer {{ name: "t2" type: kSTanh srclayers: "slice" }}
+  layer {{ name: "cat" type: kConcate srclayers: "t1" srclayers: "t2"
+           concate_conf {{ concate_dim: 1 num_concates: 2 }} }}
+  layer {{ name: "loss" type: kSoftmaxLoss srclayers: "cat" srclayers: "data" }}
+}}
+cluster {{ workspace: "{tmp_path / "ws"}" }}
+"""
+    conf = tmp_path / "job.conf"
+    conf.write_text(text)
+    prepared = prepare_job(parse_job_text(text, str(conf)), get_host(), seed=0)
+    net = prepared.nets[kTrain]
+    for layer in net.layers:
+        layer.forward(kTrain, net.srclayers(layer))
+    ip, cat = net.by_name["ip"].data, net.by_name["cat"].data
+    np.testing.assert_allclose(cat, 1.7159047 * np.tanh(0.66666667 * ip), rtol=1e-5)
+    res = CliRunner().invoke(app, ["train", str(conf), "--seed", "0", "-q"])
+    assert res.exit_code == 0, res.output
