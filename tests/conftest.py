@@ -140,3 +140,22 @@ def run_singa(*args: str, cwd: Path | None = None, env: dict | None = None, time
         text=True,
         timeout=timeout,
     )
+
+
+def mnist_example_args(stores: Path) -> list[str]:
+    """``-o`` overrides pointing an examples/mnist job.conf at converted stores."""
+    return [
+        "-o",
+        f"neuralnet.layer[0].store_conf.path={stores / 'train_data.bin'}",
+        "-o",
+        f"neuralnet.layer[1].store_conf.path={stores / 'test_data.bin'}",
+    ]
+
+
+def full_test_accuracy(runner, app, conf: Path, workspace: Path, args: list[str]) -> float:
+    """`singa test --steps 100` (all 10,000 MNIST test images) of the newest checkpoint."""
+    res = runner.invoke(
+        app, ["test", str(conf), "--steps", "100", *args, "-o", f"cluster.workspace={workspace}"]
+    )
+    assert res.exit_code == 0, res.output
+    return float(res.output.split("accuracy = ")[1].split()[0].rstrip(","))

@@ -1,8 +1,8 @@
 """kAccuracy: top-k accuracy of scores against labels (SINGA 0.3 §2.5, output_layer/accuracy.cc).
 
-``srclayers = [scores, label provider]``; ``topk = argsort_conf.topk`` (default 1). Like
-0.3's ArgSortLayer, ``data`` is ``[B, topk]``: the indices of each row's top-k scores in
-descending order (of equal scores the higher index first, as ``std::greater<pair>``).
+``srclayers = [scores, label provider]``; ``topk = argsort_conf.topk`` (default 1). As in
+0.3 it is a kArgSort layer that also counts hits: ``data`` is ``[B, topk]``, the indices
+of each row's top-k scores in descending order (of equal scores the higher index first).
 Each forward adds ``#{n : label_n among them}/B`` to the metric "accuracy".
 """
 
@@ -10,36 +10,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from singa_core.layer import OutputLayer
+from plugins.layers.argsort import ArgSortLayer, top_k_indices
 
 
-def top_k_indices(x: np.ndarray, k: int) -> np.ndarray:
-    """Column indices of the ``k`` largest values of each row of ``x`` (``(B, D)``),
-    descending; of equal values the higher index first (0.3's ``partial_sort`` with
-    ``std::greater`` on ``(value, index)`` pairs). Returns an int array ``(B, k)``."""
-    # a stable sort of the reversed row keeps the higher index first among equal values
-    order = np.argsort(-x[:, ::-1], axis=1, kind="stable")[:, :k]
-    return (x.shape[1] - 1) - order
-
-
-class AccuracyLayer(OutputLayer):
+class AccuracyLayer(ArgSortLayer):
     type_names = ("kAccuracy",)
     num_srclayers = (2, 2)
 
     def setup(self, srcs):
-        self.expect_srcs(srcs)
-        src = srcs[0].data
-        self.batchsize = int(src.shape[0])
-        self.dim = int(src.size // self.batchsize)
-        self.topk = int(self.conf.argsort_conf.topk)
-        if not 1 <= self.topk <= self.dim:
-            raise self.error(
-                f"layer '{self.name}': argsort_conf.topk must be in [1, {self.dim}] "
-                f"(the number of classes), got {self.topk}",
-                field="argsort_conf",
-            )
+        super().setup(srcs)  # top-k of the scores (srcs[0])
         self.expect_labels(srcs[1], self.batchsize)
-        self.alloc((self.batchsize, self.topk), grad=False)
 
     def forward(self, phase, srcs):
         B, D, k = self.batchsize, self.dim, self.topk

@@ -8,8 +8,18 @@ descending order, as floats; of equal values the higher index comes first (0.3 s
 
 from __future__ import annotations
 
-from plugins.layers.accuracy import top_k_indices
+import numpy as np
+
 from singa_core.layer import OutputLayer
+
+
+def top_k_indices(x: np.ndarray, k: int) -> np.ndarray:
+    """Column indices of the ``k`` largest values of each row of ``x`` (``(B, D)``),
+    descending; of equal values the higher index first (0.3's ``partial_sort`` with
+    ``std::greater`` on ``(value, index)`` pairs). Returns an int array ``(B, k)``."""
+    # a stable sort of the reversed row keeps the higher index first among equal values
+    order = np.argsort(-x[:, ::-1], axis=1, kind="stable")[:, :k]
+    return (x.shape[1] - 1) - order
 
 
 class ArgSortLayer(OutputLayer):
