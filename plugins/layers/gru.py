@@ -1,0 +1,239 @@
+"""kGRU: a gated recurrent unit, one time step (SINGA 0.3 §2.3, neuron_layer/gru.cc).
+
+Sources: ``[x, h_prev]`` — the input ``x`` (flattened to ``(B, vdim)``, ``vdim = x.count/B``)
+and, optionally, the previous time step's GRU whose output is ``h_prev`` (``(B, hdim)``);
+without it ``h_prev = 0``. ``hdim = gru_conf.dim_hidden`` (required). The output ``h`` is
+``(B, hdim)``.
+
+Params, in the order of the ``param`` entries: 0 ``W_z``, 1 ``W_r``, 2 ``W_c`` (the
+input-to-hidden weights, ``(hdim, vdim)``), 3 ``U_z``, 4 ``U_r``, 5 ``U_c`` (hidden-to-hidden,
+``(hdim, hdim)``) and, when the layer has 9 ``param`` entries, 6 ``b_z``, 7 ``b_r``,
+8 ``b_c`` (``(hdim,)``). As in 0.3 the number of entries decides whether there are biases
+(``gru_conf.bias_term`` is not consulted); 6 or 9 entries are accepted, anything else is a
+configuration error (0.3 crashed on 7 or 8).
+
+Forward (σ the logistic function, ⊙ the elementwise product)::
+
+    z = σ(x W_zᵀ + b_z + h_prev U_zᵀ)              update gate
+    r = σ(x W_rᵀ + b_r + h_prev U_rᵀ)              reset gate
+    c = tanh(r ⊙ (h_prev U_cᵀ) + x W_cᵀ + b_c)     candidate (reset applied after the matmul)
+    h = z ⊙ h_prev + (1 − z) ⊙ c
+
+Backward, with ``g`` the gradient of the output (both buffers summed, see below)::
+
+    dz = g ⊙ (h_prev − c) ⊙ z(1 − z)      dc = g ⊙ (1 − z) ⊙ (1 − c²)
+    dr = dc ⊙ (h_prev U_cᵀ) ⊙ r(1 − r)
+    gW_z = dzᵀ x   gU_z = dzᵀ h_prev          gb_z = Σ_rows dz   (same for r with dr)
+    gW_c = dcᵀ x   gU_c = (dc ⊙ r)ᵀ h_prev    gb_c = Σ_rows dc
+    gx      = dz W_z + dr W_r + dc W_c
+    gh_prev = dz U_z + dr U_r + (dc ⊙ r) U_c + g ⊙ z
+
+Gradient buffers: a consumer that is itself a GRU (the next time step) writes into a second
+buffer ``grad2`` (0.3's ``gradvec[1]``); every other consumer writes into ``grad``.
+Backward uses ``grad + grad2``. The layer is kOneToMany: the net inserts no split layer, so
+its output consumer and the next GRU attach to it directly.
+
+Param gradients are overwritten, or accumulated with the ``kAggGrad`` phase flag, as in
+kInnerProduct. 0.3 always accumulated (``beta = 1``), which only gives the right result when
+the worker zeroes the gradients first; our kBP worker does not zero them (every layer
+overwrites), and the unrolled copies of a GRU each own their Param (values shared through
+``share_from``, gradients kept apart and summed by the stub), so overwriting is correct here.
+
+Deviations from 0.3:
+
+* ``gh_prev`` includes ``g ⊙ z``; 0.3 added ``z`` instead (a bug: the gradient through the
+  update gate's direct path ignored ``g``).
+* param gradients are overwritten unless ``kAggGrad`` is set (0.3 always accumulated);
+* the param count must be 6 or 9 (a configuration error otherwise).
+
+Limitation (as in 0.3): all GRU consumers share the one second buffer, so a GRU feeding two
+GRU layers (the next time step and a stacked GRU) loses one of their gradients.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from plugins.layers.sigmoid import sigmoid_forward
+from singa_core.layer import Layer, NeuronLayer, kAggGrad
+from singa_core.param import DTYPE
+
+_ROLES = ("w_z_hx", "w_r_hx", "w_c_hx", "w_z_hh", "w_r_hh", "w_c_hh", "b_z", "b_r", "b_c")
+
+
+class GRULayer(NeuronLayer):
+    type_names = ("kGRU",)
+    num_srclayers = (1, 2)
+    one_to_many = True
+
+    def setup(self, srcs):
+        self.expect_srcs(srcs)
+        conf = self.conf.gru_conf
+        if not self.conf.HasField("gru_conf") or not conf.HasField("dim_hidden"):
+            raise self.error(
+                f"layer '{self.name}' (kGRU) needs gru_conf.dim_hidden",
+                field="gru_conf",
+                help="add `gru_conf { dim_hidden: N }`",
+            )
+        hdim = int(conf.dim_hidden)
+        if hdim <= 0:
+            raise self.error(
+                f"layer '{self.name}': gru_conf.dim_hidden must be positive, got {hdim}",
+                field="gru_conf",
+            )
+        nparams = len(self.conf.param)
+        if nparams not in (6, 9):
+            raise self.error(
+                f"layer '{self.name}' (kGRU) needs 6 param entries (W_z, W_r, W_c, U_z, U_r, "
+                f"U_c) or 9 (plus b_z, b_r, b_c), got {nparams}",
+                field="param",
+                help="list the params in the order w_z_hx, w_r_hx, w_c_hx, w_z_hh, w_r_hh, "
+                "w_c_hh[, b_z, b_r, b_c]",
+            )
+        x = srcs[0].data
+        if x is None or x.ndim == 0 or x.shape[0] == 0:
+            raise self.error(
+                f"layer '{self.name}': source '{srcs[0].name}' has no data to connect to",
+                field="srclayers",
+            )
+        B = int(x.shape[0])
+        self.batchsize, self.vdim, self.hdim = B, int(x.size // B), hdim
+        if len(srcs) == 2:
+            h = srcs[1].data
+            if h is None or h.size != B * hdim or (h.ndim > 0 and h.shape[0] != B):
+                shape = None if h is None else tuple(h.shape)
+                raise self.error(
+                    f"layer '{self.name}': the previous hidden state '{srcs[1].name}' has "
+                    f"shape {shape}, expected ({B}, {hdim})",
+                    field="srclayers",
+                    help="the second source of a kGRU layer must be the previous time "
+                    "step's kGRU layer with the same dim_hidden",
+                )
+        self.alloc((B, hdim))
+        self.grad2 = np.zeros_like(self.grad)  # written by a consumer that is a GRU
+        vdim = self.vdim
+        shapes = [(hdim, vdim)] * 3 + [(hdim, hdim)] * 3 + [(hdim,)] * 3
+        for i in range(nparams):
+            self.create_param(i, shapes[i], _ROLES[i])
+        self.has_bias = nparams == 9
+
+        def buf(*shape):
+            return np.zeros(shape, dtype=DTYPE)
+
+        self._h0 = buf(B, hdim)  # h_prev when there is no previous GRU
+        self._z, self._r, self._c = buf(B, hdim), buf(B, hdim), buf(B, hdim)
+        self._hu_c = buf(B, hdim)  # h_prev U_cᵀ
+        self._t = buf(B, hdim)  # scratch
+        self._g = buf(B, hdim)  # grad + grad2
+        self._dz, self._dr, self._dc = buf(B, hdim), buf(B, hdim), buf(B, hdim)
+        self._dcr = buf(B, hdim)  # dc ⊙ r
+        self._gh = buf(B, hdim)  # h_prev gradient when the buffer is not contiguous
+        self._gx = buf(B, vdim)  # x gradient when the buffer is not contiguous
+        self._tx = buf(B, vdim)  # scratch
+        self._ones = np.ones(B, dtype=DTYPE)
+        self._agg: list[np.ndarray] | None = None  # per-param scratch for kAggGrad
+
+    def grad_for(self, consumer: Layer) -> np.ndarray | None:
+        return self.grad2 if isinstance(consumer, GRULayer) else self.grad
+
+    # -- helpers ------------------------------------------------------------------------
+    def _x(self, srcs) -> np.ndarray:
+        return srcs[0].data.reshape(self.batchsize, self.vdim)
+
+    def _hprev(self, srcs) -> np.ndarray:
+        if len(srcs) < 2:
+            return self._h0
+        return srcs[1].data.reshape(self.batchsize, self.hdim)
+
+    def forward(self, phase, srcs):
+        x, h = self._x(srcs), self._hprev(srcs)
+        p = [q.value for q in self.params]
+        z, r, c, t = self._z, self._r, self._c, self._t
+        for k, gate in ((0, z), (1, r)):
+            np.dot(x, p[k].T, out=gate)
+            np.dot(h, p[k + 3].T, out=t)
+            gate += t
+            if self.has_bias:
+                gate += p[k + 6]
+            sigmoid_forward(gate, gate)
+        np.dot(h, p[5].T, out=self._hu_c)
+        np.dot(x, p[2].T, out=c)
+        np.multiply(r, self._hu_c, out=t)
+        c += t
+        if self.has_bias:
+            c += p[8]
+        np.tanh(c, out=c)
+        np.subtract(h, c, out=t)  # h = z ⊙ (h_prev − c) + c
+        t *= z
+        np.add(t, c, out=self.data)
+
+    def _param_grad(self, i: int, a: np.ndarray, b: np.ndarray | None, agg: bool) -> None:
+        """Param ``i``'s gradient ``aᵀ b`` (or ``Σ_rows a`` when ``b`` is None)."""
+        p = self.params[i]
+        out = self._agg[i] if agg else p.grad
+        if b is None:
+            np.dot(self._ones, a, out=out)
+        else:
+            np.dot(a.T, b, out=out)
+        if agg:
+            p.grad += out
+
+    def backward(self, phase, srcs):
+        x, h = self._x(srcs), self._hprev(srcs)
+        p = [q.value for q in self.params]
+        z, r, c, t = self._z, self._r, self._c, self._t
+        dz, dr, dc, dcr = self._dz, self._dr, self._dc, self._dcr
+        g = np.add(self.grad, self.grad2, out=self._g)
+        # dc = g ⊙ (1 − z) ⊙ (1 − c²)
+        np.multiply(c, c, out=t)
+        np.subtract(1.0, t, out=t)
+        np.subtract(1.0, z, out=dc)
+        dc *= t
+        dc *= g
+        # dz = g ⊙ (h_prev − c) ⊙ z(1 − z)
+        np.subtract(1.0, z, out=t)
+        t *= z
+        np.subtract(h, c, out=dz)
+        dz *= t
+        dz *= g
+        # dr = dc ⊙ (h_prev U_cᵀ) ⊙ r(1 − r)
+        np.subtract(1.0, r, out=t)
+        t *= r
+        np.multiply(dc, self._hu_c, out=dr)
+        dr *= t
+        np.multiply(dc, r, out=dcr)
+
+        agg = bool(phase & kAggGrad)
+        if agg and self._agg is None:
+            self._agg = [np.empty(q.shape, dtype=DTYPE) for q in self.params]
+        for k, (d, dh) in enumerate(((dz, dz), (dr, dr), (dc, dcr))):
+            self._param_grad(k, d, x, agg)
+            self._param_grad(k + 3, dh, h, agg)
+            if self.has_bias:
+                self._param_grad(k + 6, d, None, agg)
+
+        buf = srcs[0].grad_for(self)
+        if buf is not None:
+            self._src_grad(buf, ((dz, p[0]), (dr, p[1]), (dc, p[2])), self._gx, self._tx, None)
+        if len(srcs) == 2:
+            buf = srcs[1].grad_for(self)
+            if buf is not None:
+                np.multiply(g, z, out=t)
+                self._src_grad(buf, ((dz, p[3]), (dr, p[4]), (dcr, p[5])), self._gh, t, t)
+
+    @staticmethod
+    def _src_grad(buf, terms, scratch, tmp, extra) -> None:
+        """``buf = Σ d·W over terms (+ extra)``; ``tmp`` is a scratch (may be ``extra``)."""
+        n = scratch.shape
+        out = buf.reshape(n) if buf.flags.c_contiguous else scratch
+        if extra is not None:  # fold the extra term in first, tmp is free afterwards
+            out[...] = extra
+            for d, w in terms:
+                out += np.dot(d, w, out=tmp)
+        else:
+            (d0, w0), *rest = terms
+            np.dot(d0, w0, out=out)
+            for d, w in rest:
+                out += np.dot(d, w, out=tmp)
+        if out is scratch:  # a strided view: reshape would copy, so assign instead
+            buf[...] = scratch.reshape(buf.shape)
