@@ -1,0 +1,86 @@
+"""kRMSProp: SINGA 0.3's RMSPropUpdater (src/utils/updater.cc).
+
+With ``g`` the slice's summed gradient, ``s = 1/num_total`` from the server,
+``lr = LRGen(step) * lr_scale``, ``wd = weight_decay * wd_scale``, ``rho`` from
+``rmsprop_conf`` and ``delta`` the UpdaterProto's ``delta`` (default 1e-8):
+
+1. prologue: clip ``g`` into ``[clip_low, clip_high]`` when ``clip_high > clip_low``;
+   ``g <- g * s``; ``g <- g + wd * w`` when ``wd > 0``;
+2. ``h <- rho * h + (1 - rho) * g^2``; ``w <- w - lr * g / sqrt(h + delta)`` (epsilon
+   inside the root, as 0.3).
+
+0.3 behaviour: ``rho`` is a proto2 ``required`` field of RMSPropProto with no default, so an
+``rmsprop_conf`` without it failed to parse, but with no ``rmsprop_conf`` at all 0.3 silently
+used ``rho = 0``; ``momentum`` is ignored. (0.1's RMSProp differed: unscaled applied
+gradient, no clipping; not followed.)
+
+Deviations: a missing ``rho`` (or ``rmsprop_conf``) is a configuration error at
+construction; ``rho`` outside ``[0, 1)`` and ``delta <= 0`` are rejected.
+
+Float32, in place; one scratch array per distinct parameter size is kept by the updater
+(allocated on first use, not part of the checkpointed state).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from singa_core.errors import SingaError
+from singa_core.updater import Updater, axpy
+
+
+class RMSPropUpdater(Updater):
+    """RMSProp: running average ``h`` of squared gradients."""
+
+    type_names = ("kRMSProp",)
+    state_names = ("history",)
+
+    def __init__(self, conf, lr) -> None:
+        super().__init__(conf, lr)
+        if not (conf.HasField("rmsprop_conf") and conf.rmsprop_conf.HasField("rho")):
+            raise SingaError(
+                "kRMSProp needs updater.rmsprop_conf.rho, which is not set",
+                help="add `rmsprop_conf { rho: 0.9 }` inside updater",
+            )
+        self.rho = float(conf.rmsprop_conf.rho)
+        if not 0 <= self.rho < 1:
+            raise SingaError(
+                f"kRMSProp needs 0 <= updater.rmsprop_conf.rho < 1 (got {self.rho})",
+                help="rho is the decay of the squared-gradient average, e.g. `rho: 0.9`",
+            )
+        if not self.delta > 0:
+            raise SingaError(
+                f"kRMSProp needs updater.delta > 0 (got {self.delta})",
+                help="leave delta out for the default 1e-8, or set e.g. `delta: 1e-8`",
+            )
+        self._scratch: dict[int, np.ndarray] = {}
+
+    def _buf(self, like: np.ndarray) -> np.ndarray:
+        buf = self._scratch.get(like.size)
+        if buf is None:
+            buf = self._scratch[like.size] = np.empty(like.size, np.float32)
+        return buf.reshape(like.shape)
+
+    def apply(
+        self,
+        step: int,
+        value: np.ndarray,
+        grad: np.ndarray,
+        state: dict[str, np.ndarray],
+        *,
+        scale: float = 1.0,
+        lr_scale: float = 1.0,
+        wd_scale: float = 1.0,
+    ) -> None:
+        g = self.prologue(value, grad, scale, wd_scale)
+        lr = np.float32(self.lr(step) * lr_scale)
+        rho = np.float32(self.rho)
+        h = state["history"]
+        tmp = self._buf(g)
+        np.multiply(g, g, out=tmp)
+        h *= rho
+        axpy(1 - rho, tmp, h)  # h <- rho * h + (1 - rho) * g^2
+        np.add(h, np.float32(self.delta), out=tmp)
+        np.sqrt(tmp, out=tmp)
+        g /= tmp  # g / sqrt(h + delta)
+        axpy(-lr, g, value)

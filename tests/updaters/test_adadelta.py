@@ -1,0 +1,217 @@
+"""kAdaDelta closed-form checks: (no clip) -> scale -> weight decay, then AdaDelta.
+
+Expected values are computed here in float64 from SINGA 0.3's formulas (epsilon inside the
+square roots, lr kept), not with the implementation under test.
+"""
+
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from plugins.lr_changes.fixed import FixedLR
+from plugins.lr_changes.step import StepLR
+from plugins.updaters.adadelta import AdaDeltaUpdater
+from singa_core.errors import SingaError
+from singa_core.plugin_host import get_host
+from singa_core.schema import job_pb2
+from singa_core.stub import ParamShard
+
+
+def fixed_lr(base_lr):
+    return FixedLR(job_pb2.LRGenProto(type=job_pb2.kFixed, base_lr=base_lr))
+
+
+def step_lr(base_lr, gamma, change_freq):
+    conf = job_pb2.LRGenProto(type=job_pb2.kStep, base_lr=base_lr)
+    conf.step_conf.gamma = gamma
+    conf.step_conf.change_freq = change_freq
+    return StepLR(conf)
+
+
+def adadelta(lr, rho=None, **conf):
+    proto = job_pb2.UpdaterProto(type=job_pb2.kAdaDelta, **conf)
+    if rho is not None:
+        proto.adadelta_conf.rho = rho
+    return AdaDeltaUpdater(proto, lr)
+
+
+def reference(w0, grad_fn, nsteps, *, base_lr, gamma, freq, rho, delta, wd, wd_scale, lr_scale, s):
+    """Float64 re-statement of 0.3's kAdaDelta (kStep schedule); no clipping, by design."""
+    w = w0.astype(np.float64).copy()
+    h = np.zeros_like(w)
+    u = np.zeros_like(w)
+    out = []
+    for step in range(nsteps):
+        g = grad_fn(w) * s
+        if wd * wd_scale > 0:
+            g = g + wd * wd_scale * w
+        lr = base_lr * gamma ** (step // freq) * lr_scale
+        h = rho * h + (1 - rho) * g * g
+        t = g * np.sqrt(u + delta) / np.sqrt(h + delta)
+        u = rho * u + (1 - rho) * t * t
+        w = w - lr * t
+        out.append(w.copy())
+    return out
+
+
+def test_registered_as_kadadelta():
+    assert get_host().get("updater", "kAdaDelta") is AdaDeltaUpdater
+
+
+def test_defaults_and_state():
+    up = adadelta(fixed_lr(1.0))
+    assert up.rho == pytest.approx(0.9)
+    assert up.delta == pytest.approx(1e-8)
+    assert up.state_names == ("history", "update")
+    state = up.init_state(np.ones((2, 3), np.float32))
+    assert set(state) == {"history", "update"}
+    assert all(a.shape == (2, 3) and a.dtype == np.float32 and not a.any() for a in state.values())
+
+
+def test_two_steps_by_hand():
+    """Scalar, rho 0.5, delta 0.01, lr 2, g = 1 then 2 (all numbers exact in binary)."""
+    up = adadelta(fixed_lr(2.0), rho=0.5, delta=0.01)
+    w = np.zeros(1, np.float32)
+    state = up.init_state(w)
+    up.apply(0, w, np.array([1.0], np.float32), state)
+    h1 = 0.5
+    t1 = 1.0 * np.sqrt(0.01) / np.sqrt(h1 + 0.01)
+    u1 = 0.5 * t1 * t1
+    assert float(state["history"][0]) == pytest.approx(h1, rel=1e-6)
+    assert float(state["update"][0]) == pytest.approx(u1, rel=1e-5)
+    assert float(w[0]) == pytest.approx(-2.0 * t1, rel=1e-5)
+    up.apply(1, w, np.array([2.0], np.float32), state)
+    h2 = 0.5 * h1 + 0.5 * 4.0
+    t2 = 2.0 * np.sqrt(u1 + 0.01) / np.sqrt(h2 + 0.01)
+    assert float(state["history"][0]) == pytest.approx(h2, rel=1e-6)
+    assert float(state["update"][0]) == pytest.approx(0.5 * u1 + 0.5 * t2 * t2, rel=1e-5)
+    assert float(w[0]) == pytest.approx(-2.0 * (t1 + t2), rel=1e-5)
+
+
+def test_clipping_is_not_applied():
+    """0.3's AdaDelta skips the clip; scale and weight decay still apply."""
+    up = adadelta(fixed_lr(1.0), rho=0.5, clip_low=-0.1, clip_high=0.1, weight_decay=0.5)
+    w = np.ones(1, np.float32)
+    state = up.init_state(w)
+    up.apply(0, w, np.array([4.0], np.float32), state, scale=0.5, wd_scale=2.0)
+    # g = 4 * 0.5 + 0.5 * 2 * 1 = 3 (clipping first would give 0.1 * 0.5 + 1 = 1.05)
+    assert float(state["history"][0]) == pytest.approx(4.5)
+
+
+@pytest.mark.parametrize("clip", [(0.0, 0.0), (-0.5, 0.5)])
+def test_least_squares_matches_float64_reference(clip):
+    """Caffe-style run on 0.5*||A w - b||^2 with every option on, over 25 steps."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((8, 3))
+    b = rng.standard_normal(8)
+
+    def grad_fn(w):
+        return 2 * a.T @ (a @ w - b)  # summed over 2 "replicas"; s = 1/2
+
+    w0 = np.array([1.0, -1.0, 0.5])
+    opts = dict(
+        base_lr=0.5,
+        gamma=0.7,
+        freq=5,
+        rho=0.8,
+        delta=1e-4,
+        wd=0.01,
+        wd_scale=2.0,
+        lr_scale=0.8,
+        s=0.5,
+    )
+    ref = reference(w0, grad_fn, 25, **opts)
+    assert np.abs(grad_fn(w0) * 0.5).max() > 1.0  # a configured clip would have bitten
+
+    up = adadelta(
+        step_lr(0.5, 0.7, 5),
+        rho=0.8,
+        delta=1e-4,
+        weight_decay=0.01,
+        clip_low=clip[0],
+        clip_high=clip[1],
+    )
+    w = w0.astype(np.float32)
+    state = up.init_state(w)
+    for step in range(25):
+        g = grad_fn(w.astype(np.float64)).astype(np.float32)
+        up.apply(step, w, g, state, scale=0.5, lr_scale=0.8, wd_scale=2.0)
+        np.testing.assert_allclose(w, ref[step], rtol=1e-4, atol=1e-5)
+    loss0 = 0.5 * np.sum((a @ w0 - b) ** 2)
+    assert 0.5 * np.sum((a @ w.astype(np.float64) - b) ** 2) < loss0
+
+
+def _shard(updater, w):
+    shard = ParamShard(updater)
+    shard.put(0, w, 0, lr_scale=0.5, wd_scale=2.0, num_total=2, num_replicas=2)
+    return shard
+
+
+def _feed(shard, step, g):
+    shard.update(0, step, g.copy())
+    return shard.update(0, step, (0.5 * g).astype(np.float32))
+
+
+def make():
+    return adadelta(step_lr(1.0, 0.5, 3), rho=0.7, delta=1e-4, weight_decay=0.05)
+
+
+def test_snapshot_restore_is_bit_exact():
+    rng = np.random.default_rng(1)
+    w0 = rng.standard_normal((4, 3)).astype(np.float32)
+    grads = [rng.standard_normal((4, 3)).astype(np.float32) for _ in range(10)]
+    names = {0: "w"}
+
+    w_full = w0.copy()
+    full = _shard(make(), w_full)
+    for step, g in enumerate(grads):
+        assert _feed(full, step, g) == step + 1
+
+    w_part = w0.copy()
+    part = _shard(make(), w_part)
+    for step in range(4):
+        _feed(part, step, grads[step])
+    snap = {k: v.copy() for k, v in part.state_arrays(names).items()}
+    assert set(snap) == {"w::history", "w::update"}
+
+    w_resumed = w_part.copy()
+    resumed = _shard(make(), w_resumed)
+    resumed.load_state_arrays(names, snap)
+    w_fresh = w_part.copy()
+    fresh = _shard(make(), w_fresh)  # same values, history lost
+    for step in range(4, 10):
+        _feed(resumed, step, grads[step])
+        _feed(fresh, step, grads[step])
+    np.testing.assert_array_equal(w_resumed, w_full)
+    for k, v in full.state_arrays(names).items():
+        np.testing.assert_array_equal(resumed.state_arrays(names)[k], v)
+    assert not np.array_equal(w_fresh, w_full)  # the history matters
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [({"rho": 1.0}, "rho"), ({"rho": -0.5}, "rho"), ({"delta": 0.0}, "delta")],
+)
+def test_config_errors(kw, match):
+    with pytest.raises(SingaError, match=match) as err:
+        adadelta(fixed_lr(1.0), **kw)
+    assert err.value.help
+
+
+def test_update_is_in_place_and_allocation_free():
+    up = adadelta(fixed_lr(1.0), weight_decay=0.01)
+    n = 1_000_000
+    w = np.ones(n, np.float32)
+    g = np.full(n, 0.5, np.float32)
+    state = up.init_state(w)
+    value_id = id(w)
+    up.apply(0, w, g.copy(), state, scale=0.5, lr_scale=2.0, wd_scale=1.0)
+    tracemalloc.start()
+    try:
+        up.apply(1, w, g, state, scale=0.5, lr_scale=2.0, wd_scale=1.0)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert id(w) == value_id and w.dtype == np.float32
+    assert peak < 64 * 1024

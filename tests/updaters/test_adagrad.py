@@ -1,0 +1,224 @@
+"""kAdaGrad closed-form checks: clip -> scale -> weight decay, then AdaGrad.
+
+Expected values are computed here in float64 from SINGA 0.3's formulas (epsilon inside the
+square root), except that the configured ``delta`` is honoured (0.3 always used 1e-8); not
+with the implementation under test.
+"""
+
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from plugins.lr_changes.fixed import FixedLR
+from plugins.lr_changes.step import StepLR
+from plugins.updaters.adagrad import AdaGradUpdater
+from singa_core.errors import SingaError
+from singa_core.plugin_host import get_host
+from singa_core.schema import job_pb2
+from singa_core.stub import ParamShard
+
+
+def fixed_lr(base_lr):
+    return FixedLR(job_pb2.LRGenProto(type=job_pb2.kFixed, base_lr=base_lr))
+
+
+def step_lr(base_lr, gamma, change_freq):
+    conf = job_pb2.LRGenProto(type=job_pb2.kStep, base_lr=base_lr)
+    conf.step_conf.gamma = gamma
+    conf.step_conf.change_freq = change_freq
+    return StepLR(conf)
+
+
+def adagrad(lr, **conf):
+    return AdaGradUpdater(job_pb2.UpdaterProto(type=job_pb2.kAdaGrad, **conf), lr)
+
+
+def reference(w0, grad_fn, nsteps, *, base_lr, gamma, freq, delta, wd, wd_scale, lr_scale, s, clip):
+    """Float64 re-statement of kAdaGrad (kStep schedule)."""
+    w = w0.astype(np.float64).copy()
+    h = np.zeros_like(w)
+    out = []
+    for step in range(nsteps):
+        g = grad_fn(w)
+        if clip[1] > clip[0]:
+            g = np.clip(g, clip[0], clip[1])
+        g = g * s
+        if wd * wd_scale > 0:
+            g = g + wd * wd_scale * w
+        lr = base_lr * gamma ** (step // freq) * lr_scale
+        h = h + g * g
+        w = w - lr * g / np.sqrt(h + delta)
+        out.append(w.copy())
+    return out
+
+
+def test_registered_as_kadagrad():
+    assert get_host().get("updater", "kAdaGrad") is AdaGradUpdater
+
+
+def test_state():
+    up = adagrad(fixed_lr(0.1))
+    assert up.delta == pytest.approx(1e-8)
+    assert up.state_names == ("history",)
+    state = up.init_state(np.ones((2, 3), np.float32))
+    assert set(state) == {"history"} and not state["history"].any()
+
+
+def test_constant_gradient_closed_form():
+    """h_t = t g^2; step t moves lr * g / sqrt(t g^2 + delta)."""
+    lr, delta = 0.01, 1e-4
+    up = adagrad(fixed_lr(lr), delta=delta)
+    g = np.array([0.5, -2.0, 0.0])
+    w = np.zeros(3, np.float32)
+    state = up.init_state(w)
+    expect = np.zeros(3)
+    for t in range(1, 9):
+        up.apply(t - 1, w, g.astype(np.float32), state)
+        h_t = t * g * g
+        expect -= lr * g / np.sqrt(h_t + delta)
+        np.testing.assert_allclose(state["history"], h_t, rtol=1e-6, atol=0)
+        np.testing.assert_allclose(w, expect, rtol=1e-5, atol=1e-7)
+
+
+def test_configured_delta_is_honoured_inside_the_square_root():
+    """Deviation from 0.3 (which always used 1e-8): delta = 0.75 gives 0.5/sqrt(0.25+0.75)."""
+    up = adagrad(fixed_lr(1.0), delta=0.75)
+    w = np.zeros(1, np.float32)
+    up.apply(0, w, np.array([0.5], np.float32), up.init_state(w))
+    assert float(w[0]) == pytest.approx(-0.5 / np.sqrt(0.25 + 0.75), rel=1e-6)  # not /1.25
+
+
+def test_clip_before_scale():
+    up = adagrad(fixed_lr(1.0), delta=1.0, clip_low=-1.0, clip_high=1.0)
+    w = np.zeros(2, np.float32)
+    state = up.init_state(w)
+    up.apply(0, w, np.array([3.0, 0.5], np.float32), state, scale=0.5)
+    g = np.array([0.5, 0.25])  # clipped to [1, 0.5] first, then * 0.5
+    np.testing.assert_allclose(state["history"], g * g, rtol=1e-6)
+    np.testing.assert_allclose(w, -g / np.sqrt(g * g + 1.0), rtol=1e-6)
+
+
+@pytest.mark.parametrize("clip", [(0.0, 0.0), (-3.0, 3.0)])
+def test_least_squares_matches_float64_reference(clip):
+    """Caffe-style run on 0.5*||A w - b||^2 with every option on, over 25 steps."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((8, 3))
+    b = rng.standard_normal(8)
+
+    def grad_fn(w):
+        return 2 * a.T @ (a @ w - b)  # summed over 2 "replicas"; s = 1/2
+
+    w0 = np.array([1.0, -1.0, 0.5])
+    assert np.abs(grad_fn(w0)).max() > 3.0  # the clip bites
+    opts = dict(
+        base_lr=0.05,
+        gamma=0.7,
+        freq=5,
+        delta=1e-6,
+        wd=0.01,
+        wd_scale=2.0,
+        lr_scale=0.8,
+        s=0.5,
+        clip=clip,
+    )
+    ref = reference(w0, grad_fn, 25, **opts)
+
+    up = adagrad(
+        step_lr(0.05, 0.7, 5),
+        delta=1e-6,
+        weight_decay=0.01,
+        clip_low=clip[0],
+        clip_high=clip[1],
+    )
+    w = w0.astype(np.float32)
+    state = up.init_state(w)
+    for step in range(25):
+        g = grad_fn(w.astype(np.float64)).astype(np.float32)
+        up.apply(step, w, g, state, scale=0.5, lr_scale=0.8, wd_scale=2.0)
+        np.testing.assert_allclose(w, ref[step], rtol=1e-4, atol=1e-5)
+    loss0 = 0.5 * np.sum((a @ w0 - b) ** 2)
+    assert 0.5 * np.sum((a @ w.astype(np.float64) - b) ** 2) < loss0
+
+
+def _shard(updater, w):
+    shard = ParamShard(updater)
+    shard.put(0, w, 0, lr_scale=0.5, wd_scale=2.0, num_total=2, num_replicas=2)
+    return shard
+
+
+def _feed(shard, step, g):
+    shard.update(0, step, g.copy())
+    return shard.update(0, step, (0.5 * g).astype(np.float32))
+
+
+def make():
+    return adagrad(step_lr(0.02, 0.5, 3), weight_decay=0.05, clip_low=-1, clip_high=1)
+
+
+def test_snapshot_restore_is_bit_exact():
+    rng = np.random.default_rng(1)
+    w0 = rng.standard_normal((4, 3)).astype(np.float32)
+    grads = [rng.standard_normal((4, 3)).astype(np.float32) for _ in range(10)]
+    names = {0: "w"}
+
+    w_full = w0.copy()
+    full = _shard(make(), w_full)
+    for step, g in enumerate(grads):
+        assert _feed(full, step, g) == step + 1
+
+    w_part = w0.copy()
+    part = _shard(make(), w_part)
+    for step in range(4):
+        _feed(part, step, grads[step])
+    snap = {k: v.copy() for k, v in part.state_arrays(names).items()}
+    assert set(snap) == {"w::history"}
+
+    w_resumed = w_part.copy()
+    resumed = _shard(make(), w_resumed)
+    resumed.load_state_arrays(names, snap)
+    w_fresh = w_part.copy()
+    fresh = _shard(make(), w_fresh)  # same values, history lost
+    for step in range(4, 10):
+        _feed(resumed, step, grads[step])
+        _feed(fresh, step, grads[step])
+    np.testing.assert_array_equal(w_resumed, w_full)
+    for k, v in full.state_arrays(names).items():
+        np.testing.assert_array_equal(resumed.state_arrays(names)[k], v)
+    assert not np.array_equal(w_fresh, w_full)  # the history matters
+
+
+def test_momentum_is_ignored():
+    a, b = adagrad(fixed_lr(0.1)), adagrad(fixed_lr(0.1), momentum=0.9)
+    wa, wb = np.ones(2, np.float32), np.ones(2, np.float32)
+    sa, sb = a.init_state(wa), b.init_state(wb)
+    for step in range(5):
+        a.apply(step, wa, np.array([0.3, -0.2], np.float32), sa)
+        b.apply(step, wb, np.array([0.3, -0.2], np.float32), sb)
+    np.testing.assert_array_equal(wa, wb)
+
+
+@pytest.mark.parametrize("delta", [0.0, -1e-8])
+def test_delta_must_be_positive(delta):
+    with pytest.raises(SingaError, match="delta") as err:
+        adagrad(fixed_lr(0.1), delta=delta)
+    assert err.value.help
+
+
+def test_update_is_in_place_and_allocation_free():
+    """The scratch array is allocated on the first update only."""
+    up = adagrad(fixed_lr(0.01), weight_decay=0.01, clip_low=-1, clip_high=1)
+    n = 1_000_000
+    w = np.ones(n, np.float32)
+    g = np.full(n, 0.5, np.float32)
+    state = up.init_state(w)
+    value_id = id(w)
+    up.apply(0, w, g.copy(), state, scale=0.5, lr_scale=2.0, wd_scale=1.0)
+    tracemalloc.start()
+    try:
+        up.apply(1, w, g, state, scale=0.5, lr_scale=2.0, wd_scale=1.0)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert id(w) == value_id and w.dtype == np.float32
+    assert peak < 64 * 1024
