@@ -137,13 +137,17 @@ class NeuralNet:
                 phase=phase,
             )
             layer = layer_cls(conf, ctx)
-            srcs = [net.by_name[s].output_for(layer) for s in spec.srcs]
+            # a source later in the order (only for order_after_first_src_only layers, e.g.
+            # the visible RBM layer's hidden layer) is None at setup and filled in below
+            srcs = [
+                net.by_name[s].output_for(layer) if s in net.by_name else None for s in spec.srcs
+            ]
             try:
                 layer.setup(srcs)
             except SingaError as err:
                 raise err.located(layer_locate()) from None
             except (ValueError, IndexError, TypeError) as exc:
-                shapes = ", ".join(f"{s.name} {s.shape}" for s in srcs) or "no sources"
+                shapes = ", ".join(f"{s.name} {s.shape}" for s in srcs if s) or "no sources"
                 raise SingaError(
                     f"layer '{conf.name}' ({type_name}) could not be set up: {exc}",
                     where=layer_locate(),
@@ -155,6 +159,11 @@ class NeuralNet:
             net._srcs[layer.name] = srcs
             net.specs[layer.name] = spec
 
+        for layer in net.layers:  # resolve the forward references
+            srcs = net._srcs[layer.name]
+            for i, name in enumerate(net.specs[layer.name].srcs):
+                if srcs[i] is None:
+                    srcs[i] = net.by_name[name].output_for(layer)
         _bind_params(net, locate, get_plugin, seed, init_params)
         return net
 
@@ -314,7 +323,8 @@ def _topological_order(specs: list[LayerSpec], get_plugin, locate) -> list[Layer
     """Kahn's algorithm, stable in configuration order.
 
     A layer class may set ``order_after_first_src_only = True`` (SINGA's bidirectional RBM
-    edges): then only its first source must come before it.
+    edges): then only its first source must come before it, and the sources that come
+    later are ``None`` in its ``setup`` (the net fills them in before any forward).
     """
     index = {s.conf.name: i for i, s in enumerate(specs)}
     deps: dict[str, set[str]] = {}

@@ -1,0 +1,69 @@
+"""kRBMHid: the hidden layer of an RBM (SINGA 0.3 §2.3 RBMHidLayer, §5.3 CD).
+
+srclayers = [the kRBMVis layer] (set up, it links that layer to itself as ``hid_layer``);
+``rbm_conf { hdim (required), gaussian (default false) }``.
+Params: 0 ``weight`` W ``(hdim, vdim)`` (normally ``share_from`` the visible layer's weight),
+1 ``bias`` b_h ``(hdim,)``. Phases (bit flags), with ``f = σ`` (identity if ``gaussian``):
+
+* ``kPositive``: ``h_pos = f(v_pos·Wᵀ + b_h)``, ``pos_sample`` drawn from it;
+* ``kNegative``: ``h_neg = f(v_neg·Wᵀ + b_h)`` from the visible layer's reconstruction
+  probabilities (not samples), ``neg_sample`` drawn from it.
+
+Samples: binary units ``~ Bernoulli(prob)``; gaussian units ``prob + N(0, 1)``.
+``backward`` (``kTrain``): ``gb_h = (Σ h_neg − Σ h_pos)/B``; the weight's gradient is 0 (the
+visible layer computes the weight gradient of the shared tensor).
+
+Deviation from 0.3: the samples are drawn in ``forward`` (0.3 drew them when the visible layer
+asked for them); the same distribution, a different use of the random stream.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from plugins.layers._rbm import RBMLayer, sigmoid
+from singa_core.layer import kNegative, kPositive
+from singa_core.param import DTYPE
+
+
+class RBMHidLayer(RBMLayer):
+    type_names = ("kRBMHid",)
+    num_srclayers = (1, 1)
+
+    def setup(self, srcs):
+        self.expect_srcs(srcs)
+        self.read_conf()
+        vis = srcs[0]
+        if not hasattr(vis, "neg_data") or vis.data is None:
+            raise self.error(
+                f"layer '{self.name}' (kRBMHid) reads a kRBMVis layer; its source "
+                f"'{vis.name}' is a {type(vis).__name__}",
+                field="srclayers",
+            )
+        batch, vdim = vis.data.shape
+        self.vdim = int(vdim)
+        self.weight = self.create_param(0, (self.hdim, self.vdim), "weight")
+        self.bias = self.create_param(1, (self.hdim,), "bias")
+        self.alloc_blobs(int(batch), self.hdim)
+        if getattr(vis, "hid_layer", None) is None:
+            vis.hid_layer = self  # the visible layer may list only its input as source
+
+    def _hidden(self, v: np.ndarray, out: np.ndarray, sample: np.ndarray) -> None:
+        np.dot(v, self.weight.value.T, out=out)
+        out += self.bias.value
+        if not self.gaussian:
+            sigmoid(out, out)
+        self.sample(out, sample, self.gaussian)
+
+    def forward(self, phase, srcs):
+        vis = srcs[0]
+        if phase & kPositive:
+            self._hidden(vis.pos_data, self.pos_data, self.pos_sample)
+        if phase & kNegative:
+            self._hidden(vis.neg_data, self.neg_data, self.neg_sample)
+
+    def backward(self, phase, srcs):
+        inv_b = DTYPE(1.0 / self.pos_data.shape[0])
+        self.weight.grad.fill(0)
+        np.subtract(self.neg_data.sum(axis=0), self.pos_data.sum(axis=0), out=self.bias.grad)
+        self.bias.grad *= inv_b

@@ -1,0 +1,93 @@
+"""kRBMVis: the visible layer of an RBM (SINGA 0.3 §2.3 RBMVisLayer, §5.3 CD).
+
+srclayers = [input, the kRBMHid layer] as in 0.3 (the hidden layer comes later in net order:
+it is None during setup and filled in by the net), or just [input]: a kRBMHid layer reading
+this layer links itself as ``hid_layer`` when it is set up. ``rbm_conf.hdim`` (required) is
+the hidden size.
+Params: 0 ``weight`` W ``(hdim, vdim)``, 1 ``bias`` b_v ``(vdim,)``; ``vdim`` is the input's
+feature size (the input is flattened to ``(B, vdim)``). Phases (bit flags):
+
+* ``kPositive``: ``v_pos = input`` (a copy); the next negative phase is the first Gibbs step;
+* ``kNegative``: take the hidden layer's sample ``h`` (``pos_sample`` on the first Gibbs step,
+  else ``neg_sample``) and reconstruct ``v_neg = σ(h·W + b_v)`` (probabilities); with
+  ``kTest`` also add the metric "Squared Error" = ``Σ(v_pos − v_neg)²/B`` (0.3's ToString
+  "Squared Error = <error/counter>").
+
+``backward`` (the CD worker's gradient phase, ``kTrain``) writes the update direction with
+h the hidden layer's probabilities::
+
+    gW = (h_negᵀ v_neg − h_posᵀ v_pos)/B,   gb_v = (Σ v_neg − Σ v_pos)/B
+
+Deviations from 0.3: the layer is not flagged as a loss layer (it reports a metric, no
+``loss``); ``share_from`` gradients are summed, not averaged (docs/compat.md "share_from
+gradients"), so the weight gradient is not halved by the hidden layer's zero contribution.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from plugins.layers._rbm import RBMLayer, sigmoid
+from singa_core.layer import kNegative, kPositive, kTest
+from singa_core.param import DTYPE
+
+
+class RBMVisLayer(RBMLayer):
+    type_names = ("kRBMVis",)
+    num_srclayers = (1, 2)
+
+    def setup(self, srcs):
+        self.expect_srcs(srcs)
+        self.read_conf()
+        x = srcs[0].data
+        if x is None or x.ndim < 2:
+            raise self.error(
+                f"layer '{self.name}' (kRBMVis) needs a [batch, features...] input as its "
+                f"first source; '{srcs[0].name}' has shape {None if x is None else x.shape}",
+                field="srclayers",
+            )
+        batch, vdim = int(x.shape[0]), int(np.prod(x.shape[1:]))
+        self.vdim = vdim
+        self.weight = self.create_param(0, (self.hdim, vdim), "weight")
+        self.bias = self.create_param(1, (vdim,), "bias")
+        self.alloc_blobs(batch, vdim)
+        self._first_gibbs = True
+        self.hid_layer = srcs[1] if len(srcs) > 1 else None
+
+    def hidden(self, srcs) -> RBMLayer:
+        """The kRBMHid layer: the second source, else the one that linked itself."""
+        hid = srcs[1] if len(srcs) > 1 and srcs[1] is not None else self.hid_layer
+        if hid is None:
+            raise self.error(
+                f"layer '{self.name}' (kRBMVis) has no kRBMHid layer reading it",
+                field="srclayers",
+                help='add a `type: kRBMHid srclayers: "<this layer>"` layer',
+            )
+        return hid
+
+    def forward(self, phase, srcs):
+        if phase & kPositive:
+            x = srcs[0].data
+            self.pos_data[...] = x.reshape(x.shape[0], -1)
+            self._first_gibbs = True
+        if phase & kNegative:
+            hid = self.hidden(srcs)
+            h = hid.pos_sample if self._first_gibbs else hid.neg_sample
+            self._first_gibbs = False
+            np.dot(h, self.weight.value, out=self.neg_data)
+            self.neg_data += self.bias.value
+            sigmoid(self.neg_data, self.neg_data)
+            if phase & kTest:
+                batch = self.pos_data.shape[0]
+                diff = self.pos_data.astype(np.float64) - self.neg_data
+                self.add_metric("Squared Error", float(np.sum(diff * diff)) / batch)
+
+    def backward(self, phase, srcs):
+        hid = self.hidden(srcs)
+        inv_b = DTYPE(1.0 / self.pos_data.shape[0])
+        gw = self.weight.grad
+        np.dot(hid.neg_data.T, self.neg_data, out=gw)
+        gw -= hid.pos_data.T @ self.pos_data
+        gw *= inv_b
+        np.subtract(self.neg_data.sum(axis=0), self.pos_data.sum(axis=0), out=self.bias.grad)
+        self.bias.grad *= inv_b
