@@ -4,29 +4,19 @@ Expected values are computed here in float64 from SINGA 0.3's formulas (no bias
 correction, epsilon inside the square root), not with the implementation under test.
 """
 
-import tracemalloc
-
 import numpy as np
 import pytest
 
-from plugins.lr_changes.fixed import FixedLR
-from plugins.lr_changes.step import StepLR
 from plugins.updaters.adam import AdamUpdater
 from singa_core.errors import SingaError
 from singa_core.plugin_host import get_host
 from singa_core.schema import job_pb2
-from singa_core.stub import ParamShard
-
-
-def fixed_lr(base_lr):
-    return FixedLR(job_pb2.LRGenProto(type=job_pb2.kFixed, base_lr=base_lr))
-
-
-def step_lr(base_lr, gamma, change_freq):
-    conf = job_pb2.LRGenProto(type=job_pb2.kStep, base_lr=base_lr)
-    conf.step_conf.gamma = gamma
-    conf.step_conf.change_freq = change_freq
-    return StepLR(conf)
+from tests.updaters.updater_checks import (
+    check_in_place_allocation_free,
+    check_snapshot_restore,
+    fixed_lr,
+    step_lr,
+)
 
 
 def adam(lr, beta1=None, beta2=None, **conf):
@@ -161,51 +151,12 @@ def test_least_squares_matches_float64_reference(clip):
     assert 0.5 * np.sum((a @ w.astype(np.float64) - b) ** 2) < loss0
 
 
-def _shard(updater, w):
-    shard = ParamShard(updater)
-    shard.put(0, w, 0, lr_scale=0.5, wd_scale=2.0, num_total=2, num_replicas=2)
-    return shard
-
-
-def _feed(shard, step, g):
-    shard.update(0, step, g.copy())
-    return shard.update(0, step, (0.5 * g).astype(np.float32))
-
-
 def make():
     return adam(step_lr(0.02, 0.5, 3), beta1=0.7, beta2=0.9, weight_decay=0.05)
 
 
 def test_snapshot_restore_is_bit_exact():
-    rng = np.random.default_rng(1)
-    w0 = rng.standard_normal((4, 3)).astype(np.float32)
-    grads = [rng.standard_normal((4, 3)).astype(np.float32) for _ in range(10)]
-    names = {0: "w"}
-
-    w_full = w0.copy()
-    full = _shard(make(), w_full)
-    for step, g in enumerate(grads):
-        assert _feed(full, step, g) == step + 1
-
-    w_part = w0.copy()
-    part = _shard(make(), w_part)
-    for step in range(4):
-        _feed(part, step, grads[step])
-    snap = {k: v.copy() for k, v in part.state_arrays(names).items()}
-    assert set(snap) == {"w::m", "w::v"}
-
-    w_resumed = w_part.copy()
-    resumed = _shard(make(), w_resumed)
-    resumed.load_state_arrays(names, snap)
-    w_fresh = w_part.copy()
-    fresh = _shard(make(), w_fresh)  # same values, history lost
-    for step in range(4, 10):
-        _feed(resumed, step, grads[step])
-        _feed(fresh, step, grads[step])
-    np.testing.assert_array_equal(w_resumed, w_full)
-    for k, v in full.state_arrays(names).items():
-        np.testing.assert_array_equal(resumed.state_arrays(names)[k], v)
-    assert not np.array_equal(w_fresh, w_full)  # the history matters
+    check_snapshot_restore(make, {"w::m", "w::v"})
 
 
 @pytest.mark.parametrize(
@@ -227,17 +178,4 @@ def test_config_errors(field, value, match):
 
 def test_update_is_in_place_and_allocation_free():
     up = adam(fixed_lr(0.01), weight_decay=0.01)
-    n = 1_000_000
-    w = np.ones(n, np.float32)
-    g = np.full(n, 0.5, np.float32)
-    state = up.init_state(w)
-    value_id = id(w)
-    up.apply(0, w, g.copy(), state, scale=0.5, lr_scale=2.0, wd_scale=1.0)
-    tracemalloc.start()
-    try:
-        up.apply(1, w, g, state, scale=0.5, lr_scale=2.0, wd_scale=1.0)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert id(w) == value_id and w.dtype == np.float32
-    assert peak < 64 * 1024
+    check_in_place_allocation_free(up)

@@ -9,21 +9,9 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from plugins.lr_changes.fixed import FixedLR
-from plugins.lr_changes.step import StepLR
 from plugins.updaters.sgd import SGDUpdater
 from singa_core.schema import job_pb2
-
-
-def fixed_lr(base_lr):
-    return FixedLR(job_pb2.LRGenProto(type=job_pb2.kFixed, base_lr=base_lr))
-
-
-def step_lr(base_lr, gamma, change_freq):
-    conf = job_pb2.LRGenProto(type=job_pb2.kStep, base_lr=base_lr)
-    conf.step_conf.gamma = gamma
-    conf.step_conf.change_freq = change_freq
-    return StepLR(conf)
+from tests.updaters.updater_checks import fixed_lr, step_lr
 
 
 def sgd(lr, **conf):
