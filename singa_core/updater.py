@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from singa_core.blas import axpy
+from singa_core.errors import SingaError
 
 __all__ = ["LRChange", "Updater", "axpy"]
 
@@ -49,9 +50,28 @@ class Updater:
         self.delta = float(conf.delta)
         self.clip_low = float(conf.clip_low)
         self.clip_high = float(conf.clip_high)
+        self._scratch: dict[int, np.ndarray] = {}  # see scratch()
 
     def init_state(self, value: np.ndarray) -> dict[str, np.ndarray]:
         return {n: np.zeros_like(value) for n in self.state_names}
+
+    def require_positive_delta(self) -> None:
+        """For updaters dividing by ``sqrt(... + delta)``: a configuration error unless
+        ``delta > 0``."""
+        if not self.delta > 0:
+            raise SingaError(
+                f"{getattr(self, 'type_names', (type(self).__name__,))[0]} needs "
+                f"updater.delta > 0 (got {self.delta})",
+                help="leave delta out for the default 1e-8, or set e.g. `delta: 1e-8`",
+            )
+
+    def scratch(self, like: np.ndarray) -> np.ndarray:
+        """A float32 work array shaped like ``like``: one per size, reused by every later
+        update (not state: never checkpointed)."""
+        buf = self._scratch.get(like.size)
+        if buf is None:
+            buf = self._scratch[like.size] = np.empty(like.size, np.float32)
+        return buf.reshape(like.shape)
 
     def prologue(
         self, value: np.ndarray, grad: np.ndarray, scale: float, wd_scale: float, clip: bool = True

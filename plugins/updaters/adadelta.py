@@ -43,18 +43,7 @@ class AdaDeltaUpdater(Updater):
                 f"kAdaDelta needs 0 <= updater.adadelta_conf.rho < 1 (got {self.rho})",
                 help="leave rho out for the default 0.9, or set e.g. `adadelta_conf { rho: 0.95 }`",
             )
-        if not self.delta > 0:
-            raise SingaError(
-                f"kAdaDelta needs updater.delta > 0 (got {self.delta})",
-                help="leave delta out for the default 1e-8, or set e.g. `delta: 1e-6`",
-            )
-        self._scratch: dict[int, np.ndarray] = {}
-
-    def _buf(self, like: np.ndarray) -> np.ndarray:
-        buf = self._scratch.get(like.size)
-        if buf is None:
-            buf = self._scratch[like.size] = np.empty(like.size, np.float32)
-        return buf.reshape(like.shape)
+        self.require_positive_delta()
 
     def apply(
         self,
@@ -72,7 +61,7 @@ class AdaDeltaUpdater(Updater):
         rho = np.float32(self.rho)
         delta = np.float32(self.delta)
         h, u = state["history"], state["update"]
-        tmp = self._buf(g)
+        tmp = self.scratch(g)
         np.multiply(g, g, out=tmp)
         h *= rho
         axpy(1 - rho, tmp, h)  # h <- rho * h + (1 - rho) * g^2

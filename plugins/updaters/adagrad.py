@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from singa_core.errors import SingaError
 from singa_core.updater import Updater, axpy
 
 
@@ -35,18 +34,7 @@ class AdaGradUpdater(Updater):
 
     def __init__(self, conf, lr) -> None:
         super().__init__(conf, lr)
-        if not self.delta > 0:
-            raise SingaError(
-                f"kAdaGrad needs updater.delta > 0 (got {self.delta})",
-                help="leave delta out for the default 1e-8, or set e.g. `delta: 1e-8`",
-            )
-        self._scratch: dict[int, np.ndarray] = {}
-
-    def _buf(self, like: np.ndarray) -> np.ndarray:
-        buf = self._scratch.get(like.size)
-        if buf is None:
-            buf = self._scratch[like.size] = np.empty(like.size, np.float32)
-        return buf.reshape(like.shape)
+        self.require_positive_delta()
 
     def apply(
         self,
@@ -62,7 +50,7 @@ class AdaGradUpdater(Updater):
         g = self.prologue(value, grad, scale, wd_scale)
         lr = np.float32(self.lr(step) * lr_scale)
         h = state["history"]
-        tmp = self._buf(g)
+        tmp = self.scratch(g)
         np.multiply(g, g, out=tmp)
         h += tmp  # h <- h + g^2
         np.add(h, np.float32(self.delta), out=tmp)

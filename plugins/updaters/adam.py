@@ -47,11 +47,7 @@ class AdamUpdater(Updater):
                     help="leave it out for the defaults, or set e.g. "
                     "`adam_conf { beta1: 0.9 beta2: 0.999 }`",
                 )
-        if not self.delta > 0:
-            raise SingaError(
-                f"kAdam needs updater.delta > 0 (got {self.delta})",
-                help="leave delta out for the default 1e-8, or set e.g. `delta: 1e-8`",
-            )
+        self.require_positive_delta()
 
     def apply(
         self,

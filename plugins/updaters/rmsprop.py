@@ -48,18 +48,7 @@ class RMSPropUpdater(Updater):
                 f"kRMSProp needs 0 <= updater.rmsprop_conf.rho < 1 (got {self.rho})",
                 help="rho is the decay of the squared-gradient average, e.g. `rho: 0.9`",
             )
-        if not self.delta > 0:
-            raise SingaError(
-                f"kRMSProp needs updater.delta > 0 (got {self.delta})",
-                help="leave delta out for the default 1e-8, or set e.g. `delta: 1e-8`",
-            )
-        self._scratch: dict[int, np.ndarray] = {}
-
-    def _buf(self, like: np.ndarray) -> np.ndarray:
-        buf = self._scratch.get(like.size)
-        if buf is None:
-            buf = self._scratch[like.size] = np.empty(like.size, np.float32)
-        return buf.reshape(like.shape)
+        self.require_positive_delta()
 
     def apply(
         self,
@@ -76,7 +65,7 @@ class RMSPropUpdater(Updater):
         lr = np.float32(self.lr(step) * lr_scale)
         rho = np.float32(self.rho)
         h = state["history"]
-        tmp = self._buf(g)
+        tmp = self.scratch(g)
         np.multiply(g, g, out=tmp)
         h *= rho
         axpy(1 - rho, tmp, h)  # h <- rho * h + (1 - rho) * g^2
