@@ -25,21 +25,15 @@ already happened, so a resumed job continues with the very next record.
 from __future__ import annotations
 
 import math
-import os
 from typing import Any
 
 import numpy as np
 
+from plugins.layers._records import key_text, open_store
 from singa_core.errors import SingaError
 from singa_core.layer import InputLayer, kDeploy
 from singa_core.param import DTYPE
 from singa_core.store import KREAD
-
-
-def _key_text(key: bytes | str) -> str:
-    if isinstance(key, bytes):
-        return key.decode("utf-8", errors="replace")
-    return str(key)
 
 
 class StoreInputLayer(InputLayer):
@@ -144,21 +138,7 @@ class StoreInputLayer(InputLayer):
         return bs
 
     def _open(self, path: str):
-        get = self.ctx.get_plugin
-        if get is None:
-            from singa_core.plugin_host import get_host
-
-            get = get_host().get
-        try:
-            store = get("store", self.backend)()
-            store.open(path, KREAD)
-        except SingaError as err:
-            if not os.path.isabs(path) and not os.path.exists(path):
-                err.notes.append(
-                    f"relative paths are resolved from the current directory {os.getcwd()}"
-                )
-            raise err.located(self.ctx.locate("store_conf")) from None
-        return store
+        return open_store(self, self.backend, path, KREAD, "store_conf")
 
     def _standardiser(self, sc, what: str) -> np.ndarray | None:
         file_field, value_field = f"{what}_file", f"{what}_value"
@@ -209,7 +189,7 @@ class StoreInputLayer(InputLayer):
 
     def bad_record(self, key: bytes, message: str) -> SingaError:
         return self.error(
-            f"layer '{self.name}': record '{_key_text(key)}' of '{self.conf.store_conf.path}' "
+            f"layer '{self.name}': record '{key_text(key)}' of '{self.conf.store_conf.path}' "
             f"{message}",
             field="store_conf",
         )
