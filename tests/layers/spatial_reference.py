@@ -1,9 +1,11 @@
 """Straightforward float64 references for convolution and pooling (loops over the output
-positions), used by the convolution and pooling layer tests."""
+positions), and sources in the batch-innermost layout, used by the spatial layer tests."""
 
 from __future__ import annotations
 
 import numpy as np
+
+from tests.gradcheck import SourceLayer
 
 
 def pad4(x, ph, pw, value=0.0):
@@ -83,3 +85,13 @@ def batch_innermost_copy(x):
     return np.ascontiguousarray(np.asarray(x, np.float32).transpose(1, 2, 3, 0)).transpose(
         3, 0, 1, 2
     )
+
+
+def strided_source(x) -> SourceLayer:
+    """A SourceLayer whose data and grad are batch-innermost NCHW views (what convolution
+    and pooling layers hand on)."""
+    src = SourceLayer(x)
+    src.data = batch_innermost_copy(x)
+    src.grad = np.zeros_like(src.data)
+    assert not src.data.flags.c_contiguous and src.grad.strides == src.data.strides
+    return src

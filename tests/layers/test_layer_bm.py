@@ -16,7 +16,7 @@ from tests.gradcheck import (
     make_ctx,
     peak_bytes,
 )
-from tests.layers.test_layer_lrn import batch_innermost, strided_source
+from tests.layers.spatial_reference import batch_innermost_copy, strided_source
 
 FWD, BWD = kTrain | kForward, kTrain | kBackward
 TFWD, TBWD = kTest | kForward, kTest | kBackward
@@ -193,7 +193,7 @@ def test_grad_buffer_in_another_layout_and_source_without_gradient():
     x = rng.standard_normal((4, 3, 2, 5))
     g = rng.standard_normal(x.shape)
     src = SourceLayer(x)
-    src.data = batch_innermost(x)
+    src.data = batch_innermost_copy(x)
     src.grad = np.zeros(x.shape, np.float32)  # C-contiguous although data is strided
     layer = make(src)
     gamma, beta = layer.scale.value.copy(), layer.bias.value.copy()

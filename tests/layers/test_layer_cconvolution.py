@@ -8,7 +8,7 @@ from plugins.layers.cconvolution import CConvolutionLayer
 from singa_core.errors import SingaError
 from singa_core.layer import kBackward, kForward, kTrain
 from tests.gradcheck import GradCase, GradientChecker, SourceLayer, build, layer_conf, make_ctx
-from tests.layers.spatial_reference import batch_innermost_copy, conv_backward, conv_forward
+from tests.layers.spatial_reference import conv_backward, conv_forward, strided_source
 
 PARAMS = 'param { name: "w" } param { name: "b" }'
 
@@ -17,13 +17,6 @@ def conv(srcs, conv_conf, **kw):
     return build(
         CConvolutionLayer, f'name: "conv" convolution_conf {{ {conv_conf} }} {PARAMS}', srcs, **kw
     )
-
-
-def strided_source(x):
-    src = SourceLayer(x)
-    src.data = batch_innermost_copy(x)
-    src.grad = np.zeros_like(src.data)
-    return src
 
 
 GEOMETRIES = [

@@ -6,7 +6,7 @@ import numpy as np
 from plugins.layers.convolution import ConvolutionLayer
 from singa_core.layer import kBackward, kForward, kTrain
 from tests.gradcheck import GradCase, SourceLayer, build
-from tests.layers.spatial_reference import batch_innermost_copy, conv_backward, conv_forward
+from tests.layers.spatial_reference import conv_backward, conv_forward, strided_source
 
 PARAMS = 'param { name: "w" } param { name: "b" }'
 
@@ -58,9 +58,7 @@ def _cases(tmp_path):
     for text in ("num_filters: 2 kernel: 3", "num_filters: 3 kernel: 5 pad: 2 stride: 2"):
         src = SourceLayer(x)
         cases.append(GradCase(conv([src], text), [src]))
-    strided = SourceLayer(x)
-    strided.data = batch_innermost_copy(x)
-    strided.grad = np.zeros_like(strided.data)
+    strided = strided_source(x)
     cases.append(GradCase(conv([strided], "num_filters: 2 kernel: 3 pad: 1"), [strided]))
     return cases
 

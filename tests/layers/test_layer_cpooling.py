@@ -16,18 +16,11 @@ from tests.gradcheck import (
     make_ctx,
     peak_bytes,
 )
-from tests.layers.spatial_reference import batch_innermost_copy, pool_forward_backward
+from tests.layers.spatial_reference import pool_forward_backward, strided_source
 
 
 def pool(srcs, pool_conf):
     return build(CPoolingLayer, f'name: "pool" pooling_conf {{ {pool_conf} }}', srcs)
-
-
-def strided_source(x):
-    src = SourceLayer(x)
-    src.data = batch_innermost_copy(x)
-    src.grad = np.zeros_like(src.data)
-    return src
 
 
 GEOMETRIES = [

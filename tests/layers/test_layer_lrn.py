@@ -16,24 +16,9 @@ from tests.gradcheck import (
     make_ctx,
     peak_bytes,
 )
+from tests.layers.spatial_reference import batch_innermost_copy, strided_source
 
 FWD, BWD = kTrain | kForward, kTrain | kBackward
-
-
-def batch_innermost(x: np.ndarray) -> np.ndarray:
-    """``x`` (B, C, H, W) as the NCHW view of a (C, H, W, B) buffer, as conv/pool hand on."""
-    return np.ascontiguousarray(np.asarray(x, np.float32).transpose(1, 2, 3, 0)).transpose(
-        3, 0, 1, 2
-    )
-
-
-def strided_source(x: np.ndarray) -> SourceLayer:
-    """A SourceLayer whose data and grad are batch-innermost views."""
-    src = SourceLayer(x)
-    src.data = batch_innermost(x)
-    src.grad = np.zeros_like(src.data)
-    assert not src.data.flags.c_contiguous and src.grad.strides == src.data.strides
-    return src
 
 
 def lrn_conf(n=3, alpha=1.0, beta=0.75, knorm=1.0, name="norm"):
@@ -104,8 +89,8 @@ def test_cifar_settings_and_grad_buffer_in_another_layout():
     rng = np.random.default_rng(5)
     x = np.abs(rng.standard_normal((4, 8, 5, 5))) * 30
     g = rng.standard_normal(x.shape)
-    src = SourceLayer(batch_innermost(x))
-    src.data = batch_innermost(x)
+    src = SourceLayer(batch_innermost_copy(x))
+    src.data = batch_innermost_copy(x)
     src.grad = np.zeros(x.shape, np.float32)  # C-contiguous although data is strided
     layer = build(LRNLayer, lrn_conf(3, 5e-05, 0.75, 1.0), [src])
     y, gx = run(layer, src, g)
