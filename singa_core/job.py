@@ -22,7 +22,7 @@ from singa_core.checkpoint import (
 from singa_core.config import JobConfig
 from singa_core.errors import SingaError
 from singa_core.layer import kTest, kTrain, kVal
-from singa_core.net import NeuralNet, layer_type_name
+from singa_core.net import NeuralNet, init_param, layer_type_name
 from singa_core.plugin_host import PluginHost
 from singa_core.schema import job_pb2
 
@@ -235,7 +235,7 @@ def prepare_job(
         job.seed = secrets.randbits(31)
     prepared = PreparedJob(cfg=cfg, host=host, seed=int(job.seed), workspace=wsp, resume=found)
     _check_conflicting_plugins(prepared)
-    prepared.make_worker()
+    worker = prepared.make_worker()
     prepared.make_updater()
     for p in job.checkpoint_path:
         if not os.path.exists(p):
@@ -244,22 +244,55 @@ def prepare_job(
                 where=cfg.locate("checkpoint_path"),
                 help="checkpoint_path lists files like WORKSPACE/checkpoint/step1000-worker0",
             )
-    train = prepared.build_net(kTrain)
+    files = found[1] if found else list(job.checkpoint_path)
+    train = prepared.build_net(kTrain, init=not files)
     prepared.nets[kTrain] = train
-    if job.checkpoint_path and not found:
-        # SINGA's InitNetParams: load (later files override earlier ones), keep the rest
-        # initialised; done here so a bad checkpoint is reported before training
-        load_param_files(
-            train.owner_params,
-            list(job.checkpoint_path),
-            start_step=int(job.step),
-            reset_version=job.reset_param_version,
+    if not getattr(worker, "handles_unrolled_nets", False) and any(
+        p.grad_owner is not p for p in train.params
+    ):
+        raise SingaError(
+            f"the net is unrolled (unroll_len > 1) but algorithm "
+            f"{worker_type_name(job.train_one_batch)} does not train unrolled nets",
+            where=cfg.locate("train_one_batch"),
+            help="use `train_one_batch { alg: kBPTT }` (back-propagation through time), or "
+            "set unroll_len: 1",
         )
+    if files:
+        # SINGA's InitNetParams: load (later files override earlier ones), then initialise
+        # only the Params no file held: a loaded Param keeps its values whatever its saved
+        # version (SINGA-107) and needs no `init` (rbm2.conf's w1). Done here so a bad
+        # checkpoint is reported before training; the engine loads resume files again.
+        loaded = load_param_files(
+            train.owner_params,
+            files,
+            start_step=prepared.start_step,
+            reset_version=job.reset_param_version and not found,
+        )
+        _init_unloaded(prepared, train, loaded, files)
     for phase in prepared.phases()[1:]:
-        net = prepared.build_net(phase)
+        net = prepared.build_net(phase, init=not files)
         net.share_params_from(train, cfg.locate)
+        if files:  # the Params of this phase only
+            _init_unloaded(prepared, net, set(), files)
         prepared.nets[phase] = net
     return prepared
+
+
+def _init_unloaded(prepared: PreparedJob, net: NeuralNet, loaded: set[str], files) -> None:
+    """Initialise (version = start step) the owner Params no checkpoint file held."""
+    for layer in net.layers:
+        spec = net.specs[layer.name]
+        for j, p in enumerate(layer.params):
+            if not p.is_owner or p.name in loaded:
+                continue
+            where = None
+            if spec.conf_index is not None:
+                where = prepared.cfg.locate(f"neuralnet.layer[{spec.conf_index}].param[{j}]")
+            try:
+                init_param(p, prepared.get_plugin, prepared.seed, where, prepared.start_step)
+            except SingaError as err:
+                err.notes.append(f"it is in none of the checkpoints {', '.join(map(str, files))}")
+                raise
 
 
 def _check_conflicting_plugins(prepared: PreparedJob) -> None:

@@ -49,7 +49,11 @@ class Layer:
       (SINGA's kOneToMany: input layers, GRU);
     * ``is_loss``: reports a loss; the worker reads ``loss`` for gradient checks;
     * ``type_names``: the registered names (first canonical, the rest aliases) and
-      ``alias_note``, a reason printed once per job when an alias is used.
+      ``alias_note``, a reason printed once per job when an alias is used;
+    * ``recurrent``: in an unrolled net copy ``i#L`` also takes ``(i−1)#L`` as its last
+      source (kGRU). A recurrent layer without that source starts from its
+      ``initial_state`` (zeros unless a worker carries a state over, see
+      :meth:`carry_state`).
     """
 
     num_srclayers: tuple[int, int | None] = (1, 1)
@@ -57,10 +61,12 @@ class Layer:
     alias_note: str = ""
     one_to_many: bool = False
     is_loss: bool = False
+    recurrent: bool = False
 
     def __init__(self, conf, ctx: LayerContext | None = None) -> None:
         self.conf = conf  # singa.LayerProto
         self.name: str = conf.name
+        self.unroll_index: int = int(conf.unroll_index)  # which time step of an unrolled net
         self.ctx = ctx or LayerContext(rng=np.random.default_rng(0))
         self.params: list[Param] = []
         self.data: np.ndarray | None = None
@@ -101,6 +107,13 @@ class Layer:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         pass
+
+    def carry_state(self, last: Layer | None = None) -> None:
+        """Recurrent layers: make ``last``'s output (default: this layer's own) the state
+        the next forward starts from, when the layer has no previous-step source."""
+
+    def reset_state(self) -> None:
+        """Recurrent layers: start from the zero state again."""
 
     def close(self) -> None:
         """Publish what the layer has written (output layers' files). Called after every

@@ -26,6 +26,7 @@ from singa_core.errors import Location, SingaError, did_you_mean
 from singa_core.layer import Layer, LayerContext, kTest, kTrain, kVal
 from singa_core.param import Param
 from singa_core.schema import job_pb2
+from singa_core.unrolling import split_unrolled_name, unroll
 
 PHASE_NAMES = {kTrain: "kTrain", kVal: "kVal", kTest: "kTest"}
 
@@ -54,8 +55,10 @@ class LayerSpec:
     srcs: list[str] = field(default_factory=list)
 
 
-# Graph transforms run after the phase filter: (specs, phase, job) -> specs.
-GRAPH_TRANSFORMS: list[Callable] = []
+# Graph transforms run after the phase filter and the source check, in order:
+# ``(specs, phase, job, get_plugin, locate) -> specs``. Unrolling (§4 step 3) is the first;
+# partitioning (§4 steps 6-7) plugs in after it.
+GRAPH_TRANSFORMS: list[Callable] = [unroll]
 
 
 def layer_type_name(conf) -> str:
@@ -104,9 +107,9 @@ class NeuralNet:
         locate = locate or (lambda path=None: None)
         net = cls(phase)
         specs = _phase_filter(job.neuralnet, phase, locate)
-        for transform in GRAPH_TRANSFORMS:
-            specs = transform(specs, phase, job)
         _check_sources(specs, phase, locate)
+        for transform in GRAPH_TRANSFORMS:
+            specs = transform(specs, phase, job, get_plugin, locate)
         _resolve_share_from(specs, locate)
         specs = _insert_split_layers(specs, get_plugin)
         ordered = _topological_order(specs, get_plugin, locate)
@@ -169,10 +172,13 @@ class NeuralNet:
 
     def share_params_from(self, other: NeuralNet, locate=lambda path=None: None) -> None:
         """Share values with ``other``'s Params of the same name (test/val nets)."""
-        by_name = {p.name: p for p in other.params}
+        by_name: dict[str, Param] = {}
+        for p in other.params:  # an unrolled net's "0#w" is a step-by-step net's "w"
+            by_name.setdefault(p.name, p)
+            by_name.setdefault(plain_param_name(p.name), p)
         for layer in self.layers:
             for j, p in enumerate(layer.params):
-                src = by_name.get(p.name)
+                src = by_name.get(p.name) or by_name.get(plain_param_name(p.name))
                 if src is None:
                     continue
                 if src.shape != p.shape:
@@ -186,6 +192,16 @@ class NeuralNet:
                     )
                 p.share_data_from(src)
                 p.version = src.version
+
+    def contributions(self) -> dict[int, int]:
+        """Owner param id -> number of gradients a TrainOneBatch sends for it per step:
+        one per Param holding its own gradient (``share_from`` shares values only; the
+        unrolled copies of a Param share its gradient and contribute through copy 0)."""
+        counts: dict[int, int] = {}
+        for p in self.params:
+            if p.grad_owner is p:
+                counts[p.owner.id] = counts.get(p.owner.id, 0) + 1
+        return counts
 
     def num_param_values(self) -> int:
         return sum(p.size for p in self.owner_params)
@@ -281,15 +297,26 @@ def _resolve_share_from(specs: list[LayerSpec], locate) -> None:
         for j, p in enumerate(spec.conf.param):
             if not p.share_from:
                 continue
-            target = plain_param_name(p.share_from)
-            if target not in by_name:
+            target = _share_target(p.share_from, by_name)
+            if target is None:
                 raise SingaError(
                     f"param '{p.name or '#' + str(j)}' of layer '{spec.conf.name}' shares from "
                     f"unknown param '{p.share_from}'",
                     where=_where(locate, spec, f"param[{j}].share_from"),
-                    help=did_you_mean(target, by_name) or "share_from names another param's name",
+                    help=did_you_mean(plain_param_name(p.share_from), by_name)
+                    or "share_from names another param's name",
                 )
             p.share_from = target
+
+
+def _share_target(name: str, by_name) -> str | None:
+    """The param a share_from names: as written, or in the other spelling ("w1" is
+    "0#w1" in an unrolled net, and "0#w1" is "w1" in one that is not)."""
+    plain = plain_param_name(name)
+    for candidate in (name, plain, f"0#{plain}"):
+        if candidate in by_name:
+            return candidate
+    return None
 
 
 def _insert_split_layers(specs: list[LayerSpec], get_plugin) -> list[LayerSpec]:
@@ -405,6 +432,13 @@ def _bind_params(net: NeuralNet, locate, get_plugin, seed: int, init: bool) -> N
                     "kInnerProduct to share a transposed weight)",
                 )
             p.share_data_from(src)
+    for p in net.params:  # unrolled copies: value and gradient of copy 0 (§4 step 9b)
+        index, rest = split_unrolled_name(p.name)
+        if index:
+            first = by_name.get(f"0#{rest}")
+            if first is not None and first.shape == p.shape:
+                p.share_data_from(first)
+                p.share_grad_from(first)
     if init:
         for p in net.params:
             if p.is_owner:

@@ -3,7 +3,8 @@
 SINGA 0.3 conventions kept here: weights are stored ``(out, in)`` so ``fan_in`` is the number
 of columns (``shape[1]``); a Param's ``version`` counts the updates applied to it (-1 before
 initialisation); Params that share values (``share_from``, test nets) hold the very same
-``value`` array, and each keeps its own ``grad``.
+``value`` array, and each keeps its own ``grad`` — except the unrolled copies of a Param
+(``"i#w"`` for i ≥ 1), which also use the gradient array of ``"0#w"`` (``grad_owner``).
 
 A Param with ``learnable = False`` holds state its layer maintains itself (batch
 normalisation's running statistics): the layer writes ``value`` in ``forward``; servers never
@@ -32,6 +33,7 @@ class Param:
         self.owner: Param = self  # the Param whose value array this one uses
         self.id = -1  # set by the net: position among all Params
         self.learnable = True  # False: layer-maintained state, never touched by the updater
+        self.grad_owner: Param = self  # the Param whose grad array this one uses
 
     @property
     def size(self) -> int:
@@ -57,6 +59,12 @@ class Param:
             )
         self.owner = other.owner
         self.value = other.owner.value
+
+    def share_grad_from(self, other: Param) -> None:
+        """Also use ``other``'s gradient array (the unrolled copies of one Param: layers
+        accumulate into it with ``kAggGrad`` and only ``other`` is sent to the servers)."""
+        self.grad_owner = other.grad_owner
+        self.grad = other.grad_owner.grad
 
     def __repr__(self) -> str:
         return f"Param({self.name!r}, shape={self.shape}, version={self.version})"

@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from singa_core.layer import kTest, kVal
 from singa_core.stub import ParamStub
+from singa_core.unrolling import base_layer_name
 
 
 def fires(step: int, freq: int, after: int) -> bool:
@@ -39,7 +40,23 @@ def merge_metrics(per_layer: dict[str, dict[str, float]]) -> dict[str, float]:
 
 
 def pop_net_metrics(net) -> dict[str, float]:
-    return merge_metrics({layer.name: m for layer in net.layers if (m := layer.pop_metrics())})
+    """Every layer's metrics since the last call. The unrolled copies of a layer ("0#loss",
+    "1#loss", …) report as that layer, averaged over the copies: the char-rnn loss is per
+    character (0.3 displayed the sum over the copies; see docs/compat.md)."""
+    sums: dict[str, dict[str, float]] = {}
+    copies: dict[str, dict[str, int]] = {}
+    for layer in net.layers:
+        metrics = layer.pop_metrics()
+        if not metrics:
+            continue
+        name = base_layer_name(layer.name)
+        acc, n = sums.setdefault(name, {}), copies.setdefault(name, {})
+        for k, v in metrics.items():
+            acc[k] = acc.get(k, 0.0) + v
+            n[k] = n.get(k, 0) + 1
+    return merge_metrics(
+        {name: {k: v / copies[name][k] for k, v in acc.items()} for name, acc in sums.items()}
+    )
 
 
 def close_layers(net) -> None:
@@ -79,6 +96,7 @@ class TrainingLoop:
         net = self.nets[phase]
         self.stub.collect_all(self.train_net.owner_params)
         pop_net_metrics(net)  # drop anything left over
+        self.worker.start_evaluation(phase, net)
         for _ in range(steps):
             self.worker.test_one_batch(phase, net)
         metrics = pop_net_metrics(net)

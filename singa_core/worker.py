@@ -16,8 +16,16 @@ class Worker:
     read its own AlgProto extension from ``job.train_one_batch``).
     """
 
+    #: the worker runs nets whose unrolled Params share one gradient (``net_conf
+    #: unroll_len`` > 1): it zeroes that gradient, runs backward with ``kAggGrad`` and sends
+    #: each shared gradient once (kBPTT). Other workers are refused such nets at set-up.
+    handles_unrolled_nets: bool = False
+
     def __init__(self, job) -> None:
         self.job = job
+
+    def start_evaluation(self, phase: int, net) -> None:
+        """Called before each pass of ``test_one_batch`` calls (a test/validation run)."""
 
     def train_one_batch(self, step: int, net, stub) -> None:  # pragma: no cover
         raise NotImplementedError

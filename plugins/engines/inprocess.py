@@ -105,9 +105,7 @@ class InProcessEngine(Engine):
             )
 
     def _put_all(self) -> None:
-        counts: dict[int, int] = {}
-        for p in self.train_net.params:
-            counts[p.owner.id] = counts.get(p.owner.id, 0) + 1
+        counts = self.train_net.contributions()
         for p in self.train_net.owner_params:
             self.shard.put(
                 p.id,

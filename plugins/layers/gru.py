@@ -2,7 +2,9 @@
 
 Sources: ``[x, h_prev]`` — the input ``x`` (flattened to ``(B, vdim)``, ``vdim = x.count/B``)
 and, optionally, the previous time step's GRU whose output is ``h_prev`` (``(B, hdim)``);
-without it ``h_prev = 0``. ``hdim = gru_conf.dim_hidden`` (required). The output ``h`` is
+without it ``h_prev`` is the layer's initial state: zeros, or the state a worker carried
+over from the previous batch (``carry_state``; kBPTT does so between the steps of a
+step-by-step sampling net, where 0.3 restarted from zeros every character). ``hdim = gru_conf.dim_hidden`` (required). The output ``h`` is
 ``(B, hdim)``.
 
 Params, in the order of the ``param`` entries: 0 ``W_z``, 1 ``W_r``, 2 ``W_c`` (the
@@ -65,6 +67,7 @@ class GRULayer(NeuronLayer):
     type_names = ("kGRU",)
     num_srclayers = (1, 2)
     one_to_many = True
+    recurrent = True
 
     def setup(self, srcs):
         self.expect_srcs(srcs)
@@ -120,7 +123,7 @@ class GRULayer(NeuronLayer):
         def buf(*shape):
             return np.zeros(shape, dtype=DTYPE)
 
-        self._h0 = buf(B, hdim)  # h_prev when there is no previous GRU
+        self._h0 = buf(B, hdim)  # h_prev without a previous GRU: zeros, or a carried state
         self._z, self._r, self._c = buf(B, hdim), buf(B, hdim), buf(B, hdim)
         self._hu_c = buf(B, hdim)  # h_prev U_cᵀ
         self._t = buf(B, hdim)  # scratch
@@ -132,6 +135,12 @@ class GRULayer(NeuronLayer):
         self._tx = buf(B, vdim)  # scratch
         self._ones = np.ones(B, dtype=DTYPE)
         self._agg: list[np.ndarray] | None = None  # per-param scratch for kAggGrad
+
+    def carry_state(self, last: Layer | None = None) -> None:
+        np.copyto(self._h0, (last or self).data)
+
+    def reset_state(self) -> None:
+        self._h0.fill(0.0)
 
     def grad_for(self, consumer: Layer) -> np.ndarray | None:
         return self.grad2 if isinstance(consumer, GRULayer) else self.grad

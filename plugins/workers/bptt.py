@@ -1,0 +1,122 @@
+"""kBPTT: back-propagation through time over an unrolled net (SINGA 0.3 §5.3 BPTTWorker).
+
+The net is unrolled by the core (``unroll_len``; copies ``i#L`` whose Params share the value
+and the gradient of copy 0). TrainOneBatch:
+
+1. forward over the layers in net order with ``kTrain | kForward``; before a layer runs, the
+   Params holding their own gradient (copy 0 of each unrolled Param) are collected and their
+   gradient is zeroed;
+2. backward in reverse order with ``kTrain | kBackward | kAggGrad``: every copy adds its share
+   into the one gradient; a Param is handed to the servers (``stub.update``) right after the
+   last layer that adds to it has run. (0.3 sent the update at the copy-0 layer, which is the
+   last one only when the net order puts it there.)
+
+TestOneBatch (test, validation and sampling nets): forward with ``phase | kForward``. From the
+second batch of an evaluation pass on, a layer naming a ``dynamic_srclayer`` (kRNNDummy) takes
+that layer's current output as its source — the character sampled at the previous step. A
+recurrent layer of a net that is not unrolled (one step per batch, as in sampling) carries
+its hidden state over to the next batch; each evaluation pass starts from the zero state.
+0.3's ``full_state_`` was always false, so its sampling restarted from a zero state at every
+character (see docs/compat.md). In an unrolled test net every batch starts from zeros, as in
+training.
+"""
+
+from __future__ import annotations
+
+from singa_core.errors import SingaError
+from singa_core.layer import kAggGrad, kBackward, kForward, kTrain
+from singa_core.unrolling import base_layer_name, unrolled_name
+from singa_core.worker import Worker
+
+
+class BPTTWorker(Worker):
+    type_names = ("kBPTT",)
+    handles_unrolled_nets = True
+
+    def __init__(self, job) -> None:
+        super().__init__(job)
+        self._plans: dict[int, tuple] = {}
+        self._eval: dict[int, dict] = {}
+
+    # -- training ------------------------------------------------------------------------
+    def _plan(self, net):
+        """Per layer: the gradient-owning Params to zero before its forward, and those to
+        send after its backward (their last contributor)."""
+        plan = self._plans.get(id(net))
+        if plan is None:
+            first_use: dict[int, int] = {}
+            owners = {}
+            for i, layer in enumerate(net.layers):
+                for p in layer.params:
+                    g = p.grad_owner
+                    owners[id(g)] = g
+                    first_use.setdefault(id(g), i)
+            zero_before = [[] for _ in net.layers]
+            send_after = [[] for _ in net.layers]
+            for key, g in owners.items():
+                zero_before[first_use[key]].append(g)
+                send_after[first_use[key]].append(g)  # backward runs in reverse order
+            plan = (zero_before, send_after)
+            self._plans[id(net)] = plan
+        return plan
+
+    def train_one_batch(self, step: int, net, stub) -> None:
+        zero_before, send_after = self._plan(net)
+        fwd, bwd = kTrain | kForward, kTrain | kBackward | kAggGrad
+        layers = net.layers
+        for i, layer in enumerate(layers):
+            for p in zero_before[i]:
+                stub.collect(p)
+                p.grad.fill(0.0)
+            layer.forward(fwd, net.srclayers(layer))
+        for i in range(len(layers) - 1, -1, -1):
+            layer = layers[i]
+            layer.backward(bwd, net.srclayers(layer))
+            for p in send_after[i]:
+                stub.update(step, p)
+
+    # -- evaluation and sampling -----------------------------------------------------------
+    def start_evaluation(self, phase: int, net) -> None:
+        counts: dict[str, int] = {}
+        for layer in net.layers:
+            if layer.recurrent:
+                name = base_layer_name(layer.name)
+                counts[name] = counts.get(name, 0) + 1
+        carriers = []
+        for layer in net.layers:
+            if layer.recurrent:
+                layer.reset_state()
+                if counts[base_layer_name(layer.name)] == 1:  # one step per batch
+                    carriers.append(layer)
+        dynamic = {}
+        for layer in net.layers:
+            name = getattr(layer, "dynamic_srclayer", None)
+            if name:
+                dynamic[layer.name] = [self._dynamic_source(net, layer, name)]
+        self._eval[id(net)] = {"batch": 0, "carriers": carriers, "dynamic": dynamic}
+
+    @staticmethod
+    def _dynamic_source(net, layer, name: str):
+        for candidate in (unrolled_name(layer.unroll_index, name), name):
+            src = net.by_name.get(candidate)
+            if src is not None and candidate != layer.name:
+                return src.output_for(layer)
+        raise SingaError(
+            f"layer '{layer.name}' names dynamic_srclayer '{name}', which is not in this net",
+            where=layer.ctx.locate("rnn_dummy_conf.dynamic_srclayer"),
+            help="dynamic_srclayer names the layer whose output feeds the next step (e.g. the "
+            'kArgSort layer of a sampling net: dynamic_srclayer: "argsort")',
+        )
+
+    def test_one_batch(self, phase: int, net) -> None:
+        state = self._eval.get(id(net))
+        if state is None:
+            self.start_evaluation(phase, net)
+            state = self._eval[id(net)]
+        flag = phase | kForward
+        dynamic = state["dynamic"] if state["batch"] > 0 else {}
+        for layer in net.layers:
+            layer.forward(flag, dynamic.get(layer.name) or net.srclayers(layer))
+        for layer in state["carriers"]:
+            layer.carry_state()
+        state["batch"] += 1
