@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import textwrap
 
 import pytest
 from conftest import mlp_conf, run_singa, write_csv_blobs
+from plugin_package import install_plugin_package
 
 PROTO = """
 syntax = "proto2";
@@ -81,38 +79,17 @@ SCALE_LAYER = """
 @pytest.fixture(scope="module")
 def installed_plugin(tmp_path_factory):
     """Build the package in a temp dir and pip-install it into a target folder."""
-    root = tmp_path_factory.mktemp("plugin")
-    pkg = root / "singa-scale-layer"
-    (pkg / "singa_scale").mkdir(parents=True)
-    (pkg / "pyproject.toml").write_text(PYPROJECT)
-    (pkg / "singa_scale" / "__init__.py").write_text("")
-    (pkg / "singa_scale" / "plugin.py").write_text(textwrap.dedent(PLUGIN))
-    (pkg / "singa_scale" / "scale.proto").write_text(PROTO)
-    # the plugin author compiles the extension with singa's helper
-    res = run_singa(
-        "compile-proto", str(pkg / "singa_scale" / "scale.proto"), "--out", str(pkg), "-I", str(pkg)
+    return install_plugin_package(
+        tmp_path_factory.mktemp("plugin"),
+        "singa-scale-layer",
+        {
+            "pyproject.toml": PYPROJECT,
+            "singa_scale/__init__.py": "",
+            "singa_scale/plugin.py": PLUGIN,
+            # the plugin author compiles the extension with `singa compile-proto`
+            "singa_scale/scale.proto": PROTO,
+        },
     )
-    assert res.returncode == 0, res.stderr
-    assert (pkg / "singa_scale" / "scale_pb2.py").exists()
-    site = root / "site"
-    pip = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--no-deps",
-            "--no-build-isolation",
-            "--target",
-            str(site),
-            str(pkg),
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert pip.returncode == 0, pip.stdout + pip.stderr
-    return site
 
 
 def job_with_scale(tmp_path):

@@ -1,0 +1,54 @@
+"""Build a third-party plugin distribution in a temp folder and pip-install it for real.
+
+Used by the tests that prove singa's extension points from the outside: the package is
+written file by file, its ``.proto`` extensions are compiled with ``singa compile-proto``
+(as a plugin author does), and it is installed with pip into a target folder that the
+test puts on ``PYTHONPATH`` for the ``singa`` subprocesses.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from conftest import run_singa
+
+
+def install_plugin_package(root: Path, project: str, files: dict[str, str]) -> Path:
+    """Write ``root/project`` from ``files`` (relative path -> text, dedented; must include
+    ``pyproject.toml``), compile every ``.proto`` in it next to itself (``-I`` the project
+    folder), pip-install the project into ``root/site`` and return that folder."""
+    assert "pyproject.toml" in files, "a plugin distribution needs a pyproject.toml"
+    pkg = root / project
+    for rel, text in files.items():
+        path = pkg / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    for rel in files:
+        if not rel.endswith(".proto"):
+            continue
+        res = run_singa("compile-proto", str(pkg / rel), "--out", str(pkg), "-I", str(pkg))
+        assert res.returncode == 0, res.stdout + res.stderr
+        generated = pkg / (rel[: -len(".proto")] + "_pb2.py")
+        assert generated.exists(), f"compile-proto did not write {generated}"
+    site = root / "site"
+    pip = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(site),
+            str(pkg),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert pip.returncode == 0, pip.stdout + pip.stderr
+    return site
