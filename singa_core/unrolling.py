@@ -78,7 +78,8 @@ def unroll(specs, phase, job, get_plugin, locate):
     for spec in specs:
         conf, n = spec.conf, length[spec.conf.name]
         try:
-            recurrent = bool(getattr(get_plugin("layer", layer_type_name(conf)), "recurrent", False))
+            layer_cls = get_plugin("layer", layer_type_name(conf))
+            recurrent = bool(getattr(layer_cls, "recurrent", False))
         except SingaError:
             recurrent = False  # an unknown type is reported when the layer is created
         conn = list(conf.unroll_conn_type)

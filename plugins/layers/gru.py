@@ -4,7 +4,8 @@ Sources: ``[x, h_prev]`` — the input ``x`` (flattened to ``(B, vdim)``, ``vdim
 and, optionally, the previous time step's GRU whose output is ``h_prev`` (``(B, hdim)``);
 without it ``h_prev`` is the layer's initial state: zeros, or the state a worker carried
 over from the previous batch (``carry_state``; kBPTT does so between the steps of a
-step-by-step sampling net, where 0.3 restarted from zeros every character). ``hdim = gru_conf.dim_hidden`` (required). The output ``h`` is
+step-by-step sampling net, where 0.3 restarted from zeros every character).
+``hdim = gru_conf.dim_hidden`` (required). The output ``h`` is
 ``(B, hdim)``.
 
 Params, in the order of the ``param`` entries: 0 ``W_z``, 1 ``W_r``, 2 ``W_c`` (the
