@@ -53,6 +53,23 @@ def median_ms(times: list[float]) -> float:
     return statistics.median(times) * 1000
 
 
+def char_rnn_texts() -> Path:
+    """A folder with train.txt, val.txt and vocab.txt of tiny-shakespeare: examples/char-rnn
+    if converted, else a temp conversion of $SINGA_DATA/tinyshakespeare."""
+    ex = REPO / "examples" / "char-rnn"
+    if all((ex / n).exists() for n in ("train.txt", "val.txt", "vocab.txt")):
+        return ex
+    from singa_core.datasets import prepare_dataset
+    from singa_core.plugin_host import get_host
+
+    out = Path(tempfile.mkdtemp(prefix="singa-bench-text-"))
+    src = os.environ.get("SINGA_DATA", str(REPO.parent / "shared" / "data"))
+    prepare_dataset(
+        get_host().get("dataset", "tinyshakespeare")(), out, Path(src) / "tinyshakespeare"
+    )
+    return out
+
+
 def cifar10_stores() -> Path:
     """A folder with SINGA's CIFAR-10 kvfiles: examples/cifar10 if converted, else a temp
     conversion of $SINGA_DATA/cifar10."""

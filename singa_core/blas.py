@@ -116,3 +116,81 @@ def axpy(a: float, x, y) -> None:
         _saxpy(x.size, a, x.ctypes.data, 1, y.ctypes.data, 1)
     else:
         y += np.float32(a) * x
+
+
+_SGEMM_SYMBOLS = (
+    ("scipy_cblas_sgemm64_", ctypes.c_int64),
+    ("cblas_sgemm64_", ctypes.c_int64),
+    ("scipy_cblas_sgemm", ctypes.c_int),
+    ("cblas_sgemm", ctypes.c_int),
+)
+_sgemm = None  # resolved lazily: a ctypes function, or False when unavailable
+_ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
+
+
+def _find_sgemm():
+    for lib in _openblas_libs():
+        for sym, itype in _SGEMM_SYMBOLS:
+            fn = getattr(lib, sym, None)
+            if fn is not None:
+                fn.restype = None
+                i, f, p = itype, ctypes.c_float, ctypes.c_void_p
+                fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, i, i, i, f, p, i, p, i]
+                fn.argtypes += [f, p, i]
+                return fn
+    return False
+
+
+def _blas_operand(x):
+    """(transposed?, leading dimension) of a 2-D float32 array for row-major BLAS, or None
+    when its memory layout is neither row- nor column-contiguous."""
+    if x.flags.c_contiguous:
+        return False, x.shape[1]
+    if x.flags.f_contiguous:
+        return True, x.shape[0]
+    return None
+
+
+def gemm_acc(a, b, c) -> None:
+    """``c += a @ b`` in place (one GEMM with beta = 1, no temporary), with numpy's own BLAS.
+
+    ``a`` and ``b`` may be transposed views (``x.T``); ``c`` must be C-contiguous float32.
+    Layers accumulating parameter gradients over unrolled time steps (``kAggGrad``) use it.
+    Falls back to numpy when the layout or dtype does not allow a direct call.
+    """
+    import numpy as np
+
+    global _sgemm
+    if _sgemm is None:
+        _sgemm = _find_sgemm()
+    if (
+        _sgemm
+        and a.ndim == 2
+        and b.ndim == 2
+        and a.dtype == b.dtype == c.dtype == np.float32
+        and c.flags.c_contiguous
+        and c.shape == (a.shape[0], b.shape[1])
+        and a.shape[1] == b.shape[0]
+    ):
+        la, lb = _blas_operand(a), _blas_operand(b)
+        if la is not None and lb is not None:
+            m, k = a.shape
+            n = b.shape[1]
+            _sgemm(
+                _ROW_MAJOR,
+                _TRANS if la[0] else _NO_TRANS,
+                _TRANS if lb[0] else _NO_TRANS,
+                m,
+                n,
+                k,
+                1.0,
+                a.ctypes.data,
+                max(la[1], 1),
+                b.ctypes.data,
+                max(lb[1], 1),
+                1.0,
+                c.ctypes.data,
+                max(n, 1),
+            )
+            return
+    c += a @ b

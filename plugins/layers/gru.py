@@ -58,6 +58,7 @@ from __future__ import annotations
 import numpy as np
 
 from plugins.layers.sigmoid import sigmoid_forward
+from singa_core.blas import gemm_acc
 from singa_core.layer import Layer, NeuronLayer, kAggGrad
 from singa_core.param import DTYPE
 
@@ -135,7 +136,6 @@ class GRULayer(NeuronLayer):
         self._gx = buf(B, vdim)  # x gradient when the buffer is not contiguous
         self._tx = buf(B, vdim)  # scratch
         self._ones = np.ones(B, dtype=DTYPE)
-        self._agg: list[np.ndarray] | None = None  # per-param scratch for kAggGrad
 
     def carry_state(self, last: Layer | None = None) -> None:
         np.copyto(self._h0, (last or self).data)
@@ -178,15 +178,18 @@ class GRULayer(NeuronLayer):
         np.add(t, c, out=self.data)
 
     def _param_grad(self, i: int, a: np.ndarray, b: np.ndarray | None, agg: bool) -> None:
-        """Param ``i``'s gradient ``aᵀ b`` (or ``Σ_rows a`` when ``b`` is None)."""
-        p = self.params[i]
-        out = self._agg[i] if agg else p.grad
-        if b is None:
-            np.dot(self._ones, a, out=out)
-        else:
-            np.dot(a.T, b, out=out)
+        """Param ``i``'s gradient ``aᵀ b`` (or ``Σ_rows a`` when ``b`` is None), added to
+        the gradient in place with ``kAggGrad``, else written over it."""
+        grad = self.params[i].grad
         if agg:
-            p.grad += out
+            if b is None:
+                gemm_acc(self._ones[None, :], a, grad.reshape(1, -1))
+            else:
+                gemm_acc(a.T, b, grad)
+        elif b is None:
+            np.dot(self._ones, a, out=grad)
+        else:
+            np.dot(a.T, b, out=grad)
 
     def backward(self, phase, srcs):
         x, h = self._x(srcs), self._hprev(srcs)
@@ -214,8 +217,6 @@ class GRULayer(NeuronLayer):
         np.multiply(dc, r, out=dcr)
 
         agg = bool(phase & kAggGrad)
-        if agg and self._agg is None:
-            self._agg = [np.empty(q.shape, dtype=DTYPE) for q in self.params]
         for k, (d, dh) in enumerate(((dz, dz), (dr, dr), (dc, dcr))):
             self._param_grad(k, d, x, agg)
             self._param_grad(k + 3, dh, h, agg)

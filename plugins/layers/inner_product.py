@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from singa_core.blas import gemm_acc
 from singa_core.layer import NeuronLayer, kAggGrad
 from singa_core.param import DTYPE
 
@@ -57,8 +58,6 @@ class InnerProductLayer(NeuronLayer):
         self.bias = self.create_param(1, (hdim,), "bias")
         # sum over rows as a GEMV with a ones vector (faster than ndarray.sum for float32)
         self._ones = np.ones(self.batchsize, dtype=DTYPE)
-        self._gw_tmp: np.ndarray | None = None  # scratch for kAggGrad accumulation
-        self._gb_tmp: np.ndarray | None = None
 
     def forward(self, phase, srcs):
         x = srcs[0].data.reshape(self.batchsize, self.vdim)
@@ -72,21 +71,15 @@ class InnerProductLayer(NeuronLayer):
         x = src.data.reshape(self.batchsize, self.vdim)
         w = self.weight.value
         wp, bp = self.weight, self.bias
-        if phase & kAggGrad:
-            if self._gw_tmp is None:
-                self._gw_tmp = np.empty(wp.shape, dtype=DTYPE)
-                self._gb_tmp = np.empty(bp.shape, dtype=DTYPE)
-            gw, gb = self._gw_tmp, self._gb_tmp
+        if phase & kAggGrad:  # add into the gradients in place (beta = 1 GEMMs)
+            gemm_acc(x.T, g, wp.grad) if self.transpose else gemm_acc(g.T, x, wp.grad)
+            gemm_acc(self._ones[None, :], g, bp.grad.reshape(1, -1))
         else:
-            gw, gb = wp.grad, bp.grad
-        if self.transpose:
-            np.dot(x.T, g, out=gw)
-        else:
-            np.dot(g.T, x, out=gw)
-        np.dot(self._ones, g, out=gb)
-        if gw is self._gw_tmp:
-            wp.grad += gw
-            bp.grad += gb
+            if self.transpose:
+                np.dot(x.T, g, out=wp.grad)
+            else:
+                np.dot(g.T, x, out=wp.grad)
+            np.dot(self._ones, g, out=bp.grad)
         buf = src.grad_for(self)
         if buf is not None:
             wx = w.T if self.transpose else w

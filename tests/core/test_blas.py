@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from singa_core.blas import axpy, get_blas_threads, set_blas_threads
 
@@ -28,3 +29,29 @@ def test_set_and_get_threads():
     assert set_blas_threads(1) and get_blas_threads() == 1
     set_blas_threads(before)
     assert get_blas_threads() == before
+
+
+@pytest.mark.parametrize("trans_a", [False, True])
+@pytest.mark.parametrize("trans_b", [False, True])
+@pytest.mark.parametrize("mkn", [(5, 3, 4), (64, 50, 65), (1, 7, 1)])
+def test_gemm_acc_adds_the_product_in_place(trans_a, trans_b, mkn):
+    from singa_core.blas import gemm_acc
+
+    m, k, n = mkn
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((k, m) if trans_a else (m, k)).astype(np.float32)
+    b = rng.standard_normal((n, k) if trans_b else (k, n)).astype(np.float32)
+    a, b = (a.T if trans_a else a), (b.T if trans_b else b)
+    c = rng.standard_normal((m, n)).astype(np.float32)
+    expected = c.astype(np.float64) + a.astype(np.float64) @ b
+    before = c.ctypes.data
+    gemm_acc(a, b, c)
+    assert c.ctypes.data == before
+    np.testing.assert_allclose(c, expected, rtol=1e-5, atol=1e-5)
+    # a strided operand (neither row- nor column-contiguous) takes the numpy path
+    wide = np.repeat(a, 2, axis=1)
+    strided = wide[:, ::2]
+    assert not strided.flags.c_contiguous and not strided.flags.f_contiguous or k == 1
+    c2 = c.copy()
+    gemm_acc(strided, b, c2)
+    np.testing.assert_allclose(c2, expected + a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
