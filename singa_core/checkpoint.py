@@ -308,9 +308,11 @@ def load_param_files(
 
     Files are applied in order, later ones overriding earlier ones (SINGA's
     ``checkpoint_path``). Names match with or without SINGA's ``0#`` prefix. A loaded
-    Param always keeps its loaded values (0.3 re-initialised those saved with version 0,
-    SINGA-107); with ``reset_version`` its version becomes ``start_step``. Returns the
-    names of the Params that were loaded.
+    Param always keeps its loaded values, whatever the saved version (0.3 re-initialised
+    those saved with version 0, SINGA-107); with ``reset_version`` its version becomes
+    ``start_step``, else the saved one. Returns the names of the Params that were loaded:
+    the caller initialises only the others (``job.prepare_job``), so a loaded Param needs
+    no ``init``.
     """
     from singa_core.net import plain_param_name
 

@@ -188,8 +188,8 @@ def test(
     checkpoint: Annotated[
         list[Path] | None,
         typer.Option(
-            help="checkpoint file(s) to load (default: checkpoint_path, "
-            "else the newest in the workspace)"
+            help="checkpoint file(s) to load (default: the newest in the workspace, "
+            "else checkpoint_path)"
         ),
     ] = None,
     engine: Annotated[str | None, typer.Option()] = None,
@@ -214,15 +214,21 @@ def test(
                     )
             del j.checkpoint_path[:]
             j.checkpoint_path.extend(str(c) for c in checkpoint)
-        elif not j.checkpoint_path and j.cluster.workspace:
-            found = latest_checkpoint(j.cluster.workspace)
-            if found is None:
+        else:
+            # the model this job.conf trained: the newest checkpoint of its workspace (it
+            # holds every Param, those fine-tuned from checkpoint_path included); without
+            # one, checkpoint_path (e.g. a sampling job that reads another job's model)
+            found = latest_checkpoint(j.cluster.workspace) if j.cluster.workspace else None
+            if found is not None:
+                del j.checkpoint_path[:]
+                j.checkpoint_path.extend(str(f) for f in found[1])
+            elif not j.checkpoint_path:
                 raise SingaError(
-                    f"no checkpoint to test: checkpoint_path is empty and "
-                    f"{Path(j.cluster.workspace) / 'checkpoint'} has none",
+                    f"no checkpoint to test: "
+                    f"{Path(j.cluster.workspace or '.') / 'checkpoint'} has none and "
+                    "checkpoint_path is empty",
                     help="train first, or pass --checkpoint FILE",
                 )
-            j.checkpoint_path.extend(str(f) for f in found[1])
         n = steps if steps is not None else j.test_steps
         if n <= 0:
             raise SingaError(
@@ -236,7 +242,8 @@ def test(
         metrics = eng.test(n)
     except SingaError as err:
         _fail(err)
-    print(f"Test ({n} batches, {', '.join(j.checkpoint_path)}): {format_metrics(metrics)}")
+    shown = format_metrics(metrics) if metrics else "done (the test net reports no metrics)"
+    print(f"Test ({n} batches, {', '.join(j.checkpoint_path)}): {shown}")
 
 
 @app.command("list-plugins")

@@ -53,14 +53,20 @@ class RBMLayer(Layer):
         self.neg_data = np.zeros_like(self.data)
         self.pos_sample = np.zeros_like(self.data)
         self.neg_sample = np.zeros_like(self.data)
+        self._noise = np.zeros_like(self.data)  # scratch for the random draws
 
     def sample(self, prob: np.ndarray, out: np.ndarray, gaussian: bool) -> np.ndarray:
-        """Binary units: ``out ~ Bernoulli(prob)``; gaussian units: ``prob + N(0, 1)``."""
+        """Binary units: ``out ~ Bernoulli(prob)``; gaussian units: ``prob + N(0, 1)``.
+
+        Drawn in float32 into a scratch buffer (no per-step allocation)."""
         rng = self.ctx.rng
+        noise = self._noise if self._noise.shape == prob.shape else np.empty_like(prob)
         if gaussian:
-            out[...] = prob + rng.standard_normal(prob.shape)
+            rng.standard_normal(dtype=DTYPE, out=noise)
+            np.add(prob, noise, out=out)
         else:
-            out[...] = rng.random(prob.shape) < prob
+            rng.random(dtype=DTYPE, out=noise)
+            np.less(noise, prob, out=out)
         return out
 
     def grad_for(self, consumer: Layer) -> np.ndarray | None:

@@ -52,6 +52,9 @@ class RBMVisLayer(RBMLayer):
         self.bias = self.create_param(1, (vdim,), "bias")
         self.alloc_blobs(batch, vdim)
         self._first_gibbs = True
+        # backward's one GEMM: gW = [h_neg; h_pos]ᵀ · [v_neg; −v_pos] / B
+        self._h_stack = np.zeros((2 * batch, self.hdim), dtype=DTYPE)
+        self._v_stack = np.zeros((2 * batch, vdim), dtype=DTYPE)
         self.hid_layer = srcs[1] if len(srcs) > 1 else None
 
     def hidden(self, srcs) -> RBMLayer:
@@ -79,15 +82,20 @@ class RBMVisLayer(RBMLayer):
             sigmoid(self.neg_data, self.neg_data)
             if phase & kTest:
                 batch = self.pos_data.shape[0]
-                diff = self.pos_data.astype(np.float64) - self.neg_data
-                self.add_metric("Squared Error", float(np.sum(diff * diff)) / batch)
+                diff = self._v_stack[:batch]  # scratch until backward
+                np.subtract(self.pos_data, self.neg_data, out=diff)
+                np.square(diff, out=diff)
+                self.add_metric("Squared Error", float(diff.sum(dtype=np.float64)) / batch)
 
     def backward(self, phase, srcs):
         hid = self.hidden(srcs)
-        inv_b = DTYPE(1.0 / self.pos_data.shape[0])
-        gw = self.weight.grad
-        np.dot(hid.neg_data.T, self.neg_data, out=gw)
-        gw -= hid.pos_data.T @ self.pos_data
-        gw *= inv_b
-        np.subtract(self.neg_data.sum(axis=0), self.pos_data.sum(axis=0), out=self.bias.grad)
-        self.bias.grad *= inv_b
+        batch = self.pos_data.shape[0]
+        inv_b = DTYPE(1.0 / batch)
+        # one GEMM (K = 2B) writes gW without temporaries or extra passes over it
+        hs, vs = self._h_stack, self._v_stack
+        hs[:batch] = hid.neg_data
+        hs[batch:] = hid.pos_data
+        np.multiply(self.neg_data, inv_b, out=vs[:batch])
+        np.multiply(self.pos_data, -inv_b, out=vs[batch:])
+        np.dot(hs.T, vs, out=self.weight.grad)
+        vs.sum(axis=0, out=self.bias.grad)  # (Σ v_neg − Σ v_pos)/B

@@ -1,0 +1,99 @@
+"""RBM1 (SINGA's examples/rbm/rbm1.conf: batch 100, 784 -> 1000, CD-1): singa vs PyTorch CPU.
+
+    python benchmarks/rbm.py [--rounds 10] [--steps 20] [--threads 2]
+
+Times one training step of singa's in-process engine (data reading, the positive phase,
+one Gibbs step, the CD gradient, the SGD update with momentum 0.8 and weight decay 0.0002
+through the parameter-server seam), then a hand-written CD-1 of the same RBM in PyTorch
+CPU (preloaded tensors, the same arithmetic and the same update rule), with the same
+number of BLAS/intra-op threads, and prints both medians and their ratio. The two are
+timed in alternating rounds so that a shared machine's drifting speed affects both alike.
+PyTorch is optional (imported only here): without it only singa is timed.
+
+SINGA 0.3 itself took 12.2 / 11.6 ms per step with 1 / 2 threads on the reference 2-core
+machine, PyTorch 4.4 ms (reference §13).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from _common import REPO, interleaved, median_ms, mnist_stores, singa_train_step, summary
+
+BATCH, VDIM, HDIM = 100, 784, 1000
+LR, MOMENTUM, WEIGHT_DECAY = 0.1, 0.8, 0.0002
+
+
+def singa_step(stores, threads: int):
+    overrides = [
+        f"neuralnet.layer[0].store_conf.path={stores / 'train_data.bin'}",
+        f"neuralnet.layer[1].store_conf.path={stores / 'test_data.bin'}",
+    ]
+    return singa_train_step(REPO / "examples" / "rbm" / "rbm1.conf", overrides, threads)
+
+
+def torch_step(threads: int):
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.set_num_threads(threads)
+    gen = torch.Generator().manual_seed(0)
+    w = torch.randn(HDIM, VDIM, generator=gen) * 0.1
+    bv = torch.zeros(VDIM)
+    bh = torch.zeros(HDIM)
+    params = [w, bv, bh]
+    decay = [WEIGHT_DECAY, 0.0, 0.0]  # biases: wd_scale 0
+    history = [torch.zeros_like(p) for p in params]
+    # MNIST-like inputs in [0, 1], preloaded (16 batches)
+    x = (torch.rand(BATCH * 16, VDIM, generator=gen) > 0.8).float()
+
+    def step(i):
+        j = (i % 16) * BATCH
+        v_pos = x[j : j + BATCH]
+        h_pos = torch.sigmoid(torch.addmm(bh, v_pos, w.t()))
+        h_sample = torch.bernoulli(h_pos, generator=gen)
+        v_neg = torch.sigmoid(torch.addmm(bv, h_sample, w))
+        h_neg = torch.sigmoid(torch.addmm(bh, v_neg, w.t()))
+        error = float(((v_pos - v_neg) ** 2).sum()) / BATCH  # the reported metric
+        grads = [
+            (h_neg.t() @ v_neg - h_pos.t() @ v_pos) / BATCH,
+            (v_neg.sum(0) - v_pos.sum(0)) / BATCH,
+            (h_neg.sum(0) - h_pos.sum(0)) / BATCH,
+        ]
+        # SINGA's SGD: history = momentum·history − lr·(grad + wd·w); w += history
+        for p, g, hist, wd in zip(params, grads, history, decay, strict=True):
+            if wd:
+                g.add_(p, alpha=wd)
+            hist.mul_(MOMENTUM).add_(g, alpha=-LR)
+            p.add_(hist)
+        return error
+
+    return step
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--steps", type=int, default=20, help="steps per round")
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    fns = {"singa": singa_step(mnist_stores(), args.threads)}
+    torch_fn = torch_step(args.threads)
+    if torch_fn is not None:
+        fns["pytorch"] = torch_fn
+    times = interleaved(fns, args.rounds, args.steps, args.warmup)
+    for name, t in times.items():
+        print(f"{name:8s} RBM1 CD-1 batch 100, 784-1000, {args.threads} thread(s): {summary(t)}")
+    if torch_fn is None:
+        print("pytorch  not installed: pip install torch==2.13.0 for the comparison")
+        return
+    ratio = median_ms(times["singa"]) / median_ms(times["pytorch"])
+    print(f"ratio singa/pytorch (median): {ratio:.2f}x")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
