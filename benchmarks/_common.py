@@ -44,6 +44,40 @@ def interleaved(fns: dict, rounds: int, steps_per_round: int, warmup: int) -> di
     return times
 
 
+def standard_args(description: str, *, rounds: int, steps: int, warmup: int, extra=None):
+    """The options every benchmark takes (rounds, steps per round, warm-up, threads)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--rounds", type=int, default=rounds)
+    ap.add_argument("--steps", type=int, default=steps, help="steps per round")
+    ap.add_argument("--warmup", type=int, default=warmup)
+    ap.add_argument("--threads", type=int, default=2)
+    if extra is not None:
+        extra(ap)
+    return ap.parse_args()
+
+
+def compare_with_pytorch(title: str, singa_fn, torch_fn, args) -> dict:
+    """Time singa's and (when installed) PyTorch's step functions in alternating rounds;
+    print each median and their ratio. Returns name -> step times."""
+    import sys
+
+    fns = {"singa": singa_fn}
+    if torch_fn is not None:
+        fns["pytorch"] = torch_fn
+    times = interleaved(fns, args.rounds, args.steps, args.warmup)
+    for name, t in times.items():
+        print(f"{name:8s} {title}, {args.threads} thread(s): {summary(t)}")
+    if torch_fn is None:
+        print("pytorch  not installed: pip install torch==2.13.0 for the comparison")
+    else:
+        ratio = median_ms(times["singa"]) / median_ms(times["pytorch"])
+        print(f"ratio singa/pytorch (median): {ratio:.2f}x")
+    sys.stdout.flush()
+    return times
+
+
 def summary(times: list[float]) -> str:
     ms = [t * 1000 for t in times]
     return f"median {statistics.median(ms):7.2f} ms/step (min {min(ms):.2f}, max {max(ms):.2f})"

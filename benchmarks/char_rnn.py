@@ -13,10 +13,13 @@ thread count for both, timed in alternating rounds. PyTorch is optional.
 
 from __future__ import annotations
 
-import argparse
-import sys
-
-from _common import REPO, char_rnn_texts, interleaved, median_ms, singa_train_step, summary
+from _common import (
+    REPO,
+    char_rnn_texts,
+    compare_with_pytorch,
+    singa_train_step,
+    standard_args,
+)
 
 VOCAB, BATCH, UNROLL = 65, 50, 50
 
@@ -69,28 +72,20 @@ def torch_step(texts, threads: int, hidden: int):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--steps", type=int, default=5, help="steps per round")
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--hidden", type=int, default=512)
-    args = ap.parse_args()
+    args = standard_args(
+        __doc__.splitlines()[0],
+        rounds=4,
+        steps=5,
+        warmup=3,
+        extra=lambda ap: ap.add_argument("--hidden", type=int, default=512),
+    )
     texts = char_rnn_texts()
-    fns = {"singa": singa_step(texts, args.threads, args.hidden)}
-    torch_fn = torch_step(texts, args.threads, args.hidden)
-    if torch_fn is not None:
-        fns["pytorch"] = torch_fn
-    times = interleaved(fns, args.rounds, args.steps, args.warmup)
-    what = f"char-rnn GRU {args.hidden}, batch {BATCH}x{UNROLL}, {args.threads} thread(s)"
-    for name, t in times.items():
-        print(f"{name:8s} {what}: {summary(t)}")
-    if torch_fn is None:
-        print("pytorch  not installed: pip install torch==2.13.0 for the comparison")
-        return
-    ratio = median_ms(times["singa"]) / median_ms(times["pytorch"])
-    print(f"ratio singa/pytorch (median): {ratio:.2f}x")
-    sys.stdout.flush()
+    compare_with_pytorch(
+        f"char-rnn GRU {args.hidden}, batch {BATCH}x{UNROLL}",
+        singa_step(texts, args.threads, args.hidden),
+        torch_step(texts, args.threads, args.hidden),
+        args,
+    )
 
 
 if __name__ == "__main__":

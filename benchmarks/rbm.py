@@ -16,10 +16,7 @@ machine, PyTorch 4.4 ms (reference §13).
 
 from __future__ import annotations
 
-import argparse
-import sys
-
-from _common import REPO, interleaved, median_ms, mnist_stores, singa_train_step, summary
+from _common import REPO, compare_with_pytorch, mnist_stores, singa_train_step, standard_args
 
 BATCH, VDIM, HDIM = 100, 784, 1000
 LR, MOMENTUM, WEIGHT_DECAY = 0.1, 0.8, 0.0002
@@ -74,25 +71,9 @@ def torch_step(threads: int):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=10)
-    ap.add_argument("--steps", type=int, default=20, help="steps per round")
-    ap.add_argument("--warmup", type=int, default=10)
-    ap.add_argument("--threads", type=int, default=2)
-    args = ap.parse_args()
-    fns = {"singa": singa_step(mnist_stores(), args.threads)}
-    torch_fn = torch_step(args.threads)
-    if torch_fn is not None:
-        fns["pytorch"] = torch_fn
-    times = interleaved(fns, args.rounds, args.steps, args.warmup)
-    for name, t in times.items():
-        print(f"{name:8s} RBM1 CD-1 batch 100, 784-1000, {args.threads} thread(s): {summary(t)}")
-    if torch_fn is None:
-        print("pytorch  not installed: pip install torch==2.13.0 for the comparison")
-        return
-    ratio = median_ms(times["singa"]) / median_ms(times["pytorch"])
-    print(f"ratio singa/pytorch (median): {ratio:.2f}x")
-    sys.stdout.flush()
+    args = standard_args(__doc__.splitlines()[0], rounds=10, steps=20, warmup=10)
+    singa_fn = singa_step(mnist_stores(), args.threads)
+    compare_with_pytorch("RBM1 CD-1 batch 100, 784-1000", singa_fn, torch_step(args.threads), args)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,27 @@ from pathlib import Path
 from conftest import run_singa
 
 
+def pyproject(project: str, package: str, entry_point: str) -> str:
+    """A pyproject.toml for ``project`` shipping the Python package ``package``, whose
+    ``package.plugin`` module is the ``singa`` entry point named ``entry_point``."""
+    return f"""
+[build-system]
+requires = ["setuptools>=68"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "{project}"
+version = "0.1.0"
+dependencies = []
+
+[project.entry-points.singa]
+{entry_point} = "{package}.plugin"
+
+[tool.setuptools]
+packages = ["{package}"]
+"""
+
+
 def install_plugin_package(root: Path, project: str, files: dict[str, str]) -> Path:
     """Write ``root/project`` from ``files`` (relative path -> text, dedented; must include
     ``pyproject.toml``), compile every ``.proto`` in it next to itself (``-I`` the project

@@ -27,7 +27,7 @@ import re
 import numpy as np
 import pytest
 from conftest import mlp_conf, run_singa, write_csv_blobs
-from plugin_package import install_plugin_package
+from plugin_package import install_plugin_package, pyproject
 
 from singa_core import checkpoint as ck
 
@@ -188,22 +188,7 @@ def singa_register_param_generators(register):
     register("kFooInit", RampInit)
 '''
 
-PYPROJECT = """
-[build-system]
-requires = ["setuptools>=68"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "singa-foo-ext"
-version = "0.1.0"
-dependencies = []
-
-[project.entry-points.singa]
-foo = "singa_foo.plugin"
-
-[tool.setuptools]
-packages = ["singa_foo"]
-"""
+PYPROJECT = pyproject("singa-foo-ext", "singa_foo", "foo")
 
 # the schedule of the main job: base 1/16, warm-up 4 steps, cosine to 1/64 over 4 steps
 BASE_LR, FINAL_LR, WARMUP, DECAY = 0.0625, 0.015625, 4, 4

@@ -6,7 +6,7 @@ import json
 
 import pytest
 from conftest import mlp_conf, run_singa, write_csv_blobs
-from plugin_package import install_plugin_package
+from plugin_package import install_plugin_package, pyproject
 
 PROTO = """
 syntax = "proto2";
@@ -51,22 +51,7 @@ def singa_register_layers(register):
     register("kScale", ScaleLayer)
 '''
 
-PYPROJECT = """
-[build-system]
-requires = ["setuptools>=68"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "singa-scale-layer"
-version = "0.1.0"
-dependencies = []
-
-[project.entry-points.singa]
-scale = "singa_scale.plugin"
-
-[tool.setuptools]
-packages = ["singa_scale"]
-"""
+PYPROJECT = pyproject("singa-scale-layer", "singa_scale", "scale")
 
 SCALE_LAYER = """
   layer {
