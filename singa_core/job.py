@@ -74,7 +74,16 @@ class PreparedJob:
             )
         return obj
 
-    def build_net(self, phase: int, *, init: bool = True) -> NeuralNet:
+    @property
+    def num_partitions(self) -> int:
+        """Partitions of the train net: the workers of a group (SINGA's npartitions)."""
+        return max(int(self.job.cluster.nworkers_per_group), 1)
+
+    def build_net(
+        self, phase: int, *, init: bool = True, num_partitions: int | None = None
+    ) -> NeuralNet:
+        """The net of ``phase``, partitioned across the workers of a group (default: the
+        cluster's nworkers_per_group; a worker runs ``net.partition_view(its id)``)."""
         return NeuralNet.create(
             self.job,
             phase,
@@ -82,6 +91,7 @@ class PreparedJob:
             locate=self.cfg.locate,
             seed=self.seed,
             init_params=init,
+            num_partitions=self.num_partitions if num_partitions is None else num_partitions,
         )
 
     def _create(
@@ -270,7 +280,7 @@ def prepare_job(
         )
         _init_unloaded(prepared, train, loaded, files)
     for phase in prepared.phases()[1:]:
-        net = prepared.build_net(phase, init=not files)
+        net = prepared.build_net(phase, init=not files, num_partitions=1)  # as 0.3
         net.share_params_from(train, cfg.locate)
         if files:  # the Params of this phase only
             _init_unloaded(prepared, net, set(), files)

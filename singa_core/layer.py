@@ -17,6 +17,7 @@ import numpy as np
 
 from singa_core.errors import Location, SingaError
 from singa_core.param import DTYPE, Param
+from singa_core.partition import split_replica_name
 from singa_core.schema import job_pb2
 
 # Phase bit flags (SINGA's Phase enum); flags passed to forward/backward are OR-ed sets.
@@ -50,6 +51,9 @@ class Layer:
     * ``is_loss``: reports a loss; the worker reads ``loss`` for gradient checks;
     * ``type_names``: the registered names (first canonical, the rest aliases) and
       ``alias_note``, a reason printed once per job when an alias is used;
+    * ``needs_whole_source``: each output depends on every source value (0.3's
+      kOneToAll src_neuron_connection: kInnerProduct, convolutions, kSoftmax); when such a
+      layer is partitioned on dimension 1, every partition gets the whole source;
     * ``recurrent``: in an unrolled net copy ``i#L`` also takes ``(i−1)#L`` as its last
       source (kGRU). A recurrent layer without that source starts from its
       ``initial_state`` (zeros unless a worker carries a state over, see
@@ -62,6 +66,7 @@ class Layer:
     one_to_many: bool = False
     is_loss: bool = False
     recurrent: bool = False
+    needs_whole_source: bool = False
 
     def __init__(self, conf, ctx: LayerContext | None = None) -> None:
         self.conf = conf  # singa.LayerProto
@@ -149,7 +154,10 @@ class Layer:
                 f"init {{ type: kGaussian std: 0.01 }} }}`",
             )
         proto = self.conf.param[index]
-        name = proto.name or f"{self.name}/{role}"
+        name = proto.name
+        if not name:  # "ip1/weight"; replica i ≥ 1 of a partitioned layer: "ip1/weight@i"
+            pid, base = split_replica_name(self.name)
+            name = f"{base}/{role}" + (f"@{pid}" if pid else "")
         p = Param(proto, tuple(shape), name)
         self.params.append(p)
         return p
@@ -213,9 +221,20 @@ class InputLayer(Layer):
 
 
 class LossLayer(Layer):
-    """Computes a loss; ``self.loss`` holds the last batch's value (scaled as reported)."""
+    """Computes a loss; ``self.loss`` holds the last batch's value (scaled as reported).
+
+    A replica of a loss layer partitioned on the batch across n workers reports the mean
+    over its own instances but scales its gradient by :meth:`group_share` (1/n), so that the
+    group's gradients *sum* to the gradient of the mean loss over the whole batch — what the
+    servers need for data-parallel replicas and for the model-partitioned layers below,
+    which see every replica's gradient."""
 
     is_loss = True
+
+    def group_share(self) -> float:
+        if self.conf.partition_dim == 0 and self.ctx.num_partitions > 1:
+            return 1.0 / self.ctx.num_partitions
+        return 1.0
 
     def grad_for(self, consumer: Layer) -> np.ndarray | None:
         return None

@@ -25,6 +25,7 @@ import numpy as np
 from singa_core.errors import Location, SingaError, did_you_mean
 from singa_core.layer import Layer, LayerContext, kTest, kTrain, kVal
 from singa_core.param import Param
+from singa_core.partition import partition, split_replica_name
 from singa_core.schema import job_pb2
 from singa_core.unrolling import split_unrolled_name, unroll
 
@@ -53,12 +54,14 @@ class LayerSpec:
     conf: job_pb2.LayerProto
     conf_index: int | None  # index in the user's neuralnet.layer list, None if inserted
     srcs: list[str] = field(default_factory=list)
+    # source position -> the part of a multi-output source (kSlice) this layer reads
+    src_parts: dict[int, int] = field(default_factory=dict)
 
 
 # Graph transforms run after the phase filter and the source check, in order:
-# ``(specs, phase, job, get_plugin, locate) -> specs``. Unrolling (§4 step 3) is the first;
-# partitioning (§4 steps 6-7) plugs in after it.
-GRAPH_TRANSFORMS: list[Callable] = [unroll]
+# ``(specs, phase, job, get_plugin, locate, num_partitions=n) -> specs``. Unrolling (§4
+# step 3), then partitioning across the workers of a group (§4 steps 6-7).
+GRAPH_TRANSFORMS: list[Callable] = [unroll, partition]
 
 
 def layer_type_name(conf) -> str:
@@ -73,6 +76,7 @@ class NeuralNet:
 
     def __init__(self, phase: int) -> None:
         self.phase = phase
+        self.num_partitions = 1
         self.layers: list[Layer] = []
         self.by_name: dict[str, Layer] = {}
         self._srcs: dict[str, list[Layer]] = {}
@@ -103,13 +107,15 @@ class NeuralNet:
         locate: Callable[[str | None], Location] | None = None,
         seed: int = 0,
         init_params: bool = True,
+        num_partitions: int = 1,
     ) -> NeuralNet:
         locate = locate or (lambda path=None: None)
         net = cls(phase)
+        net.num_partitions = max(int(num_partitions), 1)
         specs = _phase_filter(job.neuralnet, phase, locate)
         _check_sources(specs, phase, locate)
         for transform in GRAPH_TRANSFORMS:
-            specs = transform(specs, phase, job, get_plugin, locate)
+            specs = transform(specs, phase, job, get_plugin, locate, num_partitions=num_partitions)
         _resolve_share_from(specs, locate)
         specs = _insert_split_layers(specs, get_plugin)
         ordered = _topological_order(specs, get_plugin, locate)
@@ -138,10 +144,16 @@ class NeuralNet:
                 locate=layer_locate,
                 get_plugin=get_plugin,
                 phase=phase,
+                partition_id=int(conf.partition_id),
+                num_partitions=int(conf.num_partitions),
             )
             layer = layer_cls(conf, ctx)
             # a source later in the order (only for order_after_first_src_only layers, e.g.
             # the visible RBM layer's hidden layer) is None at setup and filled in below
+            for k, part in spec.src_parts.items():  # e.g. a kSlice's part j for partition j
+                reserve = getattr(net.by_name.get(spec.srcs[k]), "reserve_part", None)
+                if reserve is not None:
+                    reserve(layer, part)
             srcs = [
                 net.by_name[s].output_for(layer) if s in net.by_name else None for s in spec.srcs
             ]
@@ -170,6 +182,24 @@ class NeuralNet:
         _bind_params(net, locate, get_plugin, seed, init_params)
         return net
 
+    def partition_view(self, partition_id: int) -> NeuralNet:
+        """The part of a partitioned net that worker ``partition_id`` of a group runs: its
+        layers (in order), their sources and Params. Params keep the ids of the whole net,
+        so every process building the same net agrees on ids and slices. For a net that is
+        not partitioned, the net itself."""
+        if self.num_partitions <= 1:
+            return self
+        view = NeuralNet(self.phase)
+        view.num_partitions = self.num_partitions
+        view.partition_id = partition_id
+        view.layers = [la for la in self.layers if la.conf.partition_id == partition_id]
+        view.by_name = {la.name: la for la in view.layers}
+        view._srcs = {la.name: self._srcs[la.name] for la in view.layers}
+        view.specs = {la.name: self.specs[la.name] for la in view.layers}
+        ids = {p.id for la in view.layers for p in la.params}
+        view.params = [p for p in self.params if p.id in ids]
+        return view
+
     def share_params_from(self, other: NeuralNet, locate=lambda path=None: None) -> None:
         """Share values with ``other``'s Params of the same name (test/val nets)."""
         by_name: dict[str, Param] = {}
@@ -181,6 +211,17 @@ class NeuralNet:
                 src = by_name.get(p.name) or by_name.get(plain_param_name(p.name))
                 if src is None:
                     continue
+                if src.shape != p.shape and other.num_partitions > 1:
+                    raise SingaError(
+                        f"param '{p.name}' belongs to a layer partitioned on dimension 1 "
+                        f"across {other.num_partitions} workers; the "
+                        f"{PHASE_NAMES.get(self.phase)} net, built whole as in SINGA 0.3, "
+                        f"cannot use its parts",
+                        where=_where(locate, self.specs[layer.name], "partition_dim"),
+                        help="evaluate model-partitioned nets with test_steps: 0 and "
+                        "validate_steps: 0 (as 0.3's hybrid.conf), or partition every layer "
+                        "on dimension 0",
+                    )
                 if src.shape != p.shape:
                     raise SingaError(
                         f"param '{p.name}' has shape {p.shape} in the "
@@ -340,6 +381,8 @@ def _insert_split_layers(specs: list[LayerSpec], get_plugin) -> list[LayerSpec]:
         split = job_pb2.LayerProto(name=f"split({spec.conf.name})", type=job_pb2.kSplit)
         split.split_conf.num_splits = len(dsts)
         split.partition_dim = spec.conf.partition_dim
+        split.partition_id = spec.conf.partition_id
+        split.num_partitions = spec.conf.num_partitions
         out.append(LayerSpec(split, None, [spec.conf.name]))
         for d in dsts:
             d.srcs = [split.name if s == spec.conf.name else s for s in d.srcs]
@@ -432,6 +475,15 @@ def _bind_params(net: NeuralNet, locate, get_plugin, seed: int, init: bool) -> N
                     "kInnerProduct to share a transposed weight)",
                 )
             p.share_data_from(src)
+    for layer in net.layers:  # replicas on the batch dimension: values of replica 0 (9c)
+        if layer.conf.num_partitions <= 1 or layer.conf.partition_dim != 0:
+            continue
+        for p in layer.params:
+            index, base = split_replica_name(p.name)
+            first = by_name.get(base) if index else None
+            if first is not None and first.shape == p.shape:
+                p.share_data_from(first)
+                p.replica = True
     for p in net.params:  # unrolled copies: value and gradient of copy 0 (§4 step 9b)
         index, rest = split_unrolled_name(p.name)
         if index:

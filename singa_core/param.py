@@ -34,6 +34,7 @@ class Param:
         self.id = -1  # set by the net: position among all Params
         self.learnable = True  # False: layer-maintained state, never touched by the updater
         self.grad_owner: Param = self  # the Param whose grad array this one uses
+        self.replica = False  # a data-parallel replica's copy (partition_dim 0, "w@i")
 
     @property
     def size(self) -> int:

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 
 from singa_core.layer import kTest, kVal
+from singa_core.partition import split_replica_name
 from singa_core.stub import ParamStub
 from singa_core.unrolling import base_layer_name
 
@@ -41,15 +42,16 @@ def merge_metrics(per_layer: dict[str, dict[str, float]]) -> dict[str, float]:
 
 def pop_net_metrics(net) -> dict[str, float]:
     """Every layer's metrics since the last call. The unrolled copies of a layer ("0#loss",
-    "1#loss", …) report as that layer, averaged over the copies: the char-rnn loss is per
-    character (0.3 displayed the sum over the copies; see docs/compat.md)."""
+    "1#loss", …) and its replicas in the partitions of a group ("loss@0", "loss@1") report as
+    that layer, averaged over them: the char-rnn loss is per character (0.3 displayed the
+    sum over the copies; see docs/compat.md)."""
     sums: dict[str, dict[str, float]] = {}
     copies: dict[str, dict[str, int]] = {}
     for layer in net.layers:
         metrics = layer.pop_metrics()
         if not metrics:
             continue
-        name = base_layer_name(layer.name)
+        name = split_replica_name(base_layer_name(layer.name))[1]
         acc, n = sums.setdefault(name, {}), copies.setdefault(name, {})
         for k, v in metrics.items():
             acc[k] = acc.get(k, 0.0) + v

@@ -61,7 +61,7 @@ def base_layer_name(name: str) -> str:
     return split_unrolled_name(name)[1]
 
 
-def unroll(specs, phase, job, get_plugin, locate):
+def unroll(specs, phase, job, get_plugin, locate, **_):
     """The graph transform: ``specs`` (one per configured layer) -> unrolled specs."""
     from singa_core.net import LayerSpec, _where, layer_type_name
 

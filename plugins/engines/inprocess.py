@@ -1,4 +1,9 @@
-"""The in-process engine: one worker and its parameter server in the calling process.
+"""The in-process engine: one worker group and its parameter server in the calling process.
+
+A group of several workers (``nworkers_per_group`` > 1 with ``nworkers_per_procs`` at least
+as large: SINGA's in-memory Sandblaster) runs its partitioned net here too: the worker
+drives every partition's layers, the bridges between partitions copy in memory, and the
+server sums the replicas' gradients (their loss layers scale by 1/n, see LossLayer).
 
 Workers and the server side share Param memory directly (as SINGA 0.3's in-process stub
 passed pointers), but every gradient still goes through ``ParamStub.update`` and the
@@ -45,16 +50,17 @@ class InProcessEngine(Engine):
     @classmethod
     def supports(cls, job) -> str | None:
         c = job.cluster
-        total_workers = c.nworker_groups * c.nworkers_per_group
-        if total_workers != 1 or c.nserver_groups * c.nservers_per_group != 1:
+        if c.nworker_groups != 1 or c.nserver_groups * c.nservers_per_group != 1:
             return (
-                f"it runs 1 worker and 1 server; the cluster asks for {total_workers} "
-                f"worker(s) and {c.nserver_groups * c.nservers_per_group} server(s)"
+                f"it runs 1 worker group and 1 server; the cluster asks for "
+                f"{c.nworker_groups} worker group(s) and "
+                f"{c.nserver_groups * c.nservers_per_group} server(s)"
             )
-        if job.neuralnet.partition_dim > 0 or any(
-            layer.partition_dim > 0 for layer in job.neuralnet.layer
-        ):
-            return "it does not partition nets across workers"
+        if c.nworkers_per_group > 1 and c.nworkers_per_procs < c.nworkers_per_group:
+            return (
+                f"it runs the {c.nworkers_per_group} workers of a group in one process only "
+                f"when nworkers_per_procs ({c.nworkers_per_procs}) is at least that many"
+            )
         return None
 
     def __init__(self, prepared, reporter) -> None:
@@ -69,8 +75,10 @@ class InProcessEngine(Engine):
 
     def describe(self) -> list[str]:
         n = self.train_net.num_param_values()
+        k = self.train_net.num_partitions
+        workers = "worker 0" if k == 1 else f"workers 0-{k - 1} (one partition each)"
         return [
-            "engine: inprocess (1 process: worker 0 of group 0 and server 0 of group 0)",
+            f"engine: inprocess (1 process: {workers} of group 0 and server 0 of group 0)",
             f"server 0 holds all {len(self.train_net.owner_params)} params ({n:,} values) unsliced",
         ]
 
@@ -114,7 +122,7 @@ class InProcessEngine(Engine):
                 lr_scale=p.lr_scale,
                 wd_scale=p.wd_scale,
                 num_total=counts[p.id],
-                num_replicas=1,
+                num_replicas=1,  # replicas' loss layers already scale by 1/n
                 learnable=p.learnable,
             )
 
@@ -165,7 +173,7 @@ class InProcessEngine(Engine):
         self._pin_threads()
         self._init_params()
         if kTest not in self.nets:
-            net = self.prepared.build_net(kTest)
+            net = self.prepared.build_net(kTest, num_partitions=1)
             net.share_params_from(self.train_net, self.prepared.cfg.locate)
             self.nets[kTest] = net
         return self._loop().evaluate(kTest, steps)

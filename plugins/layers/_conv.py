@@ -35,6 +35,7 @@ from singa_core.param import DTYPE
 
 
 class ConvolutionBase(NeuronLayer):
+    needs_whole_source = True  # partitioned on dim 1, each part reads all of src
     #: kConvolution (mshadow) uses the ``_x`` kernel/pad/stride for both axes
     square: bool = False
 
@@ -49,6 +50,15 @@ class ConvolutionBase(NeuronLayer):
             )
         nf = int(conf.num_filters)
         if self.conf.partition_dim > 0 and self.ctx.num_partitions > 1:
+            if nf % self.ctx.num_partitions:
+                raise self.error(
+                    f"layer '{self.name}' is partitioned on dimension 1 across "
+                    f"{self.ctx.num_partitions} workers, but its num_filters ({nf}) is not "
+                    "divisible by that",
+                    field="partition_dim",
+                    help=f"use a num_filters divisible by {self.ctx.num_partitions}, or "
+                    "partition_dim: 0",
+                )
             nf //= self.ctx.num_partitions
         if nf <= 0:
             raise self.error(

@@ -6,6 +6,10 @@ SingleLabelRecordLayer), used by kRecordInput and kCSVInput.
   ``batchsize[partition_id]`` when several are given (manual split); ``batchsize[0]``
   otherwise;
 * ``data`` is ``[batch] + store_conf.shape`` (float32), labels go to ``aux`` (int32);
+* partition j of a layer partitioned on the batch reads its stripe of the group's batch:
+  it skips the records of partitions 0 … j−1, reads its own, skips those of the others
+  (0.3's replicas each read the store from its start, so without ``random_skip`` they saw
+  the same records);
 * each forward reads ``batch`` (key, value) tuples, rewinding to the first tuple at the end
   of the store (cycling forever, no shuffling). The first forward first skips
   ``U{0..random_skip}`` tuples, drawn from ``ctx.rng``;
@@ -108,6 +112,7 @@ class StoreInputLayer(InputLayer):
             self.store.seek_to_first()
 
     def _batchsize(self, sc) -> int:
+        self._skip_before = self._skip_after = 0  # records of the other partitions
         values = [int(b) for b in sc.batchsize]
         if not values:
             raise self.error(
@@ -115,11 +120,16 @@ class StoreInputLayer(InputLayer):
                 field="store_conf",
                 help="add `batchsize: 64` to store_conf",
             )
+        n, pid = max(int(self.ctx.num_partitions), 1), int(self.ctx.partition_id)
         if self.conf.partition_dim == 0:
             if len(values) == 1:
-                bs = values[0] // max(int(self.ctx.num_partitions), 1)
-            elif self.ctx.partition_id < len(values):
-                bs = values[self.ctx.partition_id]
+                bs = values[0] // n
+                # partition j reads its stripe of the group's batch of n·bs records
+                self._skip_before, self._skip_after = pid * bs, (n - 1 - pid) * bs
+            elif pid < len(values):
+                bs = values[pid]
+                self._skip_before = sum(values[:pid])
+                self._skip_after = sum(values[pid + 1 : n])
             else:
                 raise self.error(
                     f"layer '{self.name}': store_conf.batchsize has {len(values)} values "
@@ -216,9 +226,13 @@ class StoreInputLayer(InputLayer):
                         self._next()
             read = self.store.read
             records = self._records
+            for _ in range(self._skip_before):
+                self._next()
             for k in range(self.batchsize):
                 rec = read()
                 records[k] = rec if rec is not None else self._next()
+            for _ in range(self._skip_after):
+                self._next()
             self.parse_batch(records, self.has_label and not (phase & kDeploy))
         except SingaError as err:
             raise err.located(self.ctx.locate("store_conf")) from None

@@ -29,7 +29,7 @@ class EuclideanLossLayer(LossLayer):
             )
         self.batchsize = int(pred.shape[0])
         self._diff = np.empty(pred.shape, dtype=DTYPE)  # p − t
-        self._inv_b = DTYPE(1.0 / self.batchsize)
+        self._inv_b = DTYPE(self.group_share() / self.batchsize)
 
     def forward(self, phase, srcs):
         d = self._diff

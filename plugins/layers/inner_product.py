@@ -24,6 +24,7 @@ from singa_core.param import DTYPE
 
 class InnerProductLayer(NeuronLayer):
     type_names = ("kInnerProduct",)
+    needs_whole_source = True  # partitioned on dim 1, each part reads all of src
 
     def setup(self, srcs):
         self.expect_srcs(srcs)
@@ -36,6 +37,15 @@ class InnerProductLayer(NeuronLayer):
             )
         hdim = int(conf.num_output)
         if self.conf.partition_dim > 0 and self.ctx.num_partitions > 1:
+            if hdim % self.ctx.num_partitions:
+                raise self.error(
+                    f"layer '{self.name}' is partitioned on dimension 1 across "
+                    f"{self.ctx.num_partitions} workers, but its num_output ({hdim}) is not "
+                    "divisible by that",
+                    field="partition_dim",
+                    help=f"use a num_output divisible by {self.ctx.num_partitions}, or "
+                    "partition_dim: 0",
+                )
             hdim //= self.ctx.num_partitions
         if hdim <= 0:
             raise self.error(

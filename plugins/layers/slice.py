@@ -99,7 +99,8 @@ class SliceLayer(NeuronLayer):
         """The part of ``consumer``, assigned in order of first access."""
         k = self._slot.get(consumer)
         if k is None:
-            k = len(self._slot)
+            taken = set(self._slot.values())
+            k = next((j for j in range(self.num_slices) if j not in taken), self.num_slices)
             if k >= self.num_slices:
                 raise self.error(
                     f"layer '{self.name}' (kSlice) has num_slices {self.num_slices} but "
@@ -108,6 +109,17 @@ class SliceLayer(NeuronLayer):
                 )
             self._slot[consumer] = k
         return k
+
+    def reserve_part(self, consumer: Layer, k: int) -> None:
+        """Give ``consumer`` part ``k`` (the net does so for the slices it inserts between
+        partitions: part j goes to partition j), instead of the next unassigned one."""
+        if not 0 <= k < self.num_slices or k in self._slot.values():
+            raise self.error(
+                f"layer '{self.name}' (kSlice): part {k} cannot go to '{consumer.name}' "
+                f"(num_slices {self.num_slices}, taken: {sorted(self._slot.values())})",
+                field="slice_conf",
+            )
+        self._slot[consumer] = k
 
     def data_for(self, consumer: Layer) -> np.ndarray:
         k = self.slot(consumer)

@@ -20,6 +20,7 @@ from singa_core.param import DTYPE
 
 class SoftmaxLayer(NeuronLayer):
     type_names = ("kSoftmax", "kCudnnSoftmax")
+    needs_whole_source = True  # partitioned on dim 1, each part reads all of src
 
     def setup(self, srcs):
         self.expect_srcs(srcs)

@@ -8,7 +8,8 @@
   also multiplies the accuracy by ``scale``). Ranking is by ``(p, class index)`` descending,
   as 0.3's ``partial_sort`` with ``std::greater<pair>``: of equal probabilities the higher
   class index ranks first;
-* gradient to the logits: ``scale·(p − onehot(label))/B``.
+* gradient to the logits: ``scale·(p − onehot(label))/B``, times 1/n for a replica of a
+  layer partitioned on the batch across n workers (the gradient of the group's mean loss).
 
 ``self.data`` holds ``p`` (shape of the logits). A label outside ``[0, classes)`` is a
 SingaError here (0.3 CHECK-fails on a negative label and reads out of bounds otherwise).
@@ -59,7 +60,7 @@ class SoftmaxLossLayer(LossLayer):
         self._above = np.empty((B, D), dtype=bool)
         self._tie = np.empty((B, D), dtype=bool)
         self._later = np.empty((B, D), dtype=bool)
-        self._gscale = DTYPE(self.scale / B)
+        self._gscale = DTYPE(self.scale * self.group_share() / B)
 
     def _labels(self, srcs) -> np.ndarray:
         labels = srcs[1].labels()

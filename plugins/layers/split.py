@@ -16,6 +16,7 @@ from singa_core.param import DTYPE
 
 class SplitLayer(NeuronLayer):
     type_names = ("kSplit",)
+    one_to_many = True  # one gradient buffer per consumer: no split after a split
 
     def setup(self, srcs):
         self.expect_srcs(srcs)

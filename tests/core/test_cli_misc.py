@@ -107,7 +107,7 @@ def test_cluster_no_engine_supports(small_job):
     res = runner.invoke(app, ["train", str(conf), "-o", "cluster.nworkers_per_group=2"])
     assert res.exit_code == 2
     assert "no installed engine can run this cluster configuration" in res.output
-    assert "inprocess: it runs 1 worker" in res.output
+    assert "inprocess: it runs the 2 workers of a group in one process only" in res.output
 
 
 def test_test_command_needs_a_checkpoint(small_job):
