@@ -157,6 +157,13 @@ class TrainingLoop:
             self._restore_sigint(prev_handler)
             self.reporter.finish()
 
+    def request_stop(self, signum: int | None = None) -> None:
+        """Stop after the current step with a checkpoint, as the first Ctrl-C does (for
+        engines whose workers learn of a signal from elsewhere, e.g. a launcher process)."""
+        self._stop_requested = True
+        if signum is not None:
+            self.stop_signal = signum
+
     # -- Ctrl-C: finish the step, checkpoint, stop -------------------------------------------
     def _install_sigint(self):
         """SIGINT (Ctrl-C) and SIGTERM (schedulers, preemption) stop after the current

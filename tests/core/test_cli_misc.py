@@ -102,12 +102,40 @@ def test_dry_run_of_the_mnist_example(mnist_stores):
     assert "out 64x2500" in res.output and "out 100x2500" in res.output
 
 
-def test_cluster_no_engine_supports(small_job):
+def test_engine_that_cannot_run_the_cluster(small_job):
     conf, _ = small_job()
-    res = runner.invoke(app, ["train", str(conf), "-o", "cluster.nworkers_per_group=2"])
+    res = runner.invoke(
+        app, ["train", str(conf), "--engine", "inprocess", "-o", "cluster.nworker_groups=2"]
+    )
     assert res.exit_code == 2
-    assert "no installed engine can run this cluster configuration" in res.output
-    assert "inprocess: it runs the 2 workers of a group in one process only" in res.output
+    assert "engine 'inprocess' cannot run this job: it runs 1 worker group" in res.output
+    assert "help: choose another --engine" in res.output
+
+
+def test_no_engine_supports_the_cluster(small_job, monkeypatch):
+    from singa_core import cli
+    from singa_core.errors import SingaError
+
+    class Nothing:
+        priority = 0
+
+        @staticmethod
+        def supports(job):
+            return "it supports nothing"
+
+    host = cli._host()
+    entries = host.registry("engine").entries
+    saved = {name: entry.obj for name, entry in entries.items()}
+    try:
+        for entry in entries.values():
+            entry.obj = Nothing
+        with pytest.raises(SingaError) as err:
+            cli.select_engine(host, None, None)
+    finally:
+        for name, obj in saved.items():
+            entries[name].obj = obj
+    assert "no installed engine can run this cluster configuration" in str(err.value)
+    assert "it supports nothing" in "\n".join(err.value.notes)
 
 
 def test_test_command_needs_a_checkpoint(small_job):

@@ -1,0 +1,127 @@
+"""The entry point of every spawned process: its server and worker threads.
+
+The main thread only supervises: it starts the threads, watches for the launcher's abort
+event and for the launcher itself dying, and reports a thread's failure on the control
+pipe. SIGINT is the launcher's business (a terminal's Ctrl-C reaches the whole process group;
+the launcher turns it into a stop request), so it is ignored here; SIGTERM kills.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import traceback
+
+
+def process_main(index: int, shared, ctrl) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    from singa_core.blas import set_blas_threads
+
+    set_blas_threads(shared.blas_threads)
+    code = 0
+    segs = None
+    try:
+        segs, ctx = _setup(shared, ctrl)
+        code = _run(index, shared, ctx)
+    except BaseException as exc:  # noqa: BLE001 - reported to the launcher, then exit 1
+        _report(ctrl, f"process {index}", exc)
+        code = 1
+    finally:
+        # a peer killed while writing to a queue may hold its lock: never wait for the
+        # queues' feeder threads at exit
+        for q in (*shared.worker_queues.values(), *shared.server_queues.values()):
+            q.cancel_join_thread()
+        if segs is not None:
+            segs.close()
+        ctrl.close()
+    sys.exit(code)
+
+
+def _report(ctrl, role: str, exc: BaseException) -> None:
+    from plugins.engines.shm.context import Aborted
+    from singa_core.errors import SingaError
+
+    if isinstance(exc, Aborted):
+        return
+    text = exc.format() if isinstance(exc, SingaError) else traceback.format_exc()
+    try:
+        ctrl.send(("error", role, text))
+    except (OSError, ValueError):
+        pass
+
+
+def _setup(shared, ctrl):
+    from plugins.engines.shm.context import ProcessContext
+    from plugins.engines.shm.segments import Segments
+    from singa_core.config import JobConfig
+    from singa_core.job import PreparedJob
+    from singa_core.plugin_host import get_host
+    from singa_core.schema import job_pb2
+
+    host = get_host()  # loads the plugins (and their proto extensions) before parsing
+    job = job_pb2.JobProto()
+    job.ParseFromString(shared.job_bytes)
+    cfg = JobConfig(
+        job,
+        shared.cfg_path,
+        shared.cfg_text,
+        dict(shared.cfg_locations),
+        list(shared.cfg_overrides),
+    )
+    prepared = PreparedJob(cfg=cfg, host=host, seed=shared.seed, workspace=shared.workspace_path)
+    segs = Segments(shared.segments, create=False)
+    return segs, ProcessContext(shared, segs, prepared, ctrl)
+
+
+def _run(index: int, shared, ctx) -> int:
+    from plugins.engines.shm.server import ServerThread
+    from plugins.engines.shm.worker import WorkerThread
+
+    spec = shared.topology.procs[index]
+    failed = threading.Event()
+
+    def guarded(role, make):
+        try:
+            make().run()
+        except BaseException as exc:  # noqa: BLE001
+            if not ctx.aborting():
+                ctx_report(role, exc)
+            failed.set()
+            ctx.local_abort.set()
+
+    def ctx_report(role, exc):
+        with ctx._ctrl_lock:
+            _report(ctx._ctrl, f"{role} ({spec.role()})", exc)
+
+    threads = []
+    for g, j in spec.servers:
+        threads.append(
+            threading.Thread(
+                target=guarded,
+                args=(f"server {j} of server group {g}", lambda g=g, j=j: ServerThread(ctx, g, j)),
+                name=f"server-{g}-{j}",
+                daemon=True,
+            )
+        )
+    for g, j in spec.workers:
+        threads.append(
+            threading.Thread(
+                target=guarded,
+                args=(f"worker {j} of group {g}", lambda g=g, j=j: WorkerThread(ctx, g, j)),
+                name=f"worker-{g}-{j}",
+                daemon=True,
+            )
+        )
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        for t in threads:
+            t.join(timeout=0.2)
+        if ctx.aborting():
+            ctx.local_abort.set()
+            for t in threads:  # they notice within one poll interval
+                t.join(timeout=2)
+            return 0 if not failed.is_set() else 1
+    return 1 if failed.is_set() else 0

@@ -1,0 +1,289 @@
+"""A worker thread (SINGA 0.3 §5.2-5.4): its net, its ParamStub, the TrainingLoop.
+
+Values are read from the server group's segment ``v<sg>``: with ``share_memory`` the
+Params' ``value`` arrays are views into it, otherwise copies refreshed when a Param is
+collected. Gradients are summed per owner Param into the worker's segment ``g<w>``; one
+``("upd", ...)`` message per slice tells the slice's server. ``collect(p)`` waits for the
+``("ver", ...)`` replies of every slice of ``p`` after its last update.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections import Counter, defaultdict
+
+import numpy as np
+
+from plugins.engines.shm.bridge import install_bridges
+from plugins.engines.shm.context import Mailbox, ProcessContext
+from singa_core import checkpoint as ckpt
+from singa_core.job import updater_type_name
+from singa_core.layer import kTrain
+from singa_core.net import stable_seed
+from singa_core.stub import ParamStub
+from singa_core.training import TrainingLoop
+
+
+def _is_ver(m) -> bool:
+    return m[0] == "ver"
+
+
+class ShmStub(ParamStub):
+    def __init__(self, rt: WorkerThread, net) -> None:
+        self.rt = rt
+        self.layout = rt.layout
+        self.local = Counter(p.owner.id for p in net.params if p.grad_owner is p)
+        self.shares: dict[int, list] = defaultdict(list)
+        for p in net.params:
+            self.shares[p.owner.id].append(p)
+        self.counts: dict[int, int] = defaultdict(int)
+        self.pending: dict[int, int] = {}
+        self.new_version: dict[int, int] = {}
+
+    def update(self, step: int, param) -> None:
+        oid = param.owner.id
+        info = self.layout.params[oid]
+        buf = self.rt.grad[info.offset : info.offset + info.size]
+        if self.counts[oid] == 0:
+            # the server may still be reading this Param's previous gradient from the buffer
+            while self.pending.get(oid):
+                self._on_version(self.rt.mailbox.wait(_is_ver))
+            np.copyto(buf, param.grad.reshape(-1))
+        else:
+            buf += param.grad.reshape(-1)
+        self.counts[oid] += 1
+        if self.counts[oid] < self.local[oid]:
+            return
+        self.counts[oid] = 0
+        while self.pending.get(oid):  # the previous update of this Param is still out
+            self._on_version(self.rt.mailbox.wait(_is_ver))
+        sids = self.layout.param_slices[oid]
+        self.pending[oid] = len(sids)
+        self.new_version[oid] = -1
+        rt = self.rt
+        for sid in sids:
+            server = self.layout.slices[sid].server
+            rt.shared.server_queues[(rt.server_group, server)].put(
+                ("upd", rt.group, rt.windex, oid, sid, step, self.local[oid])
+            )
+
+    def collect(self, param) -> None:
+        oid = param.owner.id
+        while self.pending.get(oid):
+            self._on_version(self.rt.mailbox.wait(_is_ver))
+
+    def _on_version(self, msg) -> None:
+        _, oid, _sid, version = msg
+        v = self.new_version[oid]
+        self.new_version[oid] = version if v < 0 else min(v, version)
+        self.pending[oid] -= 1
+        if self.pending[oid]:
+            return
+        for q in self.shares[oid]:
+            q.version = self.new_version[oid]
+        if not self.rt.views:
+            info = self.layout.params[oid]
+            owner = self.shares[oid][0].owner
+            owner.value.reshape(-1)[...] = self.rt.values[info.offset : info.offset + info.size]
+
+
+class _ReporterProxy:
+    """The display worker's reporter: every call goes to the launcher's Reporter."""
+
+    def __init__(self, ctx: ProcessContext) -> None:
+        self.ctx = ctx
+
+    def __getattr__(self, name):
+        def call(*args, **kwargs):
+            self.ctx.send(("report", name, args, kwargs))
+
+        return call
+
+
+class _NullReporter:
+    def __getattr__(self, name):
+        return lambda *a, **k: None
+
+
+class _StopAware:
+    """The worker plugin, plus a check for the launcher's stop request after each step."""
+
+    def __init__(self, inner, rt: WorkerThread) -> None:
+        self.inner = inner
+        self.rt = rt
+
+    def train_one_batch(self, step, net, stub) -> None:
+        self.inner.train_one_batch(step, net, stub)
+        self.rt.after_step(step)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+class WorkerThread:
+    def __init__(self, ctx: ProcessContext, group: int, wid: int) -> None:
+        sh = ctx.shared
+        self.ctx, self.shared = ctx, sh
+        self.group, self.wid = group, wid
+        self.topo, self.layout = sh.topology, sh.layout
+        self.windex = self.topo.worker_index(group, wid)
+        self.server_group = self.topo.server_group_of(group)
+        self.leader = group == 0 and wid == 0  # displays, tests, checkpoints (0.3)
+        self.mailbox = Mailbox(sh.worker_queues[(group, wid)], ctx)
+        self.values = ctx.segs[f"v{self.server_group}"]
+        self.versions = ctx.segs[f"n{self.server_group}"]
+        self.state = ctx.segs[f"s{self.server_group}"]
+        self.grad = ctx.segs[f"g{self.windex}"]
+        self.views = self.topo.share_memory or self.topo.nworkers_per_group > 1
+        self.loop: TrainingLoop | None = None
+
+    # -- nets --------------------------------------------------------------------------
+    def _build(self):
+        prepared, wpg = self.ctx.prepared, self.topo.nworkers_per_group
+        if wpg > 1:
+            if "num_partitions" not in inspect.signature(prepared.build_net).parameters:
+                raise RuntimeError("nworkers_per_group > 1 needs build_net(num_partitions=)")
+            full = prepared.build_net(kTrain, num_partitions=wpg, init=False)
+            net = full.partition_view(self.wid)
+        else:
+            full = net = prepared.build_net(kTrain, init=False, **self._one_partition)
+        if self.group > 0:  # other data (random_skip) and dropout masks than group 0
+            for n in {id(full): full, id(net): net}.values():
+                for layer in n.layers:
+                    layer.ctx.rng = np.random.default_rng(
+                        stable_seed(prepared.seed, "layer", layer.name, kTrain, "group", self.group)
+                    )
+        for p in full.owner_params:
+            info = self.layout.params[p.id]
+            flat = self.values[info.offset : info.offset + info.size]
+            if self.views:
+                p.value = flat.reshape(p.shape)
+            else:
+                p.value[...] = flat.reshape(p.shape)
+            p.version = self._version(p.id)
+        for p in full.params:
+            if not p.is_owner:
+                p.value = p.owner.value
+                p.version = p.owner.version
+        nets = {kTrain: net}
+        if self.leader:
+            for phase in prepared.phases()[1:]:
+                other = prepared.build_net(phase, init=True, **self._one_partition)
+                other.share_params_from(full, prepared.cfg.locate)
+                nets[phase] = other
+            if self.shared.layer_states:
+                ckpt.restore_layer_states(nets, self.shared.layer_states)
+        install_bridges(self, full, net)
+        return full, net, nets
+
+    @property
+    def _one_partition(self) -> dict:
+        """build_net's arguments for an unpartitioned net (test nets, as 0.3)."""
+        params = inspect.signature(self.ctx.prepared.build_net).parameters
+        return {"num_partitions": 1} if "num_partitions" in params else {}
+
+    def _version(self, pid: int) -> int:
+        sids = self.layout.param_slices[pid]
+        return int(min(self.versions[s] for s in sids)) if sids else 0
+
+    # -- checkpoints (group 0, worker 0) ---------------------------------------------------
+    def _wait_for_group(self, own_params) -> None:
+        """With a partitioned group, wait (a while) until the other workers' Params have
+        caught up with this worker's, so the checkpoint holds one step of all of them."""
+        if self.topo.nworkers_per_group == 1:
+            return
+        target = min((p.version for p in own_params), default=0)
+        deadline = time.monotonic() + 10
+        for pid, info in self.layout.params.items():
+            while info.num_total and self._version(pid) < target and time.monotonic() < deadline:
+                self.ctx.check_abort()
+                time.sleep(0.005)
+
+    def write_checkpoint(self, step: int) -> str:
+        prepared = self.ctx.prepared
+        self._wait_for_group(self.net.owner_params)
+        total = self.layout.total
+        records, arrays = [], {}
+        for pid in self.layout.order:
+            info = self.layout.params[pid]
+            sl = slice(info.offset, info.offset + info.size)
+            records.append(
+                ckpt.ParamRecord(info.name, self._version(pid), self.values[sl].reshape(info.shape))
+            )
+            if info.learnable:
+                for k, sname in enumerate(self.shared.state_names):
+                    block = self.state[
+                        k * total + info.offset : k * total + info.offset + info.size
+                    ]
+                    arrays[f"{info.name}::{sname}"] = block.reshape(info.shape).copy()
+        state = ckpt.TrainingState(
+            step=step,
+            meta={
+                "seed": prepared.seed,
+                "updater": updater_type_name(prepared.job.updater),
+                "plugins": [f"{d} {v}" for d, v in prepared.host.distributions()],
+                "layers": ckpt.layer_states(self.nets),
+                "engine": "shm",
+            },
+            arrays=arrays,
+        )
+        return str(ckpt.write_checkpoint(prepared.workspace, step, 0, records, state))
+
+    # -- stopping (Ctrl-C / SIGTERM to the launcher) ---------------------------------------
+    def after_step(self, step: int) -> None:
+        sh = self.shared
+        sig = sh.stop_signal.value
+        if sig and self.wid == 0 and sh.stop_at[self.group] < 0:
+            # partitioned groups: the others may be one step behind; all stop after the next
+            sh.stop_at[self.group] = step + (1 if self.topo.nworkers_per_group > 1 else 0)
+        at = sh.stop_at[self.group]
+        if at >= 0 and step >= at and self.loop is not None:
+            self.loop.request_stop(sig or None)
+
+    def _start_gate(self) -> None:
+        """Wait until every worker has built its net, so that all groups start together
+        (0.3 slept a second instead); a slow process start cannot let one group finish
+        before the others begin."""
+        sh, topo = self.shared, self.topo
+        with sh.ready.get_lock():
+            sh.ready.value += 1
+        total = topo.nworker_groups * topo.nworkers_per_group
+        while sh.ready.value < total:
+            self.ctx.check_abort()
+            time.sleep(0.002)
+
+    def run(self) -> None:
+        prepared = self.ctx.prepared
+        self.full, self.net, self.nets = self._build()
+        self._start_gate()
+        reporter = _ReporterProxy(self.ctx) if self.leader else _NullReporter()
+        self.loop = TrainingLoop(
+            prepared.job,
+            worker=_StopAware(prepared.make_worker(), self),
+            stub=ShmStub(self, self.net),
+            train_net=self.net,
+            nets=self.nets,
+            checkpoint=self.write_checkpoint if self.leader else None,
+            reporter=reporter,
+            lr=prepared.make_updater().lr,
+            is_display_worker=self.leader,
+        )
+        step, last, interrupted = self.loop.run(self.shared.start_step, resumed=self.shared.resumed)
+        # wait for the replies to the last updates: every message this worker put on a
+        # server's queue has then been read (a process leaving with a message half-written
+        # would keep that queue's lock)
+        self.loop.stub.collect_all(self.net.params)  # replicas' updates too (owned elsewhere)
+        self.ctx.send(
+            (
+                "done",
+                (self.group, self.wid),
+                {
+                    "final_step": step,
+                    "checkpoint": last,
+                    "metrics": self.loop.last_metrics,
+                    "interrupted": interrupted,
+                    "stop_signal": self.loop.stop_signal,
+                },
+            )
+        )
