@@ -71,7 +71,9 @@ def part_a(rounds: int, threads: int) -> None:
         rounds,
         {
             "in-process engine": lambda: run_ms(conf, common, "inprocess"),
-            "1 worker + 1 server process (shm)": lambda: run_ms(conf, common, "shm"),
+            "1 worker + 1 server process (shm)": lambda: run_ms(
+                conf, {**common, "cluster.server_worker_separate": "true"}, "shm"
+            ),
         },
     )
     ratio = med["1 worker + 1 server process (shm)"] / med["in-process engine"]
@@ -133,7 +135,7 @@ def part_c(rounds: int, n: int = 4096) -> None:
         {
             "in-process engine": lambda: run_ms(conf, {"num_openblas_threads": 1}, "inprocess"),
             "1 worker + 1 server process (shm)": lambda: run_ms(
-                conf, {"num_openblas_threads": 1}, "shm"
+                conf, {"num_openblas_threads": 1, "cluster.server_worker_separate": "true"}, "shm"
             ),
         },
     )
