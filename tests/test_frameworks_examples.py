@@ -40,3 +40,19 @@ def test_asynchronous_frameworks_reach_the_expected_accuracy(name, mnist_stores,
     # the MLP example reaches 0.87-0.92 after 1000 single-worker steps; 200 steps of
     # several asynchronous groups get there too
     assert accuracy >= 0.84, proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("name", "engine"), [("inmemory-sandblaster", "inprocess"), ("inmemory-downpour", "shm")]
+)
+def test_in_memory_variants_run_in_one_process(name, engine, mnist_stores, tmp_path):
+    ws = tmp_path / name
+    args = [*mnist_example_args(mnist_stores), "-o", f"cluster.workspace={ws}"]
+    conf = str(EXAMPLES / f"{name}.conf")
+    dry = run_singa("train", conf, "--dry-run", *args)
+    assert dry.returncode == 0 and "1 process" in dry.stdout, dry.stdout + dry.stderr
+    train = ["-o", "train_steps=20", "-o", "test_freq=0", "-o", "checkpoint_freq=0"]
+    proc = run_singa("train", conf, "--seed", "0", *args, *train)
+    assert proc.returncode == 0, proc.stderr
+    assert f"engine {engine}" in proc.stderr
+    assert (ws / "checkpoint" / "step20-worker0").exists()

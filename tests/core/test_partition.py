@@ -180,3 +180,29 @@ def test_model_partitioned_test_net_is_a_clear_error(tmp_path):
     )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "partitioned on dimension 1" in proc.stderr and "test_steps: 0" in proc.stderr
+
+
+def test_per_partition_batchsize_lists_read_their_stripes(tmp_path):
+    """store_conf.batchsize [12, 8] with 2 partitions (SINGA-131's manual split): partition
+    0 reads 12 records, partition 1 the next 8, then both skip ahead to the next group batch."""
+    from singa_core.layer import kForward
+
+    path = conf_file(tmp_path)
+    path.write_text(path.read_text().replace("batchsize: 20", "batchsize: 12 batchsize: 8"))
+    net = build(
+        path,
+        [
+            "cluster.nworkers_per_group=2",
+            "neuralnet.layer[0].store_conf.random_skip=0",
+            "test_steps=0",
+        ],
+    )
+    d0, d1 = net.by_name["data@0"], net.by_name["data@1"]
+    assert d0.shape == (12, 4) and d1.shape == (8, 4)
+    rows = np.loadtxt(tmp_path / "d.csv", delimiter=",", dtype=np.float32)[:, 1:]
+    for batch in range(2):
+        for layer in (d0, d1):
+            layer.forward(kTrain | kForward, [])
+        start = 20 * batch
+        np.testing.assert_allclose(d0.data, rows[start : start + 12], rtol=1e-5)
+        np.testing.assert_allclose(d1.data, rows[start + 12 : start + 20], rtol=1e-5)
