@@ -162,6 +162,21 @@ class Layer:
         self.params.append(p)
         return p
 
+    def partitioned_size(self, value: int, what: str) -> int:
+        """``value`` (e.g. num_output) divided among the partitions when the layer is
+        partitioned on dimension 1; a configuration error when it does not divide."""
+        n = self.ctx.num_partitions
+        if self.conf.partition_dim <= 0 or n <= 1:
+            return value
+        if value % n:
+            raise self.error(
+                f"layer '{self.name}' is partitioned on dimension 1 across {n} workers, but "
+                f"its {what} ({value}) is not divisible by that",
+                field="partition_dim",
+                help=f"use a {what} divisible by {n}, or partition_dim: 0",
+            )
+        return value // n
+
     def error(self, message: str, *, field: str | None = None, help: str | None = None):
         """A SingaError pointing at this layer (or one of its fields) in job.conf."""
         return SingaError(message, where=self.ctx.locate(field), help=help)

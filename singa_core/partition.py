@@ -108,38 +108,29 @@ def partition(specs, phase, job, get_plugin, locate, *, num_partitions: int = 1,
         srcs = []
         for src in spec.srcs:
             a, b = pdim[src], spec.conf.partition_dim
-            if b == 1 and whole_source(spec.conf):
-                split = connection(f"split({src})", job_pb2.kSplit, a, split_conf__num_splits=n)
-                concate = connection(
-                    f"concate({split.name})",
-                    job_pb2.kConcate,
-                    b,
-                    concate_conf__concate_dim=a,
-                    concate_conf__num_concates=n,
-                )
-                add(split, [src], "spread")
-                add(concate, [split.name], "gather")
-                srcs.append(concate.name)
-            elif a == b:
+            if a == b and not (b == 1 and whole_source(spec.conf)):
                 srcs.append(src)
-            else:
-                sl = connection(
+                continue
+            if b == 1 and whole_source(spec.conf):  # every partition gets all of src
+                spread = connection(f"split({src})", job_pb2.kSplit, a, split_conf__num_splits=n)
+            else:  # partition j gets part j of every partition's src
+                spread = connection(
                     f"slice({src})",
                     job_pb2.kSlice,
                     a,
                     slice_conf__slice_dim=b,
                     slice_conf__num_slices=n,
                 )
-                concate = connection(
-                    f"concate({sl.name})",
-                    job_pb2.kConcate,
-                    b,
-                    concate_conf__concate_dim=a,
-                    concate_conf__num_concates=n,
-                )
-                add(sl, [src], "spread")
-                add(concate, [sl.name], "gather")
-                srcs.append(concate.name)
+            concate = connection(
+                f"concate({spread.name})",
+                job_pb2.kConcate,
+                b,
+                concate_conf__concate_dim=a,
+                concate_conf__num_concates=n,
+            )
+            add(spread, [src], "spread")
+            add(concate, [spread.name], "gather")
+            srcs.append(concate.name)
         logical.append((spec.conf, spec.conf_index, srcs, None))
     # connection layers must come before their consumers: keep the user's order otherwise
     ordered = _connections_first(logical)

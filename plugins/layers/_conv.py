@@ -49,17 +49,7 @@ class ConvolutionBase(NeuronLayer):
                 help="add `convolution_conf { num_filters: 32 kernel: 5 }`",
             )
         nf = int(conf.num_filters)
-        if self.conf.partition_dim > 0 and self.ctx.num_partitions > 1:
-            if nf % self.ctx.num_partitions:
-                raise self.error(
-                    f"layer '{self.name}' is partitioned on dimension 1 across "
-                    f"{self.ctx.num_partitions} workers, but its num_filters ({nf}) is not "
-                    "divisible by that",
-                    field="partition_dim",
-                    help=f"use a num_filters divisible by {self.ctx.num_partitions}, or "
-                    "partition_dim: 0",
-                )
-            nf //= self.ctx.num_partitions
+        nf = self.partitioned_size(nf, "num_filters")
         if nf <= 0:
             raise self.error(
                 f"layer '{self.name}': num_filters must be positive, got {conf.num_filters}",

@@ -36,17 +36,7 @@ class InnerProductLayer(NeuronLayer):
                 help="add `innerproduct_conf { num_output: N }`",
             )
         hdim = int(conf.num_output)
-        if self.conf.partition_dim > 0 and self.ctx.num_partitions > 1:
-            if hdim % self.ctx.num_partitions:
-                raise self.error(
-                    f"layer '{self.name}' is partitioned on dimension 1 across "
-                    f"{self.ctx.num_partitions} workers, but its num_output ({hdim}) is not "
-                    "divisible by that",
-                    field="partition_dim",
-                    help=f"use a num_output divisible by {self.ctx.num_partitions}, or "
-                    "partition_dim: 0",
-                )
-            hdim //= self.ctx.num_partitions
+        hdim = self.partitioned_size(hdim, "num_output")
         if hdim <= 0:
             raise self.error(
                 f"layer '{self.name}': num_output must be positive, got {conf.num_output}",

@@ -95,25 +95,21 @@ def _run(index: int, shared, ctx) -> int:
         with ctx._ctrl_lock:
             _report(ctx._ctrl, f"{role} ({spec.role()})", exc)
 
-    threads = []
-    for g, j in spec.servers:
-        threads.append(
-            threading.Thread(
-                target=guarded,
-                args=(f"server {j} of server group {g}", lambda g=g, j=j: ServerThread(ctx, g, j)),
-                name=f"server-{g}-{j}",
-                daemon=True,
-            )
+    roles = [
+        (f"server {j} of server group {g}", f"server-{g}-{j}", ServerThread, g, j)
+        for g, j in spec.servers
+    ] + [
+        (f"worker {j} of group {g}", f"worker-{g}-{j}", WorkerThread, g, j) for g, j in spec.workers
+    ]
+    threads = [
+        threading.Thread(
+            target=guarded,
+            args=(role, lambda cls=cls, g=g, j=j: cls(ctx, g, j)),
+            name=name,
+            daemon=True,
         )
-    for g, j in spec.workers:
-        threads.append(
-            threading.Thread(
-                target=guarded,
-                args=(f"worker {j} of group {g}", lambda g=g, j=j: WorkerThread(ctx, g, j)),
-                name=f"worker-{g}-{j}",
-                daemon=True,
-            )
-        )
+        for role, name, cls, g, j in roles
+    ]
     for t in threads:
         t.start()
     while any(t.is_alive() for t in threads):
