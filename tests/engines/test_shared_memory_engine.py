@@ -297,3 +297,26 @@ def test_model_partitioned_group_across_processes_equals_the_whole_net(tmp_path)
         np.testing.assert_allclose(whole, a[name], rtol=2e-5, atol=2e-6, err_msg=name)
     for name in ("0#w2", "0#b2"):
         np.testing.assert_allclose(b[name], a[name], rtol=2e-5, atol=2e-6, err_msg=name)
+
+
+def test_partitioned_group_resumes_exactly(tmp_path):
+    """A group of 2 worker processes: every partition's data cursor is in the checkpoint,
+    so stopping at step 4 and resuming ends exactly where an uninterrupted run does."""
+    conf, _ = _job(tmp_path, steps=8, checkpoint_freq=4)
+    group = ("cluster.nworkers_per_group=2", "test_steps=0")
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    for ws, steps in ((whole, 8), (parts, 4)):
+        res = run_singa(
+            "train", str(conf), "--seed", "8", "--engine", "shm", "--workspace", str(ws),
+            *_overrides(*group, f"train_steps={steps}"), "-q",
+        )  # fmt: skip
+        assert res.returncode == 0, res.stderr
+    assert not list((parts / "checkpoint").glob(".step*"))  # the partition files are merged
+    res = run_singa(
+        "train", str(conf), "--engine", "shm", "--workspace", str(parts), "--resume",
+        *_overrides(*group), "-q",
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    a = (whole / "checkpoint" / "step8-worker0").read_bytes()
+    b = (parts / "checkpoint" / "step8-worker0").read_bytes()
+    assert a == b

@@ -10,14 +10,17 @@ collected. Gradients are summed per owner Param into the worker's segment ``g<w>
 from __future__ import annotations
 
 import inspect
+import json
 import time
 from collections import Counter, defaultdict
+from pathlib import Path
 
 import numpy as np
 
 from plugins.engines.shm.bridge import install_bridges
 from plugins.engines.shm.context import Mailbox, ProcessContext
 from singa_core import checkpoint as ckpt
+from singa_core.fileio import atomic_write_bytes
 from singa_core.job import updater_type_name
 from singa_core.layer import kTrain
 from singa_core.net import stable_seed
@@ -172,8 +175,8 @@ class WorkerThread:
                 other = prepared.build_net(phase, init=True, **self._one_partition)
                 other.share_params_from(full, prepared.cfg.locate)
                 nets[phase] = other
-            if self.shared.layer_states:
-                ckpt.restore_layer_states(nets, self.shared.layer_states)
+        if self.shared.layer_states and self.group == 0:  # every partition's data cursors
+            ckpt.restore_layer_states(nets, self.shared.layer_states)
         install_bridges(self, full, net)
         return full, net, nets
 
@@ -200,9 +203,38 @@ class WorkerThread:
                 self.ctx.check_abort()
                 time.sleep(0.005)
 
+    def _states_file(self, step: int, wid: int) -> Path:
+        return self.shared.workspace_path / "checkpoint" / f".step{step}-part{wid}.layers.json"
+
+    def publish_layer_states(self, step: int) -> str:
+        """Workers 1… of a partitioned group 0, at each checkpoint step: hand their layers'
+        states (data cursors, random states) to worker 0, which writes the checkpoint."""
+        path = self._states_file(step, self.wid)
+        states = ckpt.layer_states({kTrain: self.net})
+        atomic_write_bytes(path, json.dumps(states).encode(), what="layer states")
+        return str(path)
+
+    def _partition_states(self, step: int) -> dict:
+        """The other partitions' layer states for checkpoint ``step`` (see above)."""
+        merged: dict = {}
+        for wid in range(1, self.topo.nworkers_per_group):
+            path = self._states_file(step, wid)
+            deadline = time.monotonic() + 10
+            while not path.exists() and time.monotonic() < deadline:
+                self.ctx.check_abort()
+                time.sleep(0.002)
+            if path.exists():
+                for phase, layers in json.loads(path.read_text()).items():
+                    merged.setdefault(phase, {}).update(layers)
+                path.unlink()
+        return merged
+
     def write_checkpoint(self, step: int) -> str:
         prepared = self.ctx.prepared
         self._wait_for_group(self.net.owner_params)
+        layers = ckpt.layer_states(self.nets)
+        for phase, states in self._partition_states(step).items():
+            layers.setdefault(phase, {}).update(states)
         total = self.layout.total
         records, arrays = [], {}
         for pid in self.layout.order:
@@ -223,7 +255,7 @@ class WorkerThread:
                 "seed": prepared.seed,
                 "updater": updater_type_name(prepared.job.updater),
                 "plugins": [f"{d} {v}" for d, v in prepared.host.distributions()],
-                "layers": ckpt.layer_states(self.nets),
+                "layers": layers,
                 "engine": "shm",
             },
             arrays=arrays,
@@ -240,6 +272,11 @@ class WorkerThread:
         at = sh.stop_at[self.group]
         if at >= 0 and step >= at and self.loop is not None:
             self.loop.request_stop(sig or None)
+
+    @property
+    def _checkpoint_part(self):
+        partitioned = self.group == 0 and self.topo.nworkers_per_group > 1
+        return self.publish_layer_states if partitioned else None
 
     def _start_gate(self) -> None:
         """Wait until every worker has built its net, so that all groups start together
@@ -264,7 +301,7 @@ class WorkerThread:
             stub=ShmStub(self, self.net),
             train_net=self.net,
             nets=self.nets,
-            checkpoint=self.write_checkpoint if self.leader else None,
+            checkpoint=self.write_checkpoint if self.leader else self._checkpoint_part,
             reporter=reporter,
             lr=prepared.make_updater().lr,
             is_display_worker=self.leader,
