@@ -12,6 +12,8 @@ from singa_core.errors import SingaError
 from singa_core.plugin_host import get_host
 from singa_core.schema import job_pb2
 from tests.updaters.updater_checks import (
+    LeastSquares,
+    check_against_reference,
     check_in_place_allocation_free,
     check_snapshot_restore,
     fixed_lr,
@@ -92,14 +94,7 @@ def test_clipping_is_not_applied():
 @pytest.mark.parametrize("clip", [(0.0, 0.0), (-0.5, 0.5)])
 def test_least_squares_matches_float64_reference(clip):
     """Caffe-style run on 0.5*||A w - b||^2 with every option on, over 25 steps."""
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((8, 3))
-    b = rng.standard_normal(8)
-
-    def grad_fn(w):
-        return 2 * a.T @ (a @ w - b)  # summed over 2 "replicas"; s = 1/2
-
-    w0 = np.array([1.0, -1.0, 0.5])
+    problem = LeastSquares()
     opts = dict(
         base_lr=0.5,
         gamma=0.7,
@@ -111,8 +106,8 @@ def test_least_squares_matches_float64_reference(clip):
         lr_scale=0.8,
         s=0.5,
     )
-    ref = reference(w0, grad_fn, 25, **opts)
-    assert np.abs(grad_fn(w0) * 0.5).max() > 1.0  # a configured clip would have bitten
+    ref = reference(problem.w0, problem.grad, 25, **opts)
+    assert np.abs(problem.grad(problem.w0) * 0.5).max() > 1.0  # a configured clip would have bitten
 
     up = adadelta(
         step_lr(0.5, 0.7, 5),
@@ -122,14 +117,7 @@ def test_least_squares_matches_float64_reference(clip):
         clip_low=clip[0],
         clip_high=clip[1],
     )
-    w = w0.astype(np.float32)
-    state = up.init_state(w)
-    for step in range(25):
-        g = grad_fn(w.astype(np.float64)).astype(np.float32)
-        up.apply(step, w, g, state, scale=0.5, lr_scale=0.8, wd_scale=2.0)
-        np.testing.assert_allclose(w, ref[step], rtol=1e-4, atol=1e-5)
-    loss0 = 0.5 * np.sum((a @ w0 - b) ** 2)
-    assert 0.5 * np.sum((a @ w.astype(np.float64) - b) ** 2) < loss0
+    check_against_reference(up, problem, ref)
 
 
 def make():

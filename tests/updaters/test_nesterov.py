@@ -12,6 +12,8 @@ from singa_core.errors import SingaError
 from singa_core.plugin_host import get_host
 from singa_core.schema import job_pb2
 from tests.updaters.updater_checks import (
+    LeastSquares,
+    check_against_reference,
     check_in_place_allocation_free,
     check_snapshot_restore,
     fixed_lr,
@@ -93,15 +95,8 @@ def test_clip_before_scale():
 @pytest.mark.parametrize("clip", [(0.0, 0.0), (-3.0, 3.0)])
 def test_least_squares_matches_float64_reference(clip):
     """Caffe-style run on 0.5*||A w - b||^2 with every option on, over 25 steps."""
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((8, 3))
-    b = rng.standard_normal(8)
-
-    def grad_fn(w):
-        return 2 * a.T @ (a @ w - b)  # summed over 2 "replicas"; s = 1/2
-
-    w0 = np.array([1.0, -1.0, 0.5])
-    assert np.abs(grad_fn(w0)).max() > 3.0  # the clip bites
+    problem = LeastSquares()
+    assert np.abs(problem.grad(problem.w0)).max() > 3.0  # the clip bites
     opts = dict(
         base_lr=0.05,
         gamma=0.7,
@@ -113,7 +108,7 @@ def test_least_squares_matches_float64_reference(clip):
         s=0.5,
         clip=clip,
     )
-    ref = reference(w0, grad_fn, 25, **opts)
+    ref = reference(problem.w0, problem.grad, 25, **opts)
 
     up = nesterov(
         step_lr(0.05, 0.7, 5),
@@ -122,14 +117,7 @@ def test_least_squares_matches_float64_reference(clip):
         clip_low=clip[0],
         clip_high=clip[1],
     )
-    w = w0.astype(np.float32)
-    state = up.init_state(w)
-    for step in range(25):
-        g = grad_fn(w.astype(np.float64)).astype(np.float32)
-        up.apply(step, w, g, state, scale=0.5, lr_scale=0.8, wd_scale=2.0)
-        np.testing.assert_allclose(w, ref[step], rtol=1e-4, atol=1e-5)
-    loss0 = 0.5 * np.sum((a @ w0 - b) ** 2)
-    assert 0.5 * np.sum((a @ w.astype(np.float64) - b) ** 2) < loss0
+    check_against_reference(up, problem, ref)
 
 
 def make():

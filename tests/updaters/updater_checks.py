@@ -1,5 +1,6 @@
-"""Checks shared by the updater tests: LR schedules to drive them, the bit-exact
-snapshot/restore round trip through ParamShard, and the in-place, allocation-free update."""
+"""Checks shared by the updater tests: LR schedules to drive them, the least-squares run
+compared step by step with a float64 reference, the bit-exact snapshot/restore round trip
+through ParamShard, and the in-place, allocation-free update."""
 
 from __future__ import annotations
 
@@ -88,3 +89,32 @@ def check_in_place_allocation_free(up) -> None:
         tracemalloc.stop()
     assert id(w) == value_id and w.dtype == np.float32
     assert peak < 64 * 1024
+
+
+class LeastSquares:
+    """``0.5·||A w − b||²`` on a fixed 8×3 problem; :meth:`grad` is summed over 2
+    "replicas", so the updaters are run with ``scale = 1/2``."""
+
+    def __init__(self) -> None:
+        rng = np.random.default_rng(0)
+        self.a = rng.standard_normal((8, 3))
+        self.b = rng.standard_normal(8)
+        self.w0 = np.array([1.0, -1.0, 0.5])
+
+    def grad(self, w):
+        return 2 * self.a.T @ (self.a @ w - self.b)
+
+    def loss(self, w) -> float:
+        return 0.5 * float(np.sum((self.a @ w - self.b) ** 2))
+
+
+def check_against_reference(up, problem: LeastSquares, ref, steps: int = 25) -> None:
+    """Run ``up`` in float32 from ``problem.w0`` with scale 1/2, lr_scale 0.8 and wd_scale 2
+    and compare every step with the float64 reference ``ref``; the loss must fall."""
+    w = problem.w0.astype(np.float32)
+    state = up.init_state(w)
+    for step in range(steps):
+        g = problem.grad(w.astype(np.float64)).astype(np.float32)
+        up.apply(step, w, g, state, scale=0.5, lr_scale=0.8, wd_scale=2.0)
+        np.testing.assert_allclose(w, ref[step], rtol=1e-4, atol=1e-5)
+    assert problem.loss(w.astype(np.float64)) < problem.loss(problem.w0)
