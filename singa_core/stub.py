@@ -8,8 +8,9 @@ Workers never apply updates themselves. They call, per Param:
 The server side (:class:`ParamShard`) owns the authoritative values of the owner Params
 (or slices of them), their versions and the updater state. It waits until all
 ``num_total`` contributions of a Param have arrived, sums them, and applies the updater
-with ``scale = 1/num_replicas`` (gradients of data-parallel replicas are averaged; shares
-through ``share_from`` within one replica are summed — see docs/compat.md). Engines decide
+with ``scale = 1/num_replicas``. The built-in engines pass ``num_replicas = 1``: a group's
+contributions are summed (the loss layers of batch replicas already scale by 1/n, and
+shares through ``share_from`` are summed — see docs/compat.md). Engines decide
 where stubs and shards live and how values and gradients move between them.
 
 Entries of non-learnable Params (``Param.learnable`` False, e.g. batch-norm running
@@ -49,7 +50,7 @@ class ShardEntry:
     lr_scale: float
     wd_scale: float
     num_total: int  # contributions expected per update
-    num_replicas: int  # data-parallel replicas among them (gradient averaging)
+    num_replicas: int  # the summed gradient is divided by this (1: plain sum)
     version: int = 0
     state: dict[str, np.ndarray] = field(default_factory=dict)
     received: int = 0  # contributions received towards the next update

@@ -27,7 +27,6 @@ class ParamInfo:
     lr_scale: float
     wd_scale: float
     num_total: int  # gradients a worker group sends per update
-    num_replicas: int  # kept 1: the loss layers of batch replicas already scale by 1/n
 
 
 @dataclass(frozen=True)
@@ -84,7 +83,6 @@ class ParamLayout:
                     p.lr_scale,
                     p.wd_scale,
                     counts.get(p.id, 0),
-                    1,  # a group's contributions are summed: replicas' losses scale by 1/n
                 )
             )
             offset += p.size

@@ -5,7 +5,8 @@ Messages (tuples on its queue):
 * ``("upd", group, worker, param, slice, step, n)``: ``n`` gradients of a worker group for a
   slice, already summed by the worker in its gradient segment ``g<worker>``. When a group's
   contributions reach the Param's ``num_total`` the sum goes to the
-  :class:`~singa_core.stub.ParamShard` (updater, ``1/num_replicas`` averaging, version),
+  :class:`~singa_core.stub.ParamShard` (updater, version; the contributions are summed:
+  the loss layers of batch replicas already scale by 1/n),
   the version is published in ``n<sg>`` and each contributing worker gets
   ``("ver", param, slice, version)``. Groups are aggregated separately: asynchronous across
   worker groups, synchronous within one.
@@ -56,7 +57,6 @@ class ServerThread:
                 lr_scale=p.lr_scale,
                 wd_scale=p.wd_scale,
                 num_total=1,  # groups are aggregated here, the shard applies each sum
-                num_replicas=p.num_replicas,
                 learnable=p.learnable,
             )
             if p.learnable:  # updater history lives in shared memory (checkpoints read it)
