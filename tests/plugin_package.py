@@ -27,7 +27,7 @@ build-backend = "setuptools.build_meta"
 [project]
 name = "{project}"
 version = "0.1.0"
-dependencies = []
+dependencies = ["singa-classic>=0.1,<1"]
 
 [project.entry-points.singa]
 {entry_point} = "{package}.plugin"

@@ -9,7 +9,7 @@ only small control messages (param id, slice id, step, version) travel on queues
 worker runs the same :class:`~singa_core.training.TrainingLoop` as the in-process engine;
 group 0 worker 0 displays, tests, validates and checkpoints. Synchronous within a worker
 group, asynchronous across groups; several server groups synchronise every ``sync_freq``
-updates (distributed Hogwild). Parts: :mod:`plugins.engines.shm`.
+updates (distributed Hogwild). Parts: :mod:`singa_builtins.engines.shm`.
 
 Chosen automatically when the cluster has more than one worker or server; ``--engine shm``
 forces it for 1 worker + 1 server too.
@@ -22,9 +22,9 @@ import os
 
 import numpy as np
 
-from plugins.engines.shm.bridge import bridge_pairs
-from plugins.engines.shm.layout import ParamLayout
-from plugins.engines.shm.topology import build_topology
+from singa_builtins.engines.shm.bridge import bridge_pairs
+from singa_builtins.engines.shm.layout import ParamLayout
+from singa_builtins.engines.shm.topology import build_topology
 from singa_core import checkpoint as ckpt
 from singa_core.engine import Engine, TrainResult
 from singa_core.errors import SingaError
@@ -125,12 +125,12 @@ class SharedMemoryEngine(Engine):
         return lines
 
     def train(self) -> TrainResult:
-        from plugins.engines.shm.launcher import Launcher
+        from singa_builtins.engines.shm.launcher import Launcher
 
         return Launcher(self).run()
 
     def test(self, steps: int) -> dict[str, float]:
         # evaluation runs one unpartitioned test net: the in-process engine does that
-        from plugins.engines.inprocess import InProcessEngine
+        from singa_builtins.engines.inprocess import InProcessEngine
 
         return InProcessEngine(self.prepared, self.reporter).test(steps)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from plugins.layers._window import (
+from singa_builtins.layers._window import (
     as_chwn,
     batch_innermost,
     check_output_size,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from plugins.layers.argsort import ArgSortLayer, top_k_indices
+from singa_builtins.layers.argsort import ArgSortLayer, top_k_indices
 
 
 class AccuracyLayer(ArgSortLayer):

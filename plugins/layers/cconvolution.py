@@ -9,8 +9,8 @@ ignored.
 
 from __future__ import annotations
 
-from plugins.layers import CUDNN_ALIAS_NOTE
-from plugins.layers._conv import ConvolutionBase
+from singa_builtins.layers import CUDNN_ALIAS_NOTE
+from singa_builtins.layers._conv import ConvolutionBase
 
 
 class CConvolutionLayer(ConvolutionBase):

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from plugins.layers._text import encode, read_text_file, read_vocab
+from singa_builtins.layers._text import encode, read_text_file, read_vocab
 from singa_core.layer import InputLayer, Layer
 
 

@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 
-from plugins.layers._text import read_vocab
+from singa_builtins.layers._text import read_vocab
 from singa_core.layer import OutputLayer
 
 

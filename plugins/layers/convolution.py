@@ -8,7 +8,7 @@ axes, otherwise ``kernel_x``/``pad_x``/``stride_x`` (the ``_y`` fields are ignor
 
 from __future__ import annotations
 
-from plugins.layers._conv import ConvolutionBase
+from singa_builtins.layers._conv import ConvolutionBase
 
 
 class ConvolutionLayer(ConvolutionBase):

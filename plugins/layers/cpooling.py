@@ -11,8 +11,8 @@ count (only differs when ``pad > 0``).
 
 from __future__ import annotations
 
-from plugins.layers import CUDNN_ALIAS_NOTE
-from plugins.layers._pool import PoolingBase
+from singa_builtins.layers import CUDNN_ALIAS_NOTE
+from singa_builtins.layers._pool import PoolingBase
 
 
 class CPoolingLayer(PoolingBase):

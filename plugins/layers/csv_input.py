@@ -1,5 +1,5 @@
 """kCSVInput: reads comma-separated lines from a store (SINGA 0.3 §2.2, input_layer/csv.cc);
-batching, cycling, random skip and mean/std as in :mod:`plugins.layers._store_input`.
+batching, cycling, random skip and mean/std as in :mod:`singa_builtins.layers._store_input`.
 
 A value is one line split at any character of ``store_conf.separator`` (default ","; as
 0.3's Tokenizer, several characters mean "any of them", and one trailing separator is
@@ -16,7 +16,7 @@ import re
 
 import numpy as np
 
-from plugins.layers._store_input import StoreInputLayer
+from singa_builtins.layers._store_input import StoreInputLayer
 
 
 class CSVInputLayer(StoreInputLayer):

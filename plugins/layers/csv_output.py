@@ -6,7 +6,7 @@ output_layer/csv.cc).
 (``src.labels()`` is not None, e.g. an input layer), the ``d = size/batch`` values formatted
 like ``std::to_string`` (``"%f"``: six decimals) — to a ``textfile`` store at
 ``store_conf.path``, created at the first forward and flushed after every batch. Store,
-keys and publishing as in :class:`plugins.layers._records.StoreOutputLayer`. No gradient.
+keys and publishing as in :class:`singa_builtins.layers._records.StoreOutputLayer`. No gradient.
 
 Differences from 0.3: when ``store_conf.backend`` was set, 0.3 assigned the bool
 ``has_backend()`` to the backend name (a one-character string "\\x01") and failed to create
@@ -17,7 +17,7 @@ the layer is closed (see StoreOutputLayer), not written in place.
 
 from __future__ import annotations
 
-from plugins.layers._records import StoreOutputLayer
+from singa_builtins.layers._records import StoreOutputLayer
 
 
 class CSVOutputLayer(StoreOutputLayer):

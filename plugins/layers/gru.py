@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from plugins.layers.sigmoid import sigmoid_forward
+from singa_builtins.layers.sigmoid import sigmoid_forward
 from singa_core.blas import gemm_acc
 from singa_core.layer import Layer, NeuronLayer, kAggGrad
 from singa_core.param import DTYPE

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from plugins.layers._records import record_source
+from singa_builtins.layers._records import record_source
 from singa_core.layer import InputLayer
 
 

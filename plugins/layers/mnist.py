@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from plugins.layers._records import bad_record_maker, fill_rows, record_source
+from singa_builtins.layers._records import bad_record_maker, fill_rows, record_source
 from singa_core.layer import InputLayer
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from plugins.layers.embedding import read_indices
+from singa_builtins.layers.embedding import read_indices
 from singa_core.layer import InputLayer
 
 

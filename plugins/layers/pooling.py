@@ -11,7 +11,7 @@ silently required pad 0).
 
 from __future__ import annotations
 
-from plugins.layers._pool import PoolingBase
+from singa_builtins.layers._pool import PoolingBase
 
 
 class PoolingLayer(PoolingBase):

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from plugins.layers._rbm import RBMLayer, sigmoid
+from singa_builtins.layers._rbm import RBMLayer, sigmoid
 from singa_core.layer import kNegative, kPositive
 from singa_core.param import DTYPE
 

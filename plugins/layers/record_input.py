@@ -1,6 +1,6 @@
 """kRecordInput: reads ``singa.RecordProto`` records from a store (SINGA 0.3 §2.2,
 input_layer/record.cc); batching, cycling, random skip and mean/std as in
-:mod:`plugins.layers._store_input`.
+:mod:`singa_builtins.layers._store_input`.
 
 Each value is a serialized RecordProto: its ``data`` floats if any, else its ``pixel`` bytes
 (each an unsigned byte turned into a float); either way exactly ``prod(store_conf.shape)``
@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from plugins.layers._store_input import StoreInputLayer
+from singa_builtins.layers._store_input import StoreInputLayer
 from singa_core.schema import common_pb2
 
 

@@ -7,7 +7,7 @@ when the source provides labels (``src.labels()`` is not None), no ``shape`` (as
 under the key ``str(instance number)``, to a store of backend ``store_conf.backend``
 (default ``kvfile``) at ``store_conf.path``, created at the first forward and flushed after
 every batch. Such a file is read back by kRecordInput. Store, keys and publishing as in
-:class:`plugins.layers._records.StoreOutputLayer`. No gradient.
+:class:`singa_builtins.layers._records.StoreOutputLayer`. No gradient.
 
 Differences from 0.3: ``backend`` defaults to ``kvfile`` (0.3 had no default and failed to
 open a store with an empty backend name); a missing path, unknown backend or missing output
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from plugins.layers._records import StoreOutputLayer
+from singa_builtins.layers._records import StoreOutputLayer
 from singa_core.schema import common_pb2
 
 

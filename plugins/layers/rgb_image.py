@@ -32,7 +32,7 @@ import math
 
 import numpy as np
 
-from plugins.layers._records import (
+from singa_builtins.layers._records import (
     bad_record_maker,
     fill_rows,
     image_cropper,

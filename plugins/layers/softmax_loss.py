@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from plugins.layers import CUDNN_ALIAS_NOTE
+from singa_builtins.layers import CUDNN_ALIAS_NOTE
 from singa_core.layer import LossLayer
 from singa_core.param import DTYPE
 

@@ -19,8 +19,8 @@ TestOneBatch: every layer ``forward(phase | kPositive)``, then the visible RBM l
 
 from __future__ import annotations
 
-from plugins.layers._rbm import RBMLayer
-from plugins.layers.rbm_vis import RBMVisLayer
+from singa_builtins.layers._rbm import RBMLayer
+from singa_builtins.layers.rbm_vis import RBMVisLayer
 from singa_core.layer import kNegative, kPositive, kTest, kTrain
 from singa_core.worker import Worker
 

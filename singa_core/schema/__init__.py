@@ -10,7 +10,7 @@ so a plugin's own ``.proto`` extends the schema with::
     extend singa.LayerProto { optional FooProto foo_conf = 1001; }
 
 and is compiled by :func:`compile_plugin_protos`. Compiling needs grpcio-tools
-(``pip install 'singa[proto]'``); using the checked-in modules needs only protobuf.
+(``pip install 'singa-classic[proto]'``); using the checked-in modules needs only protobuf.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ VIRTUAL_DIR = "singa_core/schema"
 #: The schema's source files, in compilation order.
 PROTO_NAMES = ("job.proto", "common.proto")
 
-_INSTALL_HELP = "help: pip install 'singa[proto]'  (grpcio-tools bundles protoc)"
+_INSTALL_HELP = "help: pip install 'singa-classic[proto]'  (grpcio-tools bundles protoc)"
 
 
 def __getattr__(name: str) -> ModuleType:

@@ -67,7 +67,7 @@ def test_type_without_plugin_lists_known_types_and_providers(tmp_path, good):
     err = error_of(tmp_path, text)
     assert 'unknown layer type "kLMDBData"' in err.message
     assert (err.where.line, err.where.col) == line_col(text, "type: kLMDBData")
-    assert any("kSTanh (singa)" in n for n in err.notes)
+    assert any("kSTanh (singa-classic)" in n for n in err.notes)
 
 
 def test_unknown_user_type(tmp_path, good):

@@ -56,7 +56,7 @@ def test_failed_append_open_keeps_the_old_store(tmp_path, monkeypatch):
     path = tmp_path / "data.txt"
     path.write_bytes(b"a\nb\n")
     store = get_host().get("store", "textfile")()
-    import plugins.stores.textfile as textfile
+    import singa_builtins.stores.textfile as textfile
 
     def unreadable(*a, **k):
         raise SingaError("cannot open store: permission denied")

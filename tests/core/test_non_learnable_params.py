@@ -10,8 +10,8 @@ import numpy as np
 from conftest import mlp_conf, write_csv_blobs
 from typer.testing import CliRunner
 
-from plugins.lr_changes.fixed import FixedLR
-from plugins.updaters.sgd import SGDUpdater
+from singa_builtins.lr_changes.fixed import FixedLR
+from singa_builtins.updaters.sgd import SGDUpdater
 from singa_core import checkpoint as ck
 from singa_core.cli import app
 from singa_core.param import Param

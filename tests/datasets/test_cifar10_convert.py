@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from conftest import run_singa
 
-from plugins.datasets.cifar10 import CifarConverter
-from plugins.layers._records import load_mean_file
-from plugins.stores.kvfile import KVFileStore
+from singa_builtins.datasets.cifar10 import CifarConverter
+from singa_builtins.layers._records import load_mean_file
+from singa_builtins.stores.kvfile import KVFileStore
 from singa_core.errors import SingaError
 from singa_core.schema import common_pb2
 from singa_core.store import KREAD

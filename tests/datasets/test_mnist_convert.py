@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from plugins.datasets.mnist import MnistConverter
-from plugins.stores.kvfile import KVFileStore
+from singa_builtins.datasets.mnist import MnistConverter
+from singa_builtins.stores.kvfile import KVFileStore
 from singa_core.errors import SingaError
 from singa_core.schema import common_pb2
 from singa_core.store import KREAD
@@ -137,7 +137,7 @@ def test_bad_magic_count_and_size(tmp_path):
     write_gz(tmp_path / "t10k-images-idx3-ubyte.gz", img)
     write_gz(tmp_path / "t10k-labels-idx1-ubyte.gz", lab)
     # a tiny well-formed split converts, with shape taken from the header
-    from plugins.datasets.mnist import convert_split
+    from singa_builtins.datasets.mnist import convert_split
 
     out = tmp_path / "tiny.bin"
     assert (

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from plugins.layers.accuracy import AccuracyLayer
+from singa_builtins.layers.accuracy import AccuracyLayer
 from singa_core.errors import SingaError
 from singa_core.layer import kForward, kTest
 from tests.gradcheck import GradCase, SourceLayer, build, layer_conf, make_ctx

@@ -7,14 +7,14 @@ bridge src → bridge dst → kDummy output).
 import numpy as np
 import pytest
 
-from plugins.layers.bridge import (
+from singa_builtins.layers.bridge import (
     LOCAL,
     BridgeDstLayer,
     BridgeSrcLayer,
     BridgeTransport,
     LocalTransport,
 )
-from plugins.layers.dummy import DummyLayer
+from singa_builtins.layers.dummy import DummyLayer
 from singa_core.errors import SingaError
 from singa_core.layer import kBackward, kForward, kTrain
 from tests.gradcheck import GradCase, SourceLayer, build, layer_conf, make_ctx, peak_bytes

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from plugins.layers.char_rnn_output import CharRNNOutputLayer
+from singa_builtins.layers.char_rnn_output import CharRNNOutputLayer
 from singa_core.errors import SingaError
 from singa_core.layer import kForward, kTest
 from tests.gradcheck import GradCase, SourceLayer, build

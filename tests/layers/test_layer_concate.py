@@ -7,8 +7,8 @@ kDummy inputs and output).
 import numpy as np
 import pytest
 
-from plugins.layers.concate import ConcateLayer
-from plugins.layers.dummy import DummyLayer
+from singa_builtins.layers.concate import ConcateLayer
+from singa_builtins.layers.dummy import DummyLayer
 from singa_core.errors import SingaError
 from singa_core.layer import kBackward, kForward, kTrain
 from tests.gradcheck import (

@@ -4,7 +4,7 @@ allocation per step, PyTorch cross-check and gradient cases."""
 import numpy as np
 import pytest
 
-from plugins.layers.lrn import LRNLayer, window_sum
+from singa_builtins.layers.lrn import LRNLayer, window_sum
 from singa_core.errors import SingaError
 from singa_core.layer import kBackward, kForward, kTrain
 from tests.gradcheck import (

@@ -8,9 +8,9 @@ import time
 import numpy as np
 import pytest
 
-from plugins.layers.record_input import RecordInputLayer
-from plugins.stores.kvfile import KVFileStore
-from plugins.stores.textfile import TextFileStore
+from singa_builtins.layers.record_input import RecordInputLayer
+from singa_builtins.stores.kvfile import KVFileStore
+from singa_builtins.stores.textfile import TextFileStore
 from singa_core.errors import SingaError
 from singa_core.layer import kDeploy, kForward, kTrain
 from singa_core.schema import common_pb2

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from plugins.layers.softmax import SoftmaxLayer
+from singa_builtins.layers.softmax import SoftmaxLayer
 from singa_core.errors import SingaError
 from singa_core.layer import kBackward, kForward, kTrain
 from tests.gradcheck import (

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from plugins.layers.split import SplitLayer
+from singa_builtins.layers.split import SplitLayer
 from singa_core.errors import SingaError
 from singa_core.layer import Layer, kBackward, kForward, kTrain
 from tests.gradcheck import (

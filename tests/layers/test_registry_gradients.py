@@ -42,7 +42,7 @@ def _builtin_layer_types() -> dict[str, type]:
     return {
         name: entry.obj
         for name, entry in registry.entries.items()
-        if entry.provider.dist == "singa" and entry.alias_of is None
+        if entry.provider.dist == "singa-classic" and entry.alias_of is None
     }
 
 
@@ -57,7 +57,7 @@ def test_every_registered_layer_has_a_case():
 def test_aliases_name_checked_classes():
     registry = get_host().registries["layer"]
     for name, entry in registry.entries.items():
-        if entry.provider.dist == "singa" and entry.alias_of is not None:
+        if entry.provider.dist == "singa-classic" and entry.alias_of is not None:
             assert entry.alias_of in CASES, name
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from plugins.lr_changes.fixed import FixedLR
+from singa_builtins.lr_changes.fixed import FixedLR
 from singa_core.discovery import iter_submodule_types
 from singa_core.schema import job_pb2
 from singa_core.updater import LRChange
@@ -19,7 +19,7 @@ def test_fixed_default_base_lr():
 
 
 def test_all_seven_change_methods_registered():
-    names = {c.type_names[0] for c in iter_submodule_types("plugins.lr_changes", LRChange)}
+    names = {c.type_names[0] for c in iter_submodule_types("singa_builtins.lr_changes", LRChange)}
     assert names == {
         "kFixed",
         "kStep",

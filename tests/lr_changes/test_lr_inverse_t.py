@@ -2,7 +2,7 @@
 
 import pytest
 
-from plugins.lr_changes.inverse_t import InverseTLR
+from singa_builtins.lr_changes.inverse_t import InverseTLR
 from singa_core.errors import SingaError
 from singa_core.schema import job_pb2
 

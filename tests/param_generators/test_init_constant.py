@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from plugins.param_generators.constant import ConstantInit
+from singa_builtins.param_generators.constant import ConstantInit
 from singa_core.schema import job_pb2
 
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from plugins.param_generators.gaussian_sqrt_fan_in import GaussianSqrtFanInInit
+from singa_builtins.param_generators.gaussian_sqrt_fan_in import GaussianSqrtFanInInit
 from singa_core.errors import SingaError
 from singa_core.schema import job_pb2
 
@@ -30,7 +30,7 @@ def test_mean_and_value_are_scaled_too():
 
 
 def test_same_draws_as_gaussian_then_divided():
-    from plugins.param_generators.gaussian import GaussianInit
+    from singa_builtins.param_generators.gaussian import GaussianInit
 
     a = np.zeros((20, 9), dtype=np.float32)
     b = np.zeros((20, 9), dtype=np.float32)

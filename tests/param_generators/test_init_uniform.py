@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from plugins.param_generators.uniform import UniformInit
+from singa_builtins.param_generators.uniform import UniformInit
 from singa_core.schema import job_pb2
 
 N = (1000, 1000)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from plugins.param_generators.uniform_sqrt_fan_in import UniformSqrtFanInInit
+from singa_builtins.param_generators.uniform_sqrt_fan_in import UniformSqrtFanInInit
 from singa_core.errors import SingaError
 from singa_core.schema import job_pb2
 

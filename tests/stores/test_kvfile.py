@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from plugins.stores.kvfile import KVFileStore
+from singa_builtins.stores.kvfile import KVFileStore
 from singa_core.discovery import iter_submodule_types
 from singa_core.errors import SingaError
 from singa_core.store import KAPPEND, KCREATE, KREAD, Store
@@ -36,7 +36,7 @@ def read_all(path):
 
 
 def test_registered_as_kvfile():
-    assert KVFileStore in list(iter_submodule_types("plugins.stores", Store))
+    assert KVFileStore in list(iter_submodule_types("singa_builtins.stores", Store))
     assert KVFileStore.type_names == ("kvfile",)
 
 

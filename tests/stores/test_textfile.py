@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from plugins.stores.textfile import TextFileStore
+from singa_builtins.stores.textfile import TextFileStore
 from singa_core.errors import SingaError
 from singa_core.store import KAPPEND, KCREATE, KREAD
 

@@ -7,7 +7,7 @@ implementation under test.
 import numpy as np
 import pytest
 
-from plugins.updaters.nesterov import NesterovUpdater
+from singa_builtins.updaters.nesterov import NesterovUpdater
 from singa_core.errors import SingaError
 from singa_core.plugin_host import get_host
 from singa_core.schema import job_pb2

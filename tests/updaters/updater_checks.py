@@ -8,8 +8,8 @@ import tracemalloc
 
 import numpy as np
 
-from plugins.lr_changes.fixed import FixedLR
-from plugins.lr_changes.step import StepLR
+from singa_builtins.lr_changes.fixed import FixedLR
+from singa_builtins.lr_changes.step import StepLR
 from singa_core.schema import job_pb2
 from singa_core.stub import ParamShard
 

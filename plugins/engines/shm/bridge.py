@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from plugins.layers.bridge import BridgeDstLayer, BridgeTransport
+from singa_builtins.layers.bridge import BridgeDstLayer, BridgeTransport
 
 
 class ShmBridgeTransport(BridgeTransport):
@@ -48,7 +48,7 @@ class ShmBridgeTransport(BridgeTransport):
 
 def bridge_pairs(full_net, group: int, first_key: int) -> list:
     """The bridge pairs of a (partitioned) train net, for one worker group."""
-    from plugins.engines.shm.context import BridgePair
+    from singa_builtins.engines.shm.context import BridgePair
 
     out = []
     for layer in full_net.layers:

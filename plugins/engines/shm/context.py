@@ -8,9 +8,9 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from plugins.engines.shm.layout import ParamLayout
-from plugins.engines.shm.segments import SegmentSpec
-from plugins.engines.shm.topology import Topology
+from singa_builtins.engines.shm.layout import ParamLayout
+from singa_builtins.engines.shm.segments import SegmentSpec
+from singa_builtins.engines.shm.topology import Topology
 
 
 class Aborted(Exception):

@@ -2,7 +2,7 @@
 
 It runs in the ``singa`` process. It fills the segments (values, versions, updater state
 of every server group; on ``--resume`` from the checkpoint), starts one process per
-:class:`~plugins.engines.shm.topology.ProcSpec` with the "spawn" start method, then waits
+:class:`~singa_builtins.engines.shm.topology.ProcSpec` with the "spawn" start method, then waits
 on the process sentinels and control pipes (``multiprocessing.connection.wait``) for:
 
 * ``("report", method, args, kwargs)`` from group 0 worker 0: forwarded to the Reporter;
@@ -27,9 +27,9 @@ from multiprocessing.connection import wait
 
 import numpy as np
 
-from plugins.engines.shm.context import JobShared
-from plugins.engines.shm.process import process_main
-from plugins.engines.shm.segments import Segments, SegmentSpec, new_prefix
+from singa_builtins.engines.shm.context import JobShared
+from singa_builtins.engines.shm.process import process_main
+from singa_builtins.engines.shm.segments import Segments, SegmentSpec, new_prefix
 from singa_core import checkpoint as ckpt
 from singa_core.engine import TrainResult
 from singa_core.errors import SingaError

@@ -40,7 +40,7 @@ def process_main(index: int, shared, ctrl) -> None:
 
 
 def _report(ctrl, role: str, exc: BaseException) -> None:
-    from plugins.engines.shm.context import Aborted
+    from singa_builtins.engines.shm.context import Aborted
     from singa_core.errors import SingaError
 
     if isinstance(exc, Aborted):
@@ -53,8 +53,8 @@ def _report(ctrl, role: str, exc: BaseException) -> None:
 
 
 def _setup(shared, ctrl):
-    from plugins.engines.shm.context import ProcessContext
-    from plugins.engines.shm.segments import Segments
+    from singa_builtins.engines.shm.context import ProcessContext
+    from singa_builtins.engines.shm.segments import Segments
     from singa_core.config import JobConfig
     from singa_core.job import PreparedJob
     from singa_core.plugin_host import get_host
@@ -76,8 +76,8 @@ def _setup(shared, ctrl):
 
 
 def _run(index: int, shared, ctx) -> int:
-    from plugins.engines.shm.server import ServerThread
-    from plugins.engines.shm.worker import WorkerThread
+    from singa_builtins.engines.shm.server import ServerThread
+    from singa_builtins.engines.shm.worker import WorkerThread
 
     spec = shared.topology.procs[index]
     failed = threading.Event()

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from plugins.engines.shm.context import Mailbox, ProcessContext
+from singa_builtins.engines.shm.context import Mailbox, ProcessContext
 from singa_core.stub import ParamShard
 
 

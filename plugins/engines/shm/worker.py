@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from plugins.engines.shm.bridge import install_bridges
-from plugins.engines.shm.context import Mailbox, ProcessContext
+from singa_builtins.engines.shm.bridge import install_bridges
+from singa_builtins.engines.shm.context import Mailbox, ProcessContext
 from singa_core import checkpoint as ckpt
 from singa_core.fileio import atomic_write_bytes
 from singa_core.job import updater_type_name
