@@ -23,6 +23,7 @@ from _common import REPO, interleaved, median_ms, summary
 sys.path.insert(0, str(REPO))
 
 from singa_builtins.layers.lrn import LRNLayer  # noqa: E402
+
 from singa_core.layer import Layer, kBackward, kForward, kTrain  # noqa: E402
 from singa_core.schema import job_pb2  # noqa: E402
 

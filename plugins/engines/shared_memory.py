@@ -21,10 +21,10 @@ import inspect
 import os
 
 import numpy as np
-
 from singa_builtins.engines.shm.bridge import bridge_pairs
 from singa_builtins.engines.shm.layout import ParamLayout
 from singa_builtins.engines.shm.topology import build_topology
+
 from singa_core import checkpoint as ckpt
 from singa_core.engine import Engine, TrainResult
 from singa_core.errors import SingaError

@@ -21,7 +21,6 @@ the column buffer is reused for ``Wᵀ·g``.
 from __future__ import annotations
 
 import numpy as np
-
 from singa_builtins.layers._window import (
     as_chwn,
     batch_innermost,
@@ -30,6 +29,7 @@ from singa_builtins.layers._window import (
     window_from_conf,
     window_slice,
 )
+
 from singa_core.layer import NeuronLayer, kAggGrad
 from singa_core.param import DTYPE
 

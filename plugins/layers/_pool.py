@@ -21,7 +21,6 @@ The winning offsets are only recorded in training.
 from __future__ import annotations
 
 import numpy as np
-
 from singa_builtins.layers._window import (
     as_chwn,
     batch_innermost,
@@ -30,6 +29,7 @@ from singa_builtins.layers._window import (
     window_from_conf,
     window_slice,
 )
+
 from singa_core.layer import NeuronLayer, kTrain
 from singa_core.param import DTYPE
 from singa_core.schema import job_pb2

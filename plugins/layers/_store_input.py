@@ -32,8 +32,8 @@ import math
 from typing import Any
 
 import numpy as np
-
 from singa_builtins.layers._records import key_text, open_store
+
 from singa_core.errors import SingaError
 from singa_core.layer import InputLayer, kDeploy
 from singa_core.param import DTYPE

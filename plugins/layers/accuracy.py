@@ -9,7 +9,6 @@ Each forward adds ``#{n : label_n among them}/B`` to the metric "accuracy".
 from __future__ import annotations
 
 import numpy as np
-
 from singa_builtins.layers.argsort import ArgSortLayer, top_k_indices
 
 

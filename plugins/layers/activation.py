@@ -17,11 +17,11 @@ output alone, so the in-place form gives the same values.
 from __future__ import annotations
 
 import numpy as np
-
 from singa_builtins.layers import CUDNN_ALIAS_NOTE
 from singa_builtins.layers.relu import relu_backward, relu_forward
 from singa_builtins.layers.sigmoid import sigmoid_backward, sigmoid_forward
 from singa_builtins.layers.stanh import stanh_backward, stanh_forward
+
 from singa_core.layer import NeuronLayer
 from singa_core.param import DTYPE
 from singa_core.schema import job_pb2

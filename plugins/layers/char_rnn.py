@@ -22,8 +22,8 @@ The cursor is saved in checkpoints, so ``--resume`` continues with the next wind
 from __future__ import annotations
 
 import numpy as np
-
 from singa_builtins.layers._text import encode, read_text_file, read_vocab
+
 from singa_core.layer import InputLayer, Layer
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import sys
 
 import numpy as np
-
 from singa_builtins.layers._text import read_vocab
+
 from singa_core.layer import OutputLayer
 
 

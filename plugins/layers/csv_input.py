@@ -15,7 +15,6 @@ from __future__ import annotations
 import re
 
 import numpy as np
-
 from singa_builtins.layers._store_input import StoreInputLayer
 
 

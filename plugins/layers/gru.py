@@ -56,8 +56,8 @@ GRU layers (the next time step and a stacked GRU) loses one of their gradients.
 from __future__ import annotations
 
 import numpy as np
-
 from singa_builtins.layers.sigmoid import sigmoid_forward
+
 from singa_core.blas import gemm_acc
 from singa_core.layer import Layer, NeuronLayer, kAggGrad
 from singa_core.param import DTYPE

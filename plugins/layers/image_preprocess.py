@@ -24,6 +24,7 @@ its source's data in place (it shared the buffer); singa writes its own ``data``
 from __future__ import annotations
 
 from singa_builtins.layers._records import image_cropper
+
 from singa_core.layer import InputLayer, kTrain
 
 

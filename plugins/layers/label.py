@@ -10,8 +10,8 @@ layers read the labels from this layer's data). No gradient.
 from __future__ import annotations
 
 import numpy as np
-
 from singa_builtins.layers._records import record_source
+
 from singa_core.layer import InputLayer
 
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-
 from singa_builtins.layers._records import bad_record_maker, fill_rows, record_source
+
 from singa_core.layer import InputLayer
 
 

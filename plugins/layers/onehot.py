@@ -10,8 +10,8 @@ SingaError (0.3 wrote out of bounds).
 from __future__ import annotations
 
 import numpy as np
-
 from singa_builtins.layers.embedding import read_indices
+
 from singa_core.layer import InputLayer
 
 

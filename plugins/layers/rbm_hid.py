@@ -20,8 +20,8 @@ asked for them); the same distribution, a different use of the random stream.
 from __future__ import annotations
 
 import numpy as np
-
 from singa_builtins.layers._rbm import RBMLayer, sigmoid
+
 from singa_core.layer import kNegative, kPositive
 from singa_core.param import DTYPE
 

@@ -26,8 +26,8 @@ gradients"), so the weight gradient is not halved by the hidden layer's zero con
 from __future__ import annotations
 
 import numpy as np
-
 from singa_builtins.layers._rbm import RBMLayer, sigmoid
+
 from singa_core.layer import kNegative, kPositive, kTest
 from singa_core.param import DTYPE
 

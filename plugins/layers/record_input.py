@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 from google.protobuf.message import DecodeError
-
 from singa_builtins.layers._store_input import StoreInputLayer
+
 from singa_core.schema import common_pb2
 
 

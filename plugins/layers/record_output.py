@@ -18,8 +18,8 @@ StoreOutputLayer), not written in place.
 from __future__ import annotations
 
 import numpy as np
-
 from singa_builtins.layers._records import StoreOutputLayer
+
 from singa_core.schema import common_pb2
 
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-
 from singa_builtins.layers._records import (
     bad_record_maker,
     fill_rows,
@@ -39,6 +38,7 @@ from singa_builtins.layers._records import (
     load_mean_file,
     record_source,
 )
+
 from singa_core.layer import InputLayer, kTrain
 
 

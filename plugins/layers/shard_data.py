@@ -26,8 +26,13 @@ from __future__ import annotations
 from typing import Any
 
 from google.protobuf.message import DecodeError
+from singa_builtins.layers._records import (
+    key_text,
+    open_store,
+    parse_image_record,
+    partition_batchsize,
+)
 
-from singa_builtins.layers._records import key_text, open_store, parse_image_record, partition_batchsize
 from singa_core.errors import SingaError
 from singa_core.layer import InputLayer
 from singa_core.schema import common_pb2

@@ -18,8 +18,8 @@ SingaError here (0.3 CHECK-fails on a negative label and reads out of bounds oth
 from __future__ import annotations
 
 import numpy as np
-
 from singa_builtins.layers import CUDNN_ALIAS_NOTE
+
 from singa_core.layer import LossLayer
 from singa_core.param import DTYPE
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from singa_builtins.layers._rbm import RBMLayer
 from singa_builtins.layers.rbm_vis import RBMVisLayer
+
 from singa_core.layer import kNegative, kPositive, kTest, kTrain
 from singa_core.worker import Worker
 

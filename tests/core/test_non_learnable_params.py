@@ -8,10 +8,10 @@ import json
 
 import numpy as np
 from conftest import mlp_conf, write_csv_blobs
-from typer.testing import CliRunner
-
 from singa_builtins.lr_changes.fixed import FixedLR
 from singa_builtins.updaters.sgd import SGDUpdater
+from typer.testing import CliRunner
+
 from singa_core import checkpoint as ck
 from singa_core.cli import app
 from singa_core.param import Param

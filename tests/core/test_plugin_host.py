@@ -111,7 +111,8 @@ def test_list_plugins_table_and_json(site):
     env = {"PYTHONPATH": str(site)}
     res = run_singa("list-plugins", env=env)
     assert res.returncode == 0, res.stderr
-    assert "singa-classic 0.1.0" in res.stdout and "kInnerProduct" in res.stdout and "kSGD" in res.stdout
+    assert "singa-classic 0.1.0" in res.stdout
+    assert "kInnerProduct" in res.stdout and "kSGD" in res.stdout
     assert "singa-twin-a 0.1" in res.stdout and "kTwin" in res.stdout
     assert "singa_broken_plugin3" in res.stderr and "bad" in res.stderr
     data = json.loads(run_singa("list-plugins", "--json", env=env).stdout)

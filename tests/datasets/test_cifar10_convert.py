@@ -11,10 +11,10 @@ from itertools import islice
 import numpy as np
 import pytest
 from conftest import run_singa
-
 from singa_builtins.datasets.cifar10 import CifarConverter
 from singa_builtins.layers._records import load_mean_file
 from singa_builtins.stores.kvfile import KVFileStore
+
 from singa_core.errors import SingaError
 from singa_core.schema import common_pb2
 from singa_core.store import KREAD

@@ -8,9 +8,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from singa_builtins.datasets.mnist import MnistConverter
 from singa_builtins.stores.kvfile import KVFileStore
+
 from singa_core.errors import SingaError
 from singa_core.schema import common_pb2
 from singa_core.store import KREAD

@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-
 from singa_builtins.layers.activation import ActivationLayer
+
 from singa_core.errors import SingaError
 from singa_core.layer import kBackward, kForward, kTrain
 from tests.gradcheck import GradCase, GradientChecker, SourceLayer, build, layer_conf, make_ctx

@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-
 from singa_builtins.layers.argsort import ArgSortLayer
+
 from singa_core.errors import SingaError
 from singa_core.layer import kForward, kTest
 from tests.gradcheck import GradCase, SourceLayer, build, layer_conf, make_ctx

@@ -3,8 +3,8 @@ statistics, memory layouts, errors, no allocation per step, gradient cases."""
 
 import numpy as np
 import pytest
-
 from singa_builtins.layers.bm import AVERAGE_FACTOR, EPS, BMLayer
+
 from singa_core.errors import SingaError
 from singa_core.layer import kAggGrad, kBackward, kForward, kTest, kTrain
 from tests.gradcheck import (

@@ -6,7 +6,6 @@ bridge src → bridge dst → kDummy output).
 
 import numpy as np
 import pytest
-
 from singa_builtins.layers.bridge import (
     LOCAL,
     BridgeDstLayer,
@@ -15,6 +14,7 @@ from singa_builtins.layers.bridge import (
     LocalTransport,
 )
 from singa_builtins.layers.dummy import DummyLayer
+
 from singa_core.errors import SingaError
 from singa_core.layer import kBackward, kForward, kTrain
 from tests.gradcheck import GradCase, SourceLayer, build, layer_conf, make_ctx, peak_bytes

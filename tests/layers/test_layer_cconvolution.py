@@ -3,8 +3,8 @@ both memory layouts of the source, gradient checks, errors, no per-step allocati
 
 import numpy as np
 import pytest
-
 from singa_builtins.layers.cconvolution import CConvolutionLayer
+
 from singa_core.errors import SingaError
 from singa_core.layer import kBackward, kForward, kTrain
 from tests.gradcheck import GradCase, GradientChecker, SourceLayer, build, layer_conf, make_ctx

@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-
 from singa_builtins.layers.char_rnn_output import CharRNNOutputLayer
+
 from singa_core.errors import SingaError
 from singa_core.layer import kForward, kTest
 from tests.gradcheck import GradCase, SourceLayer, build

@@ -6,9 +6,9 @@ kDummy inputs and output).
 
 import numpy as np
 import pytest
-
 from singa_builtins.layers.concate import ConcateLayer
 from singa_builtins.layers.dummy import DummyLayer
+
 from singa_core.errors import SingaError
 from singa_core.layer import kBackward, kForward, kTrain
 from tests.gradcheck import (

@@ -2,8 +2,8 @@
 fields for both axes); otherwise the same computation as kCConvolution."""
 
 import numpy as np
-
 from singa_builtins.layers.convolution import ConvolutionLayer
+
 from singa_core.layer import kBackward, kForward, kTrain
 from tests.gradcheck import GradCase, SourceLayer, build
 from tests.layers.spatial_reference import conv_backward, conv_forward, strided_source

@@ -3,8 +3,8 @@ SINGA's floor output size, padding, x/y windows, both memory layouts of the sour
 
 import numpy as np
 import pytest
-
 from singa_builtins.layers.cpooling import CPoolingLayer
+
 from singa_core.errors import SingaError
 from singa_core.layer import kBackward, kForward, kTest, kTrain
 from tests.gradcheck import (

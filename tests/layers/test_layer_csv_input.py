@@ -5,10 +5,10 @@ import json
 
 import numpy as np
 import pytest
-
 from singa_builtins.layers.csv_input import CSVInputLayer
 from singa_builtins.stores.kvfile import KVFileStore
 from singa_builtins.stores.textfile import TextFileStore
+
 from singa_core.errors import SingaError
 from singa_core.layer import kDeploy, kForward, kTest, kTrain
 from tests.gradcheck import GradCase, layer_conf, make_ctx

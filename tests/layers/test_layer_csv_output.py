@@ -9,8 +9,8 @@ import gc
 import numpy as np
 import pytest
 from conftest import mlp_conf, run_singa, write_csv_blobs
-
 from singa_builtins.layers.csv_output import CSVOutputLayer
+
 from singa_core.errors import SingaError
 from singa_core.layer import kForward, kTest, kTrain
 from tests.gradcheck import GradCase, SourceLayer, layer_conf, make_ctx

@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-
 from singa_builtins.layers.dropout import DropoutLayer
+
 from singa_core.errors import SingaError
 from singa_core.layer import kBackward, kForward, kTest, kTrain
 from tests.gradcheck import (

@@ -6,8 +6,8 @@ output copies data and gradients exactly).
 
 import numpy as np
 import pytest
-
 from singa_builtins.layers.dummy import DummyLayer
+
 from singa_core.errors import SingaError
 from singa_core.layer import kBackward, kForward, kTrain
 from tests.gradcheck import GradCase, SourceLayer, build, layer_conf, make_ctx, peak_bytes

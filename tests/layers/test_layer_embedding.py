@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-
 from singa_builtins.layers.embedding import EmbeddingLayer
+
 from singa_core.errors import SingaError
 from singa_core.layer import kAggGrad, kBackward, kForward, kTrain
 from tests.gradcheck import (

@@ -3,8 +3,8 @@ kAggGrad, gradient checks and configuration errors."""
 
 import numpy as np
 import pytest
-
 from singa_builtins.layers.gru import GRULayer
+
 from singa_core.errors import SingaError
 from singa_core.layer import kAggGrad, kBackward, kForward, kTrain
 from tests.gradcheck import (

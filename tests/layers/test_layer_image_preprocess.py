@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from singa_builtins.layers.image_preprocess import ImagePreprocessLayer
+
 from singa_core.errors import SingaError
 from singa_core.layer import kForward, kTest, kTrain, kVal
 from tests.gradcheck import GradCase, SourceLayer, layer_conf, make_ctx

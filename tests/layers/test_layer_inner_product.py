@@ -4,8 +4,8 @@ import tracemalloc
 
 import numpy as np
 import pytest
-
 from singa_builtins.layers.inner_product import InnerProductLayer
+
 from singa_core.errors import SingaError
 from singa_core.layer import kAggGrad, kBackward, kForward, kTrain
 from tests.gradcheck import GradCase, GradientChecker, SourceLayer, build, layer_conf, make_ctx

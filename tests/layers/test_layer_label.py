@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from singa_builtins.layers.label import LabelLayer
 from singa_builtins.layers.softmax_loss import SoftmaxLossLayer
+
 from singa_core.errors import SingaError
 from singa_core.layer import kForward, kTest, kTrain
 from singa_core.schema import common_pb2

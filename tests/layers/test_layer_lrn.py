@@ -3,8 +3,8 @@ allocation per step, PyTorch cross-check and gradient cases."""
 
 import numpy as np
 import pytest
-
 from singa_builtins.layers.lrn import LRNLayer, window_sum
+
 from singa_core.errors import SingaError
 from singa_core.layer import kBackward, kForward, kTrain
 from tests.gradcheck import (

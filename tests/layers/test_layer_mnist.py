@@ -7,9 +7,9 @@ import json
 
 import numpy as np
 import pytest
+from singa_builtins.layers.mnist import MnistLayer
 from typer.testing import CliRunner
 
-from singa_builtins.layers.mnist import MnistLayer
 from singa_core.cli import app
 from singa_core.errors import SingaError
 from singa_core.layer import kForward, kTest, kTrain

@@ -2,8 +2,8 @@
 the gradient routed to the first maximum (0.3 sent it to every tied maximum)."""
 
 import numpy as np
-
 from singa_builtins.layers.pooling import PoolingLayer
+
 from singa_core.layer import kBackward, kForward, kTrain
 from tests.gradcheck import GradCase, GradientChecker, SourceLayer, build
 from tests.layers.spatial_reference import pool_forward_backward

@@ -3,8 +3,8 @@ update direction, the zero weight gradient, configuration errors, gradient case.
 
 import numpy as np
 import pytest
-
 from singa_builtins.layers.rbm_hid import RBMHidLayer
+
 from singa_core.errors import SingaError
 from singa_core.layer import kNegative, kPositive, kTest, kTrain
 from tests.gradcheck import GradCase, SourceLayer, layer_conf, make_ctx

@@ -3,9 +3,9 @@ reconstruction-error metric, Gibbs-step sample choice, configuration errors, gra
 
 import numpy as np
 import pytest
-
 from singa_builtins.layers.rbm_hid import RBMHidLayer
 from singa_builtins.layers.rbm_vis import RBMVisLayer
+
 from singa_core.errors import SingaError
 from singa_core.layer import kNegative, kPositive, kTest, kTrain
 from tests.gradcheck import GradCase, SourceLayer, layer_conf, make_ctx

@@ -7,10 +7,10 @@ import time
 
 import numpy as np
 import pytest
-
 from singa_builtins.layers.record_input import RecordInputLayer
 from singa_builtins.stores.kvfile import KVFileStore
 from singa_builtins.stores.textfile import TextFileStore
+
 from singa_core.errors import SingaError
 from singa_core.layer import kDeploy, kForward, kTrain
 from singa_core.schema import common_pb2

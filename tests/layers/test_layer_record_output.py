@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from singa_builtins.layers.record_input import RecordInputLayer
 from singa_builtins.layers.record_output import RecordOutputLayer
 from singa_builtins.stores.kvfile import KVFileStore
+
 from singa_core.errors import SingaError
 from singa_core.layer import kForward, kTest
 from singa_core.schema import common_pb2

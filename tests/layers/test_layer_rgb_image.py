@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from singa_builtins.layers.rgb_image import RGBImageLayer
 from singa_builtins.stores.kvfile import KVFileStore
+
 from singa_core.errors import SingaError
 from singa_core.layer import kForward, kTest, kTrain
 from singa_core.schema import common_pb2

@@ -2,10 +2,10 @@
 
 import numpy as np
 import pytest
-
 from singa_builtins.layers.char_rnn import CharRNNLayer
 from singa_builtins.layers.rnn_label import RNNLabelLayer
 from singa_builtins.layers.softmax_loss import SoftmaxLossLayer
+
 from singa_core.errors import SingaError
 from singa_core.layer import kForward, kTrain
 from tests.gradcheck import GradCase, SourceLayer, build, layer_conf

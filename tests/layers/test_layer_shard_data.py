@@ -11,9 +11,9 @@ import gzip
 
 import numpy as np
 import pytest
-
 from singa_builtins.layers.shard_data import ShardDataLayer
 from singa_builtins.stores.kvfile import KVFileStore
+
 from singa_core.errors import SingaError
 from singa_core.layer import kForward, kTest, kTrain
 from singa_core.plugin_host import get_host

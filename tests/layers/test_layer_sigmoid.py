@@ -4,8 +4,8 @@ import warnings
 
 import numpy as np
 import pytest
-
 from singa_builtins.layers.sigmoid import SigmoidLayer
+
 from singa_core.errors import SingaError
 from singa_core.layer import kBackward, kForward, kTrain
 from tests.gradcheck import (

@@ -6,10 +6,10 @@ a kDummy input and K kDummy outputs, each reading its part through ``output_for`
 
 import numpy as np
 import pytest
-
 from singa_builtins.layers.concate import ConcateLayer
 from singa_builtins.layers.dummy import DummyLayer
 from singa_builtins.layers.slice import SliceLayer, SliceOutput
+
 from singa_core.errors import SingaError
 from singa_core.layer import Layer, kBackward, kForward, kTrain
 from tests.gradcheck import (

@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-
 from singa_builtins.layers.split import SplitLayer
+
 from singa_core.errors import SingaError
 from singa_core.layer import Layer, kBackward, kForward, kTrain
 from tests.gradcheck import (

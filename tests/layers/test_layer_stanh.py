@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-
 from singa_builtins.layers.stanh import STANH_A, STANH_B, STanhLayer
+
 from singa_core.errors import SingaError
 from singa_core.layer import kBackward, kForward, kTrain
 from tests.gradcheck import (

@@ -3,8 +3,8 @@
 import math
 
 import pytest
-
 from singa_builtins.lr_changes.exponential import ExponentialLR
+
 from singa_core.errors import SingaError
 from singa_core.schema import job_pb2
 

@@ -1,8 +1,8 @@
 """kFixed: lr = base_lr at every step; plus registration of all seven change methods."""
 
 import pytest
-
 from singa_builtins.lr_changes.fixed import FixedLR
+
 from singa_core.discovery import iter_submodule_types
 from singa_core.schema import job_pb2
 from singa_core.updater import LRChange

@@ -1,8 +1,8 @@
 """kFixedStep: lr = step_lr[k], k the largest index with step >= step[k] (else step_lr[0])."""
 
 import pytest
-
 from singa_builtins.lr_changes.fixed_step import FixedStepLR
+
 from singa_core.errors import SingaError
 from singa_core.schema import job_pb2
 

@@ -1,8 +1,8 @@
 """kInverse: lr = base_lr * (1 + gamma * step) ^ (-pow)."""
 
 import pytest
-
 from singa_builtins.lr_changes.inverse import InverseLR
+
 from singa_core.errors import SingaError
 from singa_core.schema import job_pb2
 

@@ -1,8 +1,8 @@
 """kInverseT: lr = base_lr / (1 + step / final_lr)."""
 
 import pytest
-
 from singa_builtins.lr_changes.inverse_t import InverseTLR
+
 from singa_core.errors import SingaError
 from singa_core.schema import job_pb2
 

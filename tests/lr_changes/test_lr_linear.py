@@ -1,8 +1,8 @@
 """kLinear: r = step / change_freq; lr = (1 - r) * base_lr + r * final_lr, no clamping."""
 
 import pytest
-
 from singa_builtins.lr_changes.linear import LinearLR
+
 from singa_core.errors import SingaError
 from singa_core.schema import job_pb2
 

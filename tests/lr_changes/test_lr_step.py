@@ -1,8 +1,8 @@
 """kStep: lr = base_lr * gamma ^ floor(step / change_freq) (integer division)."""
 
 import pytest
-
 from singa_builtins.lr_changes.step import StepLR
+
 from singa_core.errors import SingaError
 from singa_core.schema import job_pb2
 

@@ -1,8 +1,8 @@
 """kConstant: every element equals ParamGenProto.value."""
 
 import numpy as np
-
 from singa_builtins.param_generators.constant import ConstantInit
+
 from singa_core.schema import job_pb2
 
 

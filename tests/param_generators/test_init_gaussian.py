@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-
 from singa_builtins.param_generators.gaussian import GaussianInit
+
 from singa_core.schema import job_pb2
 
 N = (1000, 1000)

@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-
 from singa_builtins.param_generators.gaussian_sqrt_fan_in import GaussianSqrtFanInInit
+
 from singa_core.errors import SingaError
 from singa_core.schema import job_pb2
 

@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-
 from singa_builtins.param_generators.uniform_sqrt_fan_in_out import UniformSqrtFanInOutInit
+
 from singa_core.errors import SingaError
 from singa_core.schema import job_pb2
 

@@ -3,8 +3,8 @@
 import os
 
 import pytest
-
 from singa_builtins.stores.textfile import TextFileStore
+
 from singa_core.errors import SingaError
 from singa_core.store import KAPPEND, KCREATE, KREAD
 

@@ -6,8 +6,8 @@ correction, epsilon inside the square root), not with the implementation under t
 
 import numpy as np
 import pytest
-
 from singa_builtins.updaters.adam import AdamUpdater
+
 from singa_core.errors import SingaError
 from singa_core.plugin_host import get_host
 from singa_core.schema import job_pb2

@@ -7,8 +7,8 @@ under test.
 
 import numpy as np
 import pytest
-
 from singa_builtins.updaters.adammax import AdamMaxUpdater
+
 from singa_core.errors import SingaError
 from singa_core.plugin_host import get_host
 from singa_core.schema import job_pb2

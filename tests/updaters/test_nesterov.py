@@ -6,8 +6,8 @@ implementation under test.
 
 import numpy as np
 import pytest
-
 from singa_builtins.updaters.nesterov import NesterovUpdater
+
 from singa_core.errors import SingaError
 from singa_core.plugin_host import get_host
 from singa_core.schema import job_pb2

@@ -6,8 +6,8 @@ square root), not with the implementation under test.
 
 import numpy as np
 import pytest
-
 from singa_builtins.updaters.rmsprop import RMSPropUpdater
+
 from singa_core.errors import SingaError
 from singa_core.plugin_host import get_host
 from singa_core.schema import job_pb2

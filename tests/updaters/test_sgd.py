@@ -8,8 +8,8 @@ import tracemalloc
 
 import numpy as np
 import pytest
-
 from singa_builtins.updaters.sgd import SGDUpdater
+
 from singa_core.schema import job_pb2
 from tests.updaters.updater_checks import fixed_lr, step_lr
 

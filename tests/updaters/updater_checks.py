@@ -7,9 +7,9 @@ from __future__ import annotations
 import tracemalloc
 
 import numpy as np
-
 from singa_builtins.lr_changes.fixed import FixedLR
 from singa_builtins.lr_changes.step import StepLR
+
 from singa_core.schema import job_pb2
 from singa_core.stub import ParamShard
 

@@ -11,7 +11,6 @@ gradient of the previous step, which the dst sends only after reading the data.
 from __future__ import annotations
 
 import numpy as np
-
 from singa_builtins.layers.bridge import BridgeDstLayer, BridgeTransport
 
 

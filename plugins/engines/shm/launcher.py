@@ -26,10 +26,10 @@ import time
 from multiprocessing.connection import wait
 
 import numpy as np
-
 from singa_builtins.engines.shm.context import JobShared
 from singa_builtins.engines.shm.process import process_main
 from singa_builtins.engines.shm.segments import Segments, SegmentSpec, new_prefix
+
 from singa_core import checkpoint as ckpt
 from singa_core.engine import TrainResult
 from singa_core.errors import SingaError

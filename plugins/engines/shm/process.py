@@ -41,6 +41,7 @@ def process_main(index: int, shared, ctrl) -> None:
 
 def _report(ctrl, role: str, exc: BaseException) -> None:
     from singa_builtins.engines.shm.context import Aborted
+
     from singa_core.errors import SingaError
 
     if isinstance(exc, Aborted):
@@ -55,6 +56,7 @@ def _report(ctrl, role: str, exc: BaseException) -> None:
 def _setup(shared, ctrl):
     from singa_builtins.engines.shm.context import ProcessContext
     from singa_builtins.engines.shm.segments import Segments
+
     from singa_core.config import JobConfig
     from singa_core.job import PreparedJob
     from singa_core.plugin_host import get_host

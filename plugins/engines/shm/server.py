@@ -20,8 +20,8 @@ Messages (tuples on its queue):
 from __future__ import annotations
 
 import numpy as np
-
 from singa_builtins.engines.shm.context import Mailbox, ProcessContext
+
 from singa_core.stub import ParamShard
 
 

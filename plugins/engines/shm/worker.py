@@ -16,9 +16,9 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import numpy as np
-
 from singa_builtins.engines.shm.bridge import install_bridges
 from singa_builtins.engines.shm.context import Mailbox, ProcessContext
+
 from singa_core import checkpoint as ckpt
 from singa_core.fileio import atomic_write_bytes
 from singa_core.job import updater_type_name
