@@ -253,27 +253,52 @@ def list_plugins(
         bool, typer.Option("--verbose", "-v", help="show import tracebacks")
     ] = False,
 ) -> None:
-    """Show every plugin distribution, its version and the types it provides."""
+    """Show every plugin distribution, its version and the types it provides.
+
+    Each type is listed under the job.conf field that selects it (``type`` for the built-in
+    enum names, ``user_type`` for user types, ...); a name two plugins claim is listed
+    under every provider and marked ``(conflict)``."""
     from singa_core.plugin_host import get_host
 
     host = get_host()
-    dists: dict[tuple[str, str], dict[str, list[str]]] = {}
+    # (dist, version) -> kind -> selecting field -> labels
+    dists: dict[tuple[str, str], dict[str, dict[str, list[str]]]] = {}
+    conflicted = {(k, ns, n) for k, ns, n, _ in host.conflicts()}
     for kind, reg in host.registries.items():
-        for name, entry in sorted(reg.entries.items()):
+        for entry in reg.all_entries():
             key = (entry.provider.dist, entry.provider.version)
-            label = name if not entry.alias_of else f"{name} (alias of {entry.alias_of})"
-            dists.setdefault(key, {}).setdefault(kind, []).append(label)
+            label = entry.name
+            if entry.alias_of:
+                label += f" (alias of {entry.alias_of})"
+            if (kind, entry.namespace, entry.name) in conflicted:
+                label += " (conflict)"
+            by_field = dists.setdefault(key, {}).setdefault(kind, {})
+            by_field.setdefault(reg.field_of(entry.namespace), []).append(label)
     for p in host.plugins:
         dists.setdefault((p.provider.dist, p.provider.version), {})
     conflicts = [
-        {"kind": k, "name": n, "providers": [f"{p.dist} {p.version}" for p in ps]}
-        for k, n, ps in host.conflicts()
+        {
+            "kind": k,
+            "name": n,
+            "field": host.registry(k).field_of(ns),
+            "providers": [f"{p.dist} {p.version}" for p in ps],
+        }
+        for k, ns, n, ps in host.conflicts()
     ]
     failures = [{"plugin": f.plugin, "dist": f.dist, "error": f.error} for f in host.failures]
     if as_json:
         out = {
             "plugins": [
-                {"name": d, "version": v, "types": types} for (d, v), types in sorted(dists.items())
+                {
+                    "name": d,
+                    "version": v,
+                    "types": {
+                        kind: [x for labels in by_field.values() for x in labels]
+                        for kind, by_field in types.items()
+                    },
+                    "types_by_field": types,
+                }
+                for (d, v), types in sorted(dists.items())
             ],
             "conflicts": conflicts,
             "failed": failures,
@@ -283,19 +308,21 @@ def list_plugins(
     rows = []
     for (d, v), types in sorted(dists.items()):
         for kind in host.registries:
-            if kind in types:
-                rows.append((f"{d} {v}", kind, ", ".join(types[kind])))
-    w0 = max([len("distribution")] + [len(r[0]) for r in rows])
-    w1 = max([len("kind")] + [len(r[1]) for r in rows])
-    print(f"{'distribution':<{w0}}  {'kind':<{w1}}  types")
-    print(f"{'-' * w0}  {'-' * w1}  {'-' * 5}")
+            for fieldname, labels in types.get(kind, {}).items():
+                rows.append((f"{d} {v}", fieldname, kind, ", ".join(labels)))
+    heads = ("distribution", "selected by", "kind")
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(heads)]
+    print("  ".join(f"{h:<{w}}" for h, w in zip(heads, widths, strict=True)) + "  types")
+    print("  ".join("-" * w for w in widths) + "  -----")
     last = None
-    for dist, kind, names in rows:
-        print(f"{dist if dist != last else '':<{w0}}  {kind:<{w1}}  {names}")
+    for dist, fieldname, kind, names in rows:
+        shown = dist if dist != last else ""
+        print(f"{shown:<{widths[0]}}  {fieldname:<{widths[1]}}  {kind:<{widths[2]}}  {names}")
         last = dist
     for c in conflicts:
         print(
-            f"conflict: {c['kind']} type {c['name']} is provided by {' and '.join(c['providers'])}",
+            f"conflict: {c['kind']} {c['field']} {c['name']} is provided by "
+            f"{' and '.join(c['providers'])}",
             file=sys.stderr,
         )
     for f in host.failures:

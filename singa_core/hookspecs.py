@@ -13,6 +13,14 @@ It implements one or more of the hooks below with :data:`hookimpl`. Each hook re
     @hookimpl
     def singa_register_layers(register):
         register("kFoo", FooLayer)            # usable as user_type: "kFoo"
+        register("kEmbedding", MyEmbedding, user_type=True)   # user_type: "kEmbedding",
+                                               # next to the built-in type: kEmbedding
+
+``register(name, obj, aliases=(), user_type=None)``: ``user_type=True`` puts the name in
+the namespace job.conf selects with the string field (``user_type``, ``user_alg``),
+``False`` in the one it selects with the enum field (``type``, ``alg``); by default a value
+name of the enum goes to the enum namespace and any other string to the user namespace
+(see :mod:`singa_core.registry`).
 
 The contract of what each kind of object must be is documented next to its registry in
 :mod:`singa_core.registry`. Built-in types (``plugins/``) use these same hooks.
@@ -29,7 +37,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 @hookspec
 def singa_register_layers(register):
-    """Register Layer classes: ``register(name, cls, aliases=())``."""
+    """Register Layer classes: ``register(name, cls, aliases=(), user_type=None)``."""
 
 
 @hookspec

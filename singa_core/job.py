@@ -22,27 +22,23 @@ from singa_core.checkpoint import (
 from singa_core.config import JobConfig
 from singa_core.errors import SingaError
 from singa_core.layer import kTest, kTrain, kVal
-from singa_core.net import NeuralNet, init_param, layer_type_name
+from singa_core.net import NeuralNet, init_param, layer_type_name, param_generator_name
 from singa_core.plugin_host import PluginHost
+from singa_core.registry import type_selection
 from singa_core.schema import job_pb2
 
 
 def worker_type_name(alg) -> str:
-    if alg.HasField("user_alg") and alg.user_alg:
-        return alg.user_alg
-    return job_pb2.AlgType.Name(alg.alg)
+    """``user_alg`` if set (a UserTypeName), else the AlgType name."""
+    return type_selection(alg, "alg", "user_alg")
 
 
 def updater_type_name(conf) -> str:
-    if conf.HasField("user_type") and conf.user_type:
-        return conf.user_type
-    return job_pb2.UpdaterType.Name(conf.type)
+    return type_selection(conf, "type", "user_type")
 
 
 def lr_type_name(conf) -> str:
-    if conf.HasField("user_type") and conf.user_type:
-        return conf.user_type
-    return job_pb2.ChangeMethod.Name(conf.type)
+    return type_selection(conf, "type", "user_type")
 
 
 @dataclass
@@ -66,7 +62,7 @@ class PreparedJob:
 
     def get_plugin(self, kind: str, name: str):
         obj = self.host.get(kind, name)
-        entry = self.host.registry(kind).entries.get(name)
+        entry = self.host.registry(kind).entry(name)
         if entry is not None and entry.alias_of and name not in self.notices:
             why = getattr(obj, "alias_note", "")
             self.notices[name] = f"note: {kind} type {name} runs as {entry.alias_of}" + (
@@ -305,11 +301,49 @@ def _init_unloaded(prepared: PreparedJob, net: NeuralNet, loaded: set[str], file
                 raise
 
 
+def _selected_types(job) -> list[tuple[str, str, str]]:
+    """(kind, registry key, field path in job.conf) of every type the job names."""
+
+    def pick(msg, path: str, enum_field: str, user_field: str) -> str:
+        user = msg.HasField(user_field) and getattr(msg, user_field)
+        return f"{path}.{user_field if user else enum_field}"
+
+    out = []
+    for i, layer in enumerate(job.neuralnet.layer):
+        path = f"neuralnet.layer[{i}]"
+        out.append(("layer", layer_type_name(layer), pick(layer, path, "type", "user_type")))
+        for j, param in enumerate(layer.param):
+            if param.HasField("init"):
+                out.append(
+                    (
+                        "param_generator",
+                        param_generator_name(param.init),
+                        pick(param.init, f"{path}.param[{j}].init", "type", "user_type"),
+                    )
+                )
+    alg = job.train_one_batch
+    out.append(("worker", worker_type_name(alg), pick(alg, "train_one_batch", "alg", "user_alg")))
+    if job.HasField("updater"):
+        up = job.updater
+        out.append(("updater", updater_type_name(up), pick(up, "updater", "type", "user_type")))
+        lr = up.learning_rate
+        out.append(
+            (
+                "lr_change",
+                lr_type_name(lr),
+                pick(lr, "updater.learning_rate", "type", "user_type"),
+            )
+        )
+    return out
+
+
 def _check_conflicting_plugins(prepared: PreparedJob) -> None:
-    """A type claimed by two plugins is an error only if the job uses it."""
-    used = {("layer", layer_type_name(layer)) for layer in prepared.job.neuralnet.layer}
-    used.add(("worker", worker_type_name(prepared.job.train_one_batch)))
-    used.add(("updater", updater_type_name(prepared.job.updater)))
-    for kind, name, _providers in prepared.host.conflicts():
-        if (kind, name) in used:
-            prepared.host.get(kind, name)  # raises the conflict error
+    """A type claimed by two plugins is an error only if the job uses it; the error points
+    at the job.conf field that names it (the first, if several do)."""
+    for kind, name, path in _selected_types(prepared.job):
+        if prepared.host.registry(kind).conflict_for(name) is None:
+            continue
+        try:
+            prepared.host.get(kind, name)
+        except SingaError as exc:
+            raise exc.located(prepared.cfg.locate(path)) from None

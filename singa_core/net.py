@@ -26,6 +26,7 @@ from singa_core.errors import Location, SingaError, did_you_mean
 from singa_core.layer import Layer, LayerContext, kTest, kTrain, kVal
 from singa_core.param import Param
 from singa_core.partition import partition, split_replica_name
+from singa_core.registry import type_selection
 from singa_core.schema import job_pb2
 from singa_core.unrolling import split_unrolled_name, unroll
 
@@ -65,10 +66,9 @@ GRAPH_TRANSFORMS: list[Callable] = [unroll, partition]
 
 
 def layer_type_name(conf) -> str:
-    """The registry key of a layer: ``user_type`` if given, else the LayerType name."""
-    if conf.HasField("user_type") and conf.user_type:
-        return conf.user_type
-    return job_pb2.LayerType.Name(conf.type)
+    """The registry key of a layer: ``user_type`` if given (a UserTypeName, looked up among
+    the user types first), else the LayerType name (among the built-in enum types)."""
+    return type_selection(conf, "type", "user_type")
 
 
 class NeuralNet:
@@ -498,9 +498,7 @@ def _bind_params(net: NeuralNet, locate, get_plugin, seed: int, init: bool) -> N
 
 
 def param_generator_name(gen_conf) -> str:
-    if gen_conf.HasField("user_type") and gen_conf.user_type:
-        return gen_conf.user_type
-    return job_pb2.InitMethod.Name(gen_conf.type)
+    return type_selection(gen_conf, "type", "user_type")
 
 
 def init_param(p: Param, get_plugin, seed: int, where=None, version: int = 0) -> None:

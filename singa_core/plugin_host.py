@@ -112,10 +112,12 @@ class PluginHost:
                 if impl.plugin is not module:
                     continue
 
-                def register(name: str, obj: Any, aliases=(), _r=registry) -> None:
-                    _r.add(name, obj, provider)
+                def register(
+                    name: str, obj: Any, aliases=(), *, user_type=None, _r=registry
+                ) -> None:
+                    _r.add(name, obj, provider, user_type=user_type)
                     for alias in aliases:
-                        _r.add(alias, obj, provider, alias_of=name)
+                        _r.add(alias, obj, provider, alias_of=name, user_type=user_type)
 
                 try:
                     impl.function(register=register)
@@ -138,11 +140,12 @@ class PluginHost:
     def get(self, kind: str, name: str, *, what: str | None = None) -> Any:
         return self.registries[kind].get(name, what=what, failed_plugins=self.failures)
 
-    def conflicts(self) -> list[tuple[str, str, list[Provider]]]:
+    def conflicts(self) -> list[tuple[str, str, str, list[Provider]]]:
+        """(kind, namespace, name, providers) of every name two plugins claim."""
         out = []
         for kind, reg in self.registries.items():
-            for name, entries in reg.conflicts.items():
-                out.append((kind, name, [e.provider for e in entries]))
+            for (namespace, name), entries in sorted(reg.conflicts.items()):
+                out.append((kind, namespace, name, [e.provider for e in entries]))
         return out
 
     def distributions(self) -> list[tuple[str, str]]:

@@ -120,3 +120,103 @@ def test_list_plugins_table_and_json(site):
     assert "kBP" in by_name["singa-classic"]["types"]["worker"]
     assert by_name["singa-twin-a"]["types"]["layer"] == ["kTwin"]
     assert data["failed"][0]["plugin"] == "singa_broken_plugin3"
+
+
+# -- two namespaces: type: kEmbedding (built-in enum) and user_type: "kEmbedding" ----------
+USER_EMBEDDING_PLUGIN = """
+from singa_core import hookimpl
+from singa_core.layer import NeuronLayer
+
+
+class Doubler(NeuronLayer):
+    \"\"\"A user's own "kEmbedding" (0.3's rnnlm did this): y = 2x.\"\"\"
+
+    def setup(self, srcs):
+        self.alloc(srcs[0].shape)
+
+    def forward(self, phase, srcs):
+        self.data[...] = 2 * srcs[0].data
+
+    def backward(self, phase, srcs):
+        g = srcs[0].grad_for(self)
+        if g is not None:
+            g[...] = 2 * self.grad
+
+
+@hookimpl
+def singa_register_layers(register):
+    register("kEmbedding", Doubler, user_type=True)
+    register("kDoubler", Doubler)  # an old-style plugin: a non-enum name is a user type
+"""
+
+BOTH_EMBEDDINGS = """
+  layer { name: "emb_builtin" type: kEmbedding srclayers: "data"
+          embedding_conf { vocab_size: 10 feature_dim: 3 }
+          param { name: "vocab" init { type: kUniform low: -1 high: 1 } } }
+  layer { name: "emb_user" user_type: "kEmbedding" srclayers: "data" }
+  layer { name: "old_style" user_type: "kDoubler" srclayers: "data" }
+"""
+
+
+def test_user_type_and_enum_type_of_one_name_live_side_by_side(site, tmp_path):
+    from conftest import mlp_conf, write_csv_blobs
+
+    from singa_core.config import parse_job_text
+    from singa_core.job import prepare_job
+    from singa_core.layer import kTrain
+    from singa_core.registry import UserTypeName
+
+    fake_dist(site, "singa-user-embedding", "singa_user_embedding", USER_EMBEDDING_PLUGIN)
+    host = PluginHost()
+    host.load_entry_points()
+    assert not host.conflicts()
+    builtin = host.get("layer", "kEmbedding")
+    user = host.get("layer", UserTypeName("kEmbedding"))
+    assert builtin.__module__ == "singa_builtins.layers.embedding"
+    assert user.__name__ == "Doubler" and host.get("layer", UserTypeName("kDoubler")) is user
+    # a user_type naming only a built-in still resolves to it (as before)
+    assert host.get("layer", UserTypeName("kSTanh")) is host.get("layer", "kSTanh")
+
+    data = write_csv_blobs(tmp_path / "blobs.csv", dim=1)  # one index-like value per row
+    text = mlp_conf(data, tmp_path / "ws", dim=1, extra=BOTH_EMBEDDINGS)
+    prepared = prepare_job(parse_job_text(text, "job.conf"), host, seed=1)
+    net = prepared.nets[kTrain]
+    assert type(net.by_name["emb_builtin"]) is builtin
+    assert net.by_name["emb_builtin"].shape == (20, 3)
+    assert type(net.by_name["emb_user"]) is user and type(net.by_name["old_style"]) is user
+    assert net.by_name["emb_user"].shape == (20, 1)
+
+
+def test_a_job_using_the_user_type_trains_and_list_plugins_shows_namespaces(site, tmp_path):
+    from conftest import mlp_conf, write_csv_blobs
+
+    fake_dist(site, "singa-user-embedding", "singa_user_embedding2", USER_EMBEDDING_PLUGIN)
+    data = write_csv_blobs(tmp_path / "blobs.csv")
+    text = mlp_conf(data, tmp_path / "ws", steps=5).replace(
+        'layer {{ name: "tanh" type: kSTanh srclayers: "ip1" }}'.replace("{{", "{").replace(
+            "}}", "}"
+        ),
+        'layer { name: "tanh" type: kSTanh srclayers: "ip1" }\n'
+        '  layer { name: "twice" user_type: "kEmbedding" srclayers: "tanh" }',
+    )
+    text = text.replace('srclayers: "tanh"\n', 'srclayers: "twice"\n')
+    assert 'srclayers: "twice"' in text and 'user_type: "kEmbedding"' in text
+    conf = tmp_path / "job.conf"
+    conf.write_text(text)
+    env = {"PYTHONPATH": str(site)}
+    res = run_singa("train", str(conf), "--seed", "3", env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "more than one plugin" not in res.stderr
+
+    res = run_singa("list-plugins", env=env)
+    rows = [ln.split() for ln in res.stdout.splitlines()]
+    assert ["singa-user-embedding", "0.1", "user_type", "layer", "kDoubler,", "kEmbedding"] in rows
+    builtin_row = next(r for r in rows if r[:2] == ["singa-classic", "0.1.0"])
+    assert builtin_row[2:4] == ["type", "layer"] and "kEmbedding," in builtin_row
+    data = json.loads(run_singa("list-plugins", "--json", env=env).stdout)
+    by_name = {p["name"]: p for p in data["plugins"]}
+    assert by_name["singa-user-embedding"]["types_by_field"] == {
+        "layer": {"user_type": ["kDoubler", "kEmbedding"]}
+    }
+    assert "kEmbedding" in by_name["singa-classic"]["types_by_field"]["layer"]["type"]
+    assert data["conflicts"] == []
