@@ -109,6 +109,9 @@ def _print_net(prepared, engine) -> None:
                 f"  total: {net.num_param_values():,} parameter values in "
                 f"{len(net.owner_params)} params"
             )
+    if prepared.memory is not None:
+        for line in prepared.memory.table():
+            print(line)
     for line in engine.describe():
         print(line)
 

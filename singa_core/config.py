@@ -166,12 +166,17 @@ class JobConfig:
     text: str = ""
     locations: dict[tuple, tuple[int, int]] = field(default_factory=dict)
     overrides: list[str] = field(default_factory=list)
+    # field path key -> "command line: -o ..." for the fields a -o override set
+    overridden: dict[tuple, str] = field(default_factory=dict)
 
     def locate(self, field_path: str | tuple | None = None) -> Location:
-        """Location of a field (or the nearest enclosing one that appears in the file)."""
+        """Location of a field: the ``-o`` that set it, else where it (or the nearest
+        enclosing field) appears in the file."""
         if field_path is None:
             return Location(self.path)
         key = parse_field_path(field_path) if isinstance(field_path, str) else field_path
+        if key in self.overridden:
+            return Location(self.overridden[key])
         while key:
             if key in self.locations:
                 line, col = self.locations[key]
@@ -400,6 +405,7 @@ def apply_override(cfg: JobConfig, override: str) -> None:
         else:
             _merge_scalar(msg, name, text_value, where)
     cfg.overrides.append(override)
+    cfg.overridden[parse_field_path(key.strip())] = where
 
 
 def _merge_scalar(msg, name: str, text_value: str, where: str) -> None:

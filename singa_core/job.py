@@ -22,7 +22,9 @@ from singa_core.checkpoint import (
 from singa_core.config import JobConfig
 from singa_core.errors import SingaError
 from singa_core.layer import kTest, kTrain, kVal
-from singa_core.net import NeuralNet, init_param, layer_type_name, param_generator_name
+from singa_core.memory import MemoryEstimate, available_memory, estimating
+from singa_core.net import PHASE_NAMES, NeuralNet, init_param, layer_type_name, param_generator_name
+from singa_core.paths import readable_file_problem, writable_folder_problem
 from singa_core.plugin_host import PluginHost
 from singa_core.registry import type_selection
 from singa_core.schema import job_pb2
@@ -49,6 +51,9 @@ class PreparedJob:
     workspace: Path
     resume: tuple[int, list[Path]] | None = None  # (step, checkpoint files)
     nets: dict[int, NeuralNet] = field(default_factory=dict)  # built during validation
+    # the memory the nets built so far allocate (charged before allocating, see
+    # singa_core.memory); None: nothing estimated or checked (e.g. in an engine's process)
+    memory: MemoryEstimate | None = None
 
     @property
     def job(self) -> job_pb2.JobProto:
@@ -80,15 +85,16 @@ class PreparedJob:
     ) -> NeuralNet:
         """The net of ``phase``, partitioned across the workers of a group (default: the
         cluster's nworkers_per_group; a worker runs ``net.partition_view(its id)``)."""
-        return NeuralNet.create(
-            self.job,
-            phase,
-            get_plugin=self.get_plugin,
-            locate=self.cfg.locate,
-            seed=self.seed,
-            init_params=init,
-            num_partitions=self.num_partitions if num_partitions is None else num_partitions,
-        )
+        with estimating(self.memory, PHASE_NAMES.get(phase, str(phase))):
+            return NeuralNet.create(
+                self.job,
+                phase,
+                get_plugin=self.get_plugin,
+                locate=self.cfg.locate,
+                seed=self.seed,
+                init_params=init,
+                num_partitions=self.num_partitions if num_partitions is None else num_partitions,
+            )
 
     def _create(
         self,
@@ -191,11 +197,20 @@ def prepare_job(
             help='add `cluster { workspace: "path/to/folder" }` (checkpoints and metrics go there)',
         )
     wsp = Path(ws)
+    ws_where = "--workspace" if workspace else cfg.locate("cluster.workspace")
     if wsp.exists() and not wsp.is_dir():
         raise SingaError(
             f"workspace {ws} exists and is not a folder",
-            where=cfg.locate("cluster.workspace"),
+            where=ws_where,
             help="choose a folder path for cluster.workspace",
+        )
+    problem = None if test_only else writable_folder_problem(ws, what="it")
+    if problem:  # checkpoints and metrics.jsonl are written there
+        raise SingaError(
+            f"workspace {ws}: {problem}",
+            where=ws_where,
+            help="choose a folder that exists or can be created and is writable "
+            "(checkpoints and metrics.jsonl go there)",
         )
     if not test_only and job.train_steps <= 0:
         raise SingaError(
@@ -242,14 +257,25 @@ def prepare_job(
     prepared = PreparedJob(cfg=cfg, host=host, seed=int(job.seed), workspace=wsp, resume=found)
     _check_conflicting_plugins(prepared)
     worker = prepared.make_worker()
-    prepared.make_updater()
-    for p in job.checkpoint_path:
+    updater = prepared.make_updater()
+    for i, p in enumerate(job.checkpoint_path):
         if not os.path.exists(p):
             raise SingaError(
                 f"checkpoint file not found: {p}",
                 where=cfg.locate("checkpoint_path"),
                 help="checkpoint_path lists files like WORKSPACE/checkpoint/step1000-worker0",
             )
+        problem = readable_file_problem(p)
+        if problem:
+            raise SingaError(
+                f"checkpoint_path {p} {problem}",
+                where=cfg.locate(f"checkpoint_path[{i}]"),
+                help="checkpoint_path lists files like WORKSPACE/checkpoint/step1000-worker0",
+            )
+    limit, source = available_memory()
+    prepared.memory = MemoryEstimate(
+        limit, source, updater_slots=len(getattr(updater, "state_names", ()))
+    )
     files = found[1] if found else list(job.checkpoint_path)
     train = prepared.build_net(kTrain, init=not files)
     prepared.nets[kTrain] = train

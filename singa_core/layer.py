@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from singa_core.errors import Location, SingaError
+from singa_core.memory import charge as charge_memory
 from singa_core.param import DTYPE, Param
 from singa_core.partition import split_replica_name
 from singa_core.schema import job_pb2
@@ -131,8 +132,13 @@ class Layer:
         return tuple(self.data.shape) if self.data is not None else ()
 
     def alloc(self, shape: Sequence[int], *, grad: bool = True) -> None:
-        """Allocate ``data`` (and ``grad``) of ``shape``."""
-        self.data = np.zeros(tuple(int(s) for s in shape), dtype=DTYPE)
+        """Allocate ``data`` (and ``grad``) of ``shape`` (charged to the job's memory
+        estimate first, see :mod:`singa_core.memory`)."""
+        shape = tuple(int(s) for s in shape)
+        charge_memory(self, "data", shape)
+        if grad:
+            charge_memory(self, "grad", shape)
+        self.data = np.zeros(shape, dtype=DTYPE)
         self.grad = np.zeros_like(self.data) if grad else None
 
     def alloc_like(self, src: np.ndarray, *, grad: bool = True) -> None:
@@ -140,6 +146,9 @@ class Layer:
         memory*. Convolution and pooling expose NCHW arrays that are strided views of a
         batch-innermost buffer; elementwise layers keep that layout so their ufuncs run over
         contiguous memory and hand the same layout on."""
+        charge_memory(self, "data", src.shape)
+        if grad:
+            charge_memory(self, "grad", src.shape)
         self.data = np.zeros_like(src, dtype=DTYPE)
         self.grad = np.zeros_like(self.data) if grad else None
 
@@ -158,6 +167,7 @@ class Layer:
         if not name:  # "ip1/weight"; replica i ≥ 1 of a partitioned layer: "ip1/weight@i"
             pid, base = split_replica_name(self.name)
             name = f"{base}/{role}" + (f"@{pid}" if pid else "")
+        charge_memory(self, "params", (2, *shape), what=f"param '{name}' (value and gradient)")
         p = Param(proto, tuple(shape), name)
         self.params.append(p)
         return p

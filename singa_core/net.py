@@ -24,6 +24,7 @@ import numpy as np
 
 from singa_core.errors import Location, SingaError, did_you_mean
 from singa_core.layer import Layer, LayerContext, kTest, kTrain, kVal
+from singa_core.memory import charge as charge_memory
 from singa_core.param import Param
 from singa_core.partition import partition, split_replica_name
 from singa_core.registry import type_selection
@@ -161,6 +162,12 @@ class NeuralNet:
                 layer.setup(srcs)
             except SingaError as err:
                 raise err.located(layer_locate()) from None
+            except MemoryError as exc:  # a scratch array the estimate does not cover
+                raise SingaError(
+                    f"not enough memory to set up layer '{conf.name}' ({type_name}): {exc}",
+                    where=layer_locate(),
+                    help="reduce the batchsize or the layer's size (num_output, shape ...)",
+                ) from None
             except (ValueError, IndexError, TypeError) as exc:
                 shapes = ", ".join(f"{s.name} {s.shape}" for s in srcs if s) or "no sources"
                 raise SingaError(
@@ -491,6 +498,11 @@ def _bind_params(net: NeuralNet, locate, get_plugin, seed: int, init: bool) -> N
             if first is not None and first.shape == p.shape:
                 p.share_data_from(first)
                 p.share_grad_from(first)
+    if net.phase == kTrain:  # the servers' updater history of every trained Param
+        for layer in net.layers:
+            for p in layer.params:
+                if p.is_owner and p.learnable and p.grad_owner is p:
+                    charge_memory(layer, "updater", p.shape, what=f"updater state of '{p.name}'")
     if init:
         for p in net.params:
             if p.is_owner:
@@ -515,4 +527,10 @@ def init_param(p: Param, get_plugin, seed: int, where=None, version: int = 0) ->
         gen.fill(p.value, np.random.default_rng(stable_seed(seed, "param", p.name)))
     except SingaError as err:
         raise err.located(where) from None
+    except MemoryError as exc:
+        raise SingaError(
+            f"not enough memory to initialise param '{p.name}' {p.shape}: {exc}",
+            where=where,
+            help="reduce the layer's size (num_output, shape ...)",
+        ) from None
     p.version = version

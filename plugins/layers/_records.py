@@ -15,6 +15,7 @@ from google.protobuf.message import DecodeError
 
 from singa_core.errors import SingaError
 from singa_core.layer import Layer, OutputLayer
+from singa_core.paths import readable_file_problem, writable_file_problem
 from singa_core.schema import common_pb2
 from singa_core.store import KAPPEND, KCREATE, KREAD
 
@@ -42,6 +43,18 @@ def store_class(layer: Layer, backend: str, field: str):
 def open_store(layer: Layer, backend: str, path: str, mode: int, field: str):
     """A ``backend`` store opened at ``path``; a failure is located at ``field``."""
     cls = store_class(layer, backend, field)
+    if mode == KREAD:
+        problem = readable_file_problem(path, folder_ok=True)
+        if problem == "does not exist":
+            problem = None  # the store says what it looked for
+    else:
+        problem = writable_file_problem(path)
+    if problem:
+        raise SingaError(
+            f"cannot open store {path}: it {problem}",
+            where=layer.ctx.locate(f"{field}.path"),
+            help="store_conf.path names a store file (or a folder holding shard.dat)",
+        )
     try:
         store = cls()
         store.open(path, mode)
@@ -50,6 +63,8 @@ def open_store(layer: Layer, backend: str, path: str, mode: int, field: str):
             err.notes.append(
                 f"relative paths are resolved from the current directory {os.getcwd()}"
             )
+        if os.path.isdir(path):
+            err.notes.append(f"{path} is a folder")
         raise err.located(layer.ctx.locate(field)) from None
     return store
 
@@ -297,6 +312,13 @@ class StoreOutputLayer(OutputLayer):
                 f"layer '{self.name}': cannot write {self.path}: folder {folder} does not exist",
                 field="store_conf",
                 help=f"create the folder first (mkdir -p {folder})",
+            )
+        problem = writable_file_problem(self.path)
+        if problem:
+            raise self.error(
+                f"layer '{self.name}': cannot write {self.path}: {problem}",
+                field="store_conf.path",
+                help="store_conf.path names a file to create in a writable folder",
             )
         src = srcs[0]
         if src.data is None or src.data.ndim == 0 or src.data.shape[0] == 0:
