@@ -74,10 +74,19 @@ class Updater:
         return buf.reshape(like.shape)
 
     def prologue(
-        self, value: np.ndarray, grad: np.ndarray, scale: float, wd_scale: float, clip: bool = True
+        self,
+        value: np.ndarray,
+        grad: np.ndarray,
+        scale: float,
+        wd_scale: float,
+        clip: bool = True,
+        weight_decay: bool = True,
     ) -> np.ndarray:
         """SINGA's common first steps, in its order: clip, scale, add weight decay.
 
+        The weight decay added here is *coupled* (L2: ``grad += weight_decay · wd_scale ·
+        value``, so it passes through the update rule). Updaters with *decoupled* decay
+        (AdamW, Lion) pass ``weight_decay=False`` and call :meth:`decay_weights`.
         Modifies and returns ``grad`` (the server's own buffer).
         """
         if clip and self.clip_high > self.clip_low:
@@ -85,9 +94,18 @@ class Updater:
         if scale != 1.0:
             grad *= np.float32(scale)
         wd = self.weight_decay * wd_scale
-        if wd > 0:
+        if weight_decay and wd > 0:
             axpy(wd, value, grad)
         return grad
+
+    def decay_weights(self, value: np.ndarray, lr: float, wd_scale: float) -> None:
+        """Decoupled weight decay: ``value -= lr · weight_decay · wd_scale · value`` with
+        ``lr`` the step's effective rate (``self.lr(step) · lr_scale``). Call it before the
+        rule changes ``value``, so the decay is taken on the old weights (AdamW's
+        ``w ← w − lr·(u + λw)``)."""
+        wd = self.weight_decay * wd_scale
+        if wd > 0 and lr != 0:
+            value *= np.float32(1.0 - lr * wd)
 
     def apply(
         self,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.gradcheck import SourceLayer
+from singa_core.testing import SourceLayer
 
 
 def pad4(x, ph, pw, value=0.0):

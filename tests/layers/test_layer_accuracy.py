@@ -6,7 +6,7 @@ from singa_builtins.layers.accuracy import AccuracyLayer
 
 from singa_core.errors import SingaError
 from singa_core.layer import kForward, kTest
-from tests.gradcheck import GradCase, SourceLayer, build, layer_conf, make_ctx
+from singa_core.testing import GradCase, SourceLayer, build, layer_conf, make_ctx
 
 
 def run(scores, labels, text='name: "acc"'):

@@ -6,7 +6,7 @@ from singa_builtins.layers.activation import ActivationLayer
 
 from singa_core.errors import SingaError
 from singa_core.layer import kBackward, kForward, kTrain
-from tests.gradcheck import GradCase, GradientChecker, SourceLayer, build, layer_conf, make_ctx
+from singa_core.testing import GradCase, GradientChecker, SourceLayer, build, layer_conf, make_ctx
 
 
 def reference(kind, x, g):

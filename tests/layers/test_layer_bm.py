@@ -7,7 +7,7 @@ from singa_builtins.layers.bm import AVERAGE_FACTOR, EPS, BMLayer
 
 from singa_core.errors import SingaError
 from singa_core.layer import kAggGrad, kBackward, kForward, kTest, kTrain
-from tests.gradcheck import (
+from singa_core.testing import (
     GradCase,
     GradientChecker,
     SourceLayer,

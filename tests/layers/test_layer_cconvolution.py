@@ -7,7 +7,7 @@ from singa_builtins.layers.cconvolution import CConvolutionLayer
 
 from singa_core.errors import SingaError
 from singa_core.layer import kBackward, kForward, kTrain
-from tests.gradcheck import GradCase, GradientChecker, SourceLayer, build, layer_conf, make_ctx
+from singa_core.testing import GradCase, GradientChecker, SourceLayer, build, layer_conf, make_ctx
 from tests.layers.spatial_reference import conv_backward, conv_forward, strided_source
 
 PARAMS = 'param { name: "w" } param { name: "b" }'
@@ -151,7 +151,7 @@ def test_source_must_be_spatial():
 
 
 def test_no_allocation_per_step():
-    from tests.gradcheck import peak_bytes
+    from singa_core.testing import peak_bytes
 
     src = SourceLayer(np.random.default_rng(0).standard_normal((64, 4, 12, 12)))
     layer = conv([src], "num_filters: 8 kernel: 3 pad: 1")

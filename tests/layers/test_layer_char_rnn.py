@@ -6,7 +6,7 @@ from singa_builtins.layers.char_rnn import CharRNNLayer
 
 from singa_core.errors import SingaError
 from singa_core.layer import kBackward, kForward, kTrain
-from tests.gradcheck import GradCase, build, layer_conf, make_ctx
+from singa_core.testing import GradCase, build, layer_conf, make_ctx
 
 FWD = kTrain | kForward
 

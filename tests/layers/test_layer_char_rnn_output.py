@@ -6,7 +6,7 @@ from singa_builtins.layers.char_rnn_output import CharRNNOutputLayer
 
 from singa_core.errors import SingaError
 from singa_core.layer import kForward, kTest
-from tests.gradcheck import GradCase, SourceLayer, build
+from singa_core.testing import GradCase, SourceLayer, build
 
 
 def output(tmp_path, src):

@@ -5,7 +5,7 @@ import numpy as np
 from singa_builtins.layers.convolution import ConvolutionLayer
 
 from singa_core.layer import kBackward, kForward, kTrain
-from tests.gradcheck import GradCase, SourceLayer, build
+from singa_core.testing import GradCase, SourceLayer, build
 from tests.layers.spatial_reference import conv_backward, conv_forward, strided_source
 
 PARAMS = 'param { name: "w" } param { name: "b" }'

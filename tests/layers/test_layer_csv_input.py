@@ -11,7 +11,7 @@ from singa_builtins.stores.textfile import TextFileStore
 
 from singa_core.errors import SingaError
 from singa_core.layer import kDeploy, kForward, kTest, kTrain
-from tests.gradcheck import GradCase, layer_conf, make_ctx
+from singa_core.testing import GradCase, layer_conf, make_ctx
 
 LINES = ["12,3.2,1,14.1", "2,0.2,0,1.1", "1,2.2,1,4.1"]  # test_csv_input_layer.cc
 STORES = {"textfile": TextFileStore, "kvfile": KVFileStore}

@@ -13,7 +13,7 @@ from singa_builtins.layers.csv_output import CSVOutputLayer
 
 from singa_core.errors import SingaError
 from singa_core.layer import kForward, kTest, kTrain
-from tests.gradcheck import GradCase, SourceLayer, layer_conf, make_ctx
+from singa_core.testing import GradCase, SourceLayer, layer_conf, make_ctx
 from tests.layers.test_layer_shard_data import ctx
 
 

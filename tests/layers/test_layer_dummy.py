@@ -10,7 +10,7 @@ from singa_builtins.layers.dummy import DummyLayer
 
 from singa_core.errors import SingaError
 from singa_core.layer import kBackward, kForward, kTrain
-from tests.gradcheck import GradCase, SourceLayer, build, layer_conf, make_ctx, peak_bytes
+from singa_core.testing import GradCase, SourceLayer, build, layer_conf, make_ctx, peak_bytes
 
 N, M = 10, 20
 FWD, BWD = kTrain | kForward, kTrain | kBackward

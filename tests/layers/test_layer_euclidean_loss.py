@@ -6,7 +6,7 @@ from singa_builtins.layers.euclidean_loss import EuclideanLossLayer
 
 from singa_core.errors import SingaError
 from singa_core.layer import kBackward, kForward, kTrain
-from tests.gradcheck import GradCase, GradientChecker, SourceLayer, build, layer_conf, make_ctx
+from singa_core.testing import GradCase, GradientChecker, SourceLayer, build, layer_conf, make_ctx
 
 
 def test_loss_and_gradient():

@@ -9,7 +9,7 @@ from singa_builtins.layers.image_preprocess import ImagePreprocessLayer
 
 from singa_core.errors import SingaError
 from singa_core.layer import kForward, kTest, kTrain, kVal
-from tests.gradcheck import GradCase, SourceLayer, layer_conf, make_ctx
+from singa_core.testing import GradCase, SourceLayer, layer_conf, make_ctx
 from tests.layers.test_layer_shard_data import cifar_images
 
 

@@ -8,7 +8,7 @@ from singa_builtins.layers.inner_product import InnerProductLayer
 
 from singa_core.errors import SingaError
 from singa_core.layer import kAggGrad, kBackward, kForward, kTrain
-from tests.gradcheck import GradCase, GradientChecker, SourceLayer, build, layer_conf, make_ctx
+from singa_core.testing import GradCase, GradientChecker, SourceLayer, build, layer_conf, make_ctx
 
 CONF = 'name: "ip" innerproduct_conf { num_output: %d %s } param { name: "w" } param { name: "b" }'
 

@@ -11,7 +11,7 @@ from singa_builtins.layers.softmax_loss import SoftmaxLossLayer
 from singa_core.errors import SingaError
 from singa_core.layer import kForward, kTest, kTrain
 from singa_core.schema import common_pb2
-from tests.gradcheck import GradCase, SourceLayer, build, layer_conf
+from singa_core.testing import GradCase, SourceLayer, build, layer_conf
 from tests.layers.test_layer_shard_data import (
     cifar_images,
     ctx,

@@ -5,7 +5,7 @@ import numpy as np
 from singa_builtins.layers.pooling import PoolingLayer
 
 from singa_core.layer import kBackward, kForward, kTrain
-from tests.gradcheck import GradCase, GradientChecker, SourceLayer, build
+from singa_core.testing import GradCase, GradientChecker, SourceLayer, build
 from tests.layers.spatial_reference import pool_forward_backward
 
 

@@ -7,7 +7,7 @@ from singa_builtins.layers.rbm_hid import RBMHidLayer
 
 from singa_core.errors import SingaError
 from singa_core.layer import kNegative, kPositive, kTest, kTrain
-from tests.gradcheck import GradCase, SourceLayer, layer_conf, make_ctx
+from singa_core.testing import GradCase, SourceLayer, layer_conf, make_ctx
 from tests.layers.test_layer_rbm_vis import HDIM, VDIM, B, cd_step, make_pair, sig
 
 

@@ -8,7 +8,7 @@ from singa_builtins.layers.rbm_vis import RBMVisLayer
 
 from singa_core.errors import SingaError
 from singa_core.layer import kNegative, kPositive, kTest, kTrain
-from tests.gradcheck import GradCase, SourceLayer, layer_conf, make_ctx
+from singa_core.testing import GradCase, SourceLayer, layer_conf, make_ctx
 
 VDIM, HDIM, B = 6, 4, 5
 

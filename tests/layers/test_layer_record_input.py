@@ -14,7 +14,7 @@ from singa_builtins.stores.textfile import TextFileStore
 from singa_core.errors import SingaError
 from singa_core.layer import kDeploy, kForward, kTrain
 from singa_core.schema import common_pb2
-from tests.gradcheck import GradCase, layer_conf, make_ctx
+from singa_core.testing import GradCase, layer_conf, make_ctx
 
 STORES = {"textfile": TextFileStore, "kvfile": KVFileStore}
 # test_record_input_layer.cc: the CSV test's three instances as RecordProto.data

@@ -14,7 +14,7 @@ from singa_core.errors import SingaError
 from singa_core.layer import kForward, kTest
 from singa_core.schema import common_pb2
 from singa_core.store import KREAD
-from tests.gradcheck import GradCase, SourceLayer, layer_conf
+from singa_core.testing import GradCase, SourceLayer, layer_conf
 from tests.layers.test_layer_shard_data import ctx
 
 

@@ -6,7 +6,7 @@ from singa_builtins.layers.relu import ReLULayer
 
 from singa_core.errors import SingaError
 from singa_core.layer import kBackward, kForward, kTrain
-from tests.gradcheck import (
+from singa_core.testing import (
     GradCase,
     GradientChecker,
     SourceLayer,

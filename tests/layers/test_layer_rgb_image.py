@@ -13,7 +13,7 @@ from singa_core.errors import SingaError
 from singa_core.layer import kForward, kTest, kTrain
 from singa_core.schema import common_pb2
 from singa_core.store import KCREATE
-from tests.gradcheck import GradCase, SourceLayer, layer_conf
+from singa_core.testing import GradCase, SourceLayer, layer_conf
 from tests.layers.test_layer_image_preprocess import decode, numbered_images
 from tests.layers.test_layer_shard_data import (
     cifar_images,

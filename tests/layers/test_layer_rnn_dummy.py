@@ -6,7 +6,7 @@ from singa_builtins.layers.rnn_dummy import RNNDummyLayer
 
 from singa_core.errors import SingaError
 from singa_core.layer import kBackward, kForward, kTrain
-from tests.gradcheck import GradCase, SourceLayer, build, layer_conf, make_ctx, peak_bytes
+from singa_core.testing import GradCase, SourceLayer, build, layer_conf, make_ctx, peak_bytes
 
 FWD, BWD = kTrain | kForward, kTrain | kBackward
 

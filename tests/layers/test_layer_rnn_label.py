@@ -8,7 +8,7 @@ from singa_builtins.layers.softmax_loss import SoftmaxLossLayer
 
 from singa_core.errors import SingaError
 from singa_core.layer import kForward, kTrain
-from tests.gradcheck import GradCase, SourceLayer, build, layer_conf
+from singa_core.testing import GradCase, SourceLayer, build, layer_conf
 
 FWD = kTrain | kForward
 

@@ -19,7 +19,7 @@ from singa_core.layer import kForward, kTest, kTrain
 from singa_core.plugin_host import get_host
 from singa_core.schema import common_pb2
 from singa_core.store import KCREATE
-from tests.gradcheck import GradCase, layer_conf, make_ctx
+from singa_core.testing import GradCase, layer_conf, make_ctx
 
 
 # -- helpers shared with the parser-layer tests ---------------------------------------------

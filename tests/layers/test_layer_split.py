@@ -6,7 +6,7 @@ from singa_builtins.layers.split import SplitLayer
 
 from singa_core.errors import SingaError
 from singa_core.layer import Layer, kBackward, kForward, kTrain
-from tests.gradcheck import (
+from singa_core.testing import (
     GradCase,
     GradientChecker,
     SourceLayer,

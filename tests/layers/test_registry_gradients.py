@@ -3,9 +3,12 @@
 Every layer type the built-in plugins register (aliases excepted: they name the same class)
 must have a gradient case in some ``tests/layers/test_layer_*.py`` module's
 ``GRADIENT_CASES`` (``{"kType": make_case}``, ``make_case(tmp_path)`` returning a
-:class:`~tests.gradcheck.GradCase` or a list of them); each case is built and its
+:class:`~singa_core.testing.GradCase` or a list of them); each case is built and its
 analytic gradients (every source and every Param) are compared with central differences
-by :class:`tests.gradcheck.GradientChecker`.
+by :class:`singa_core.testing.GradientChecker`, then the rest of the layer contract is
+checked on the same layer (``check_layer_contract``: kAggGrad accumulation, a checkpoint
+round trip of its Params, repeatable results) — the plugin author's kit, run on every
+built-in type.
 A new built-in layer type without a case makes ``test_every_registered_layer_has_a_case``
 fail.
 """
@@ -19,7 +22,7 @@ import pytest
 
 import tests.layers
 from singa_core.plugin_host import get_host
-from tests.gradcheck import GradCase
+from singa_core.testing import GradCase
 
 
 def _collect_cases() -> dict[str, object]:

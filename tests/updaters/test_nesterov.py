@@ -11,14 +11,13 @@ from singa_builtins.updaters.nesterov import NesterovUpdater
 from singa_core.errors import SingaError
 from singa_core.plugin_host import get_host
 from singa_core.schema import job_pb2
-from tests.updaters.updater_checks import (
+from singa_core.testing import (
     LeastSquares,
     check_against_reference,
     check_in_place_allocation_free,
     check_snapshot_restore,
-    fixed_lr,
-    step_lr,
 )
+from tests.updaters.updater_checks import fixed_lr, step_lr
 
 
 def nesterov(lr, **conf):

@@ -10,18 +10,7 @@ from singa_core.config import load_job
 from singa_core.job import prepare_job
 from singa_core.layer import kTest
 from singa_core.plugin_host import get_host
-from singa_core.stub import ParamStub
-
-
-class RecordingStub(ParamStub):
-    def __init__(self):
-        self.events = []
-
-    def collect(self, param):
-        self.events.append(("collect", param.name))
-
-    def update(self, step, param):
-        self.events.append(("update", param.name, float(np.abs(param.grad).sum()) > 0))
+from singa_core.testing import RecordingStub, expected_bp_order
 
 
 def prepared(tmp_path):
@@ -54,12 +43,7 @@ def test_train_one_batch_order(tmp_path, monkeypatch):
         stub, "update", lambda s, p: (order.append(("update", p.name)), original_update(s, p))
     )
     worker.train_one_batch(0, net, stub)
-    expected = []
-    for layer in net.layers:
-        expected += [("collect", p.name) for p in layer.params] + [("forward", layer.name)]
-    for layer in reversed(net.layers):
-        expected += [("backward", layer.name)] + [("update", p.name) for p in layer.params]
-    assert order == expected
+    assert order == expected_bp_order(net.layers)
     # every gradient handed over is a real (non-zero) gradient
     assert all(e[2] for e in stub.events if e[0] == "update")
 

@@ -15,7 +15,7 @@ from singa_core.config import load_job
 from singa_core.job import prepare_job
 from singa_core.layer import kNegative, kPositive, kTest, kTrain
 from singa_core.plugin_host import get_host
-from singa_core.stub import ParamStub
+from singa_core.testing import RecordingStub
 
 DIM = 12
 
@@ -73,17 +73,6 @@ def prepared(tmp_path, **kw):
     return prepare_job(load_job(path), get_host(), seed=0)
 
 
-class RecordingStub(ParamStub):
-    def __init__(self, order):
-        self.order = order
-
-    def collect(self, param):
-        self.order.append(("collect", param.name))
-
-    def update(self, step, param):
-        self.order.append(("update", param.name))
-
-
 def record_calls(net, order, monkeypatch):
     for layer in net.layers:
         for name in ("forward", "backward"):
@@ -102,7 +91,10 @@ def test_train_one_batch_order(tmp_path, monkeypatch):
     assert [layer.name for layer in net.layers] == ["data", "vis", "hid"]
     order = []
     record_calls(net, order, monkeypatch)
-    job.make_worker().train_one_batch(0, net, RecordingStub(order))
+    stub = RecordingStub()
+    stub.events = order  # the stub's calls and the layers' calls in one list
+    job.make_worker().train_one_batch(0, net, stub)
+    order = [e[:2] if e[0] == "update" else e for e in order]
     expected = []
     for layer in net.layers:
         expected += [("collect", p.name) for p in layer.params]

@@ -1,6 +1,6 @@
 """A Caffe-style finite-difference gradient checker for layers, plus small fixtures.
 
-Usage::
+Part of the plugin author's kit (``singa_core.testing``). Usage::
 
     src = SourceLayer(rng.standard_normal((4, 5)))
     layer = build(InnerProductLayer, 'name: "ip" innerproduct_conf { num_output: 3 } '
@@ -79,6 +79,24 @@ class SourceLayer(Layer):
 
     def grad_for(self, consumer):
         return self.grad
+
+
+def batch_innermost(x) -> np.ndarray:
+    """``x`` (batch on axis 0) as a strided view of a buffer that holds the batch
+    innermost in memory: the layout convolution and pooling hand on (see
+    ``singa_builtins.layers._window``). Same values, other strides."""
+    x = np.asarray(x, dtype=F32)
+    if x.ndim < 2:
+        return np.array(x)
+    return np.moveaxis(np.ascontiguousarray(np.moveaxis(x, 0, -1)), -1, 0)
+
+
+def strided_source(x, labels=None, *, name: str = "src") -> SourceLayer:
+    """A :class:`SourceLayer` whose ``data`` and ``grad`` are batch-innermost views."""
+    src = SourceLayer(x, labels, name=name)
+    src.data = batch_innermost(x)
+    src.grad = np.zeros_like(src.data)  # zeros_like keeps the strides
+    return src
 
 
 def init_params(layer: Layer, rng: np.random.Generator, std: float = 1.0) -> None:
@@ -281,9 +299,14 @@ def peak_bytes(step: Callable[[], None], *, warmup: int = 2, reps: int = 3) -> i
 # -- the registry-wide gradient test's cases ---------------------------------------------
 @dataclass
 class GradCase:
-    """How to gradient-check one layer type (collected by test_registry_gradients.py).
+    """How to gradient-check one layer type: a set-up layer, its sources and the checker.
 
-    Every layer test module declares ``GRADIENT_CASES = {"kType": make_case, ...}``, where
+    :meth:`run` compares gradients with central differences and then checks the rest of
+    the layer contract on the same instance (:func:`singa_core.testing.layers.
+    check_layer_contract`: ``kAggGrad`` accumulation, a checkpoint round trip of its
+    Params, repeatable forward/backward under a re-seeded generator).
+
+    The built-in layers' tests declare ``GRADIENT_CASES = {"kType": make_case, ...}``, where
     ``make_case(tmp_path)`` builds a small, set-up layer and returns a GradCase (or a list
     of them, e.g. one per configuration variant). Layers that take no
     part in backpropagation (input and output layers) return a case with ``no_gradient``
@@ -297,8 +320,11 @@ class GradCase:
     check_srcs: Sequence[int] | None = None
     tops: Callable | None = None
     no_gradient: str | None = None
+    contract: bool = True  # also run check_layer_contract after the gradient check
 
     def run(self) -> CheckReport | None:
+        from singa_core.testing.layers import check_layer_contract
+
         if self.no_gradient is not None:
             assert self.layer.params == [] or not self.layer.is_loss
             self.layer.forward(kTrain | kForward, self.srcs)
@@ -306,5 +332,14 @@ class GradCase:
             for s in self.srcs:
                 if s.grad is not None:
                     assert not np.isnan(s.grad).any()
-            return None
-        return self.checker.check(self.layer, self.srcs, check_srcs=self.check_srcs, tops=self.tops)
+            report = None
+        else:
+            report = self.checker.check(
+                self.layer, self.srcs, check_srcs=self.check_srcs, tops=self.tops
+            )
+        if self.contract:
+            check_layer_contract(
+                self.layer, self.srcs, phase=self.checker.phase, tops=self.tops,
+                backward=self.no_gradient is None,
+            )
+        return report
