@@ -41,9 +41,7 @@ def _host():
 
     host = get_host()
     for f in host.failures:
-        print(
-            f"warning: plugin '{f.plugin}' from {f.dist} failed to load: {f.error}", file=sys.stderr
-        )
+        print(f.warning(), file=sys.stderr)
     return host
 
 
@@ -261,6 +259,7 @@ def list_plugins(
     Each type is listed under the job.conf field that selects it (``type`` for the built-in
     enum names, ``user_type`` for user types, ...); a name two plugins claim is listed
     under every provider and marked ``(conflict)``."""
+    from singa_core import CORE_DISTRIBUTION, PLUGIN_API_VERSION
     from singa_core.plugin_host import get_host
 
     host = get_host()
@@ -288,9 +287,23 @@ def list_plugins(
         }
         for k, ns, n, ps in host.conflicts()
     ]
-    failures = [{"plugin": f.plugin, "dist": f.dist, "error": f.error} for f in host.failures]
+    failures = [
+        {"plugin": f.plugin, "dist": f.dist, "error": f.error, "skipped": f.skipped, "help": f.help}
+        for f in host.failures
+    ]
+    declared: dict[tuple[str, str], tuple[str, str]] = {}  # dist -> (requires, plugin API)
+    for p in host.plugins:
+        if p.provider.dist != CORE_DISTRIBUTION:
+            key = (p.provider.dist, p.provider.version)
+            old_req, old_api = declared.get(key, ("", ""))
+            declared[key] = (old_req or p.requires_core, old_api or p.plugin_api)
     if as_json:
         out = {
+            "core": {
+                "distribution": CORE_DISTRIBUTION,
+                "version": __version__,
+                "plugin_api": PLUGIN_API_VERSION,
+            },
             "plugins": [
                 {
                     "name": d,
@@ -300,6 +313,8 @@ def list_plugins(
                         for kind, by_field in types.items()
                     },
                     "types_by_field": types,
+                    "requires": declared.get((d, v), ("", ""))[0] or None,
+                    "plugin_api": declared.get((d, v), ("", ""))[1] or None,
                 }
                 for (d, v), types in sorted(dists.items())
             ],
@@ -322,6 +337,13 @@ def list_plugins(
         shown = dist if dist != last else ""
         print(f"{shown:<{widths[0]}}  {fieldname:<{widths[1]}}  {kind:<{widths[2]}}  {names}")
         last = dist
+    core = f"{CORE_DISTRIBUTION} {__version__}"
+    print(f"\nplugin API {PLUGIN_API_VERSION} ({core}); plugins declare:")
+    for (d, v), (requires, api) in sorted(declared.items()):
+        ranges = [f"{CORE_DISTRIBUTION}{requires}"] if requires else []
+        ranges += [f"SINGA_PLUGIN_API {api}"] if api else []
+        said = ", ".join(ranges) + ": compatible" if ranges else "no range (assumed compatible)"
+        print(f"  {d} {v}  {said}")
     for c in conflicts:
         print(
             f"conflict: {c['kind']} {c['field']} {c['name']} is provided by "
@@ -329,7 +351,10 @@ def list_plugins(
             file=sys.stderr,
         )
     for f in host.failures:
-        print(f"failed: plugin '{f.plugin}' from {f.dist}: {f.error}", file=sys.stderr)
+        said = "skipped" if f.skipped else "failed"
+        print(f"{said}: plugin '{f.plugin}' from {f.dist}: {f.error}", file=sys.stderr)
+        if f.help:
+            print(f"help: {f.help}", file=sys.stderr)
         if verbose and f.detail:
             print(f.detail, file=sys.stderr)
 

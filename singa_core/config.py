@@ -200,7 +200,11 @@ def _extension_short_names() -> dict[str, dict[str, list[str]]]:
         if not msg.extension_ranges:
             continue
         table: dict[str, list[str]] = {}
-        for ext in pool.FindAllExtensions(msg):
+        try:
+            found = pool.FindAllExtensions(msg)
+        except Exception:  # a pool a failed plugin import left inconsistent: no short names
+            found = []
+        for ext in found:
             table.setdefault(ext.name, []).append(ext.full_name)
         out[msg.full_name] = table
     return out

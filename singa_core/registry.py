@@ -56,9 +56,11 @@ def type_selection(msg, enum_field: str, user_field: str) -> str:
     field is set, else the enum value's name (a plain ``str``)."""
     if msg.HasField(user_field) and getattr(msg, user_field):
         return UserTypeName(getattr(msg, user_field))
-    return msg.DESCRIPTOR.fields_by_name[enum_field].enum_type.values_by_number[
-        getattr(msg, enum_field)
-    ].name
+    return (
+        msg.DESCRIPTOR.fields_by_name[enum_field]
+        .enum_type.values_by_number[getattr(msg, enum_field)]
+        .name
+    )
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,7 @@ class Registry:
         if not user_type and name not in enum_names:
             raise TypeError(
                 f"{self.kind} '{name}' is not a {self.enum.name} value; register it with "
-                f"user_type=True (selected by {self.user_field}: \"{name}\")"
+                f'user_type=True (selected by {self.user_field}: "{name}")'
             )
         return USER if user_type else ENUM
 
@@ -205,8 +207,9 @@ class Registry:
         )
         notes = [f"known {self.kind} types: {known}"]
         for failure in failed_plugins:
+            what_happened = "is skipped" if getattr(failure, "skipped", False) else "failed to load"
             notes.append(
-                f"plugin '{failure.plugin}' from {failure.dist} failed to load "
+                f"plugin '{failure.plugin}' from {failure.dist} {what_happened} "
                 f'({failure.error}); it may provide "{name}"'
             )
         help_ = hint or (
