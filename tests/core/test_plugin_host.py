@@ -220,3 +220,56 @@ def test_a_job_using_the_user_type_trains_and_list_plugins_shows_namespaces(site
     }
     assert "kEmbedding" in by_name["singa-classic"]["types_by_field"]["layer"]["type"]
     assert data["conflicts"] == []
+
+
+def test_list_plugins_shows_every_provider_of_a_conflict(site):
+    fake_dist(site, "singa-twin-a", "singa_twin_a4", LAYER_PLUGIN)
+    fake_dist(site, "singa-twin-b", "singa_twin_b4", LAYER_PLUGIN)
+    env = {"PYTHONPATH": str(site)}
+    res = run_singa("list-plugins", env=env)
+    assert res.returncode == 0, res.stderr
+    rows = [ln.split() for ln in res.stdout.splitlines()]
+    for dist in ("singa-twin-a", "singa-twin-b"):
+        assert [dist, "0.1", "user_type", "layer", "kTwin", "(conflict)"] in rows, res.stdout
+    assert (
+        "conflict: layer user_type kTwin is provided by singa-twin-a 0.1 and singa-twin-b 0.1"
+        in res.stderr
+    )
+    data = json.loads(run_singa("list-plugins", "--json", env=env).stdout)
+    by_name = {p["name"]: p for p in data["plugins"]}
+    for dist in ("singa-twin-a", "singa-twin-b"):
+        assert by_name[dist]["types"] == {"layer": ["kTwin (conflict)"]}
+    assert data["conflicts"] == [
+        {
+            "kind": "layer",
+            "name": "kTwin",
+            "field": "user_type",
+            "providers": ["singa-twin-a 0.1", "singa-twin-b 0.1"],
+        }
+    ]
+
+
+def test_conflict_error_points_at_the_layer_that_names_the_type(site, tmp_path):
+    from conftest import mlp_conf, write_csv_blobs
+
+    fake_dist(site, "singa-twin-a", "singa_twin_a5", LAYER_PLUGIN)
+    fake_dist(site, "singa-twin-b", "singa_twin_b5", LAYER_PLUGIN)
+    data = write_csv_blobs(tmp_path / "blobs.csv")
+    twin = 'layer { name: "twin" user_type: "kTwin" srclayers: "tanh" }'
+    text = mlp_conf(data, tmp_path / "ws", steps=2, extra=twin)
+    conf = tmp_path / "job.conf"
+    conf.write_text(text)
+    env = {"PYTHONPATH": str(site)}
+    res = run_singa("train", str(conf), env=env)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr
+    line_no, line = next((i, ln) for i, ln in enumerate(text.splitlines(), 1) if twin in ln)
+    col = line.index('user_type: "kTwin"') + 1
+    message = 'layer user_type "kTwin" is provided by more than one plugin'
+    assert f"{conf}:{line_no}:{col}: error: {message}" in res.stderr, res.stderr
+    assert "singa-twin-a 0.1" in res.stderr and "singa-twin-b 0.1" in res.stderr
+    assert "help:" in res.stderr
+    # the conflict does not concern jobs that do not use the name
+    conf.write_text(text.replace(twin, ""))
+    res = run_singa("train", str(conf), env=env)
+    assert res.returncode == 0, res.stderr
