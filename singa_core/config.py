@@ -343,14 +343,18 @@ def apply_override(cfg: JobConfig, override: str) -> None:
     msg = cfg.job
     for depth, part in enumerate(parts):
         m = _PATH_PART.fullmatch(part)
-        if not m or m.group(1).startswith("["):
+        if not m:
             raise SingaError(
                 f"bad field path {key!r}",
                 where=where,
-                help="use names separated by dots, e.g. updater.momentum",
+                help="use names separated by dots, e.g. updater.momentum, and a plugin's "
+                "extension field as in job.conf, e.g. train_one_batch.[pkg.foo_conf].repeat",
             )
         name, index = m.group(1), m.group(2)
-        fd = msg.DESCRIPTOR.fields_by_name.get(name)
+        if name.startswith("["):
+            fd = _extension_field(msg, name[1:-1].strip(), where)
+        else:
+            fd = msg.DESCRIPTOR.fields_by_name.get(name)
         if fd is None:
             names = list(msg.DESCRIPTOR.fields_by_name)
             raise SingaError(
@@ -358,6 +362,8 @@ def apply_override(cfg: JobConfig, override: str) -> None:
                 where=where,
                 help=did_you_mean(name, names) or f"fields: {', '.join(sorted(names))}",
             )
+        if fd.is_extension:  # read, set and clear through msg.Extensions
+            name = f"[{fd.full_name}]"
         last = depth == len(parts) - 1
         repeated = fd.is_repeated
         if fd.message_type is not None:
@@ -368,7 +374,7 @@ def apply_override(cfg: JobConfig, override: str) -> None:
                     help=f"e.g. -o {key}.FIELD=VALUE",
                 )
             if repeated:
-                seq = getattr(msg, name)
+                seq = _field_value(msg, fd)
                 i = int(index or 0)
                 if i >= len(seq):
                     raise SingaError(
@@ -378,7 +384,7 @@ def apply_override(cfg: JobConfig, override: str) -> None:
                     )
                 msg = seq[i]
             else:
-                msg = getattr(msg, name)
+                msg = _field_value(msg, fd)
             continue
         if not last:
             raise SingaError(f'"{name}" is not a message', where=where, help=None)
@@ -387,7 +393,7 @@ def apply_override(cfg: JobConfig, override: str) -> None:
             text_value = '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
         if repeated:
             if index is not None:
-                seq = getattr(msg, name)
+                seq = _field_value(msg, fd)
                 i = int(index)
                 if i >= len(seq):
                     raise SingaError(
@@ -397,9 +403,9 @@ def apply_override(cfg: JobConfig, override: str) -> None:
                     )
                 tmp = type(msg)()
                 _merge_scalar(tmp, name, text_value, where)
-                seq[i] = getattr(tmp, name)[0]
+                seq[i] = _field_value(tmp, fd)[0]
             else:
-                msg.ClearField(name)
+                _clear_field(msg, fd)
                 for v in (
                     [x for x in text_value.split(",")]
                     if fd.type != fd.TYPE_STRING
@@ -410,6 +416,49 @@ def apply_override(cfg: JobConfig, override: str) -> None:
             _merge_scalar(msg, name, text_value, where)
     cfg.overrides.append(override)
     cfg.overridden[parse_field_path(key.strip())] = where
+
+
+def _field_value(msg, fd):
+    return msg.Extensions[fd] if fd.is_extension else getattr(msg, fd.name)
+
+
+def _clear_field(msg, fd) -> None:
+    if fd.is_extension:
+        msg.ClearExtension(fd)
+    else:
+        msg.ClearField(fd.name)
+
+
+def _extension_field(msg, written: str, where: str):
+    """The extension of ``msg`` written ``[pkg.name]`` or, as job.conf allows, ``[name]``
+    when one installed extension of the message is named so; a SingaError otherwise."""
+    owner = msg.DESCRIPTOR.name
+    try:
+        exts = list(descriptor_pool.Default().FindAllExtensions(msg.DESCRIPTOR))
+    except Exception:  # see _extension_short_names
+        exts = []
+    for ext in exts:
+        if ext.full_name == written:
+            return ext
+    named = [ext for ext in exts if ext.name == written]
+    if len(named) == 1:
+        return named[0]
+    if named:
+        full = " or ".join(f"[{e.full_name}]" for e in named)
+        raise SingaError(
+            f'extension "[{written}]" of {owner} is ambiguous',
+            where=where,
+            help=f"write its full name: {full}",
+        )
+    known = sorted({f"[{e.full_name}]" for e in exts} | {f"[{e.name}]" for e in exts})
+    listed = ", ".join(sorted(f"[{e.full_name}]" for e in exts))
+    raise SingaError(
+        f'{owner} has no extension "[{written}]"',
+        where=where,
+        help=did_you_mean(f"[{written}]", known)
+        or (f"{owner}'s extensions: {listed}" if exts else f"no installed plugin extends {owner}")
+        + "; extensions come from plugins (see `singa list-plugins`)",
+    )
 
 
 def _merge_scalar(msg, name: str, text_value: str, where: str) -> None:

@@ -432,3 +432,53 @@ def test_user_errors_are_located_with_help(site, tmp_path, edit, message, where)
     assert message in res.stderr and "help:" in res.stderr, res.stderr
     line = next(i for i, ln in enumerate(text.splitlines(), 1) if where in ln)
     assert f"job.conf:{line}:" in res.stderr, res.stderr  # located at the offending line
+
+
+@pytest.mark.parametrize(
+    "field",
+    ["train_one_batch.[singa_foo.foo_conf].repeat", "train_one_batch.[foo_conf].repeat"],
+    ids=["full-name", "short-name"],
+)
+def test_override_sets_an_extension_field(site, tmp_path, field):
+    """`-o` writes extension fields as job.conf does: with repeat 2 from the command line
+    (the file says 1), 3 steps make 6 updates."""
+    conf, ws = foo_job(
+        tmp_path, steps=3, checkpoint_freq=3, w2_init="init { type: kGaussian std: 0.1 }"
+    )
+    res = run_singa("train", str(conf), "--seed", "5", "-o", f"{field}=2", env=env_with(site))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert params_at(ws, 3)["0#w1"].version == 6
+
+
+@pytest.mark.parametrize(
+    ("override", "message", "hint"),
+    [
+        (
+            "train_one_batch.[foo_cnf].repeat=2",
+            'AlgProto has no extension "[foo_cnf]"',
+            'did you mean "[foo_conf]"',
+        ),
+        (
+            "train_one_batch.[singa_foo.foo_conf].repaet=2",
+            'FooAlgProto has no field "repaet"',
+            'did you mean "repeat"?',
+        ),
+        (
+            "updater.[singa_foo.foo_updater_conf].beta=2",
+            "kFooUpdater needs 0 <= foo_updater_conf.beta < 1 (got 2.0)",
+            "beta: 0.9",
+        ),
+        (
+            "neuralnet.layer[1].[foo_conf].repeat=2",
+            'LayerProto has no extension "[foo_conf]"',
+            "no installed plugin extends LayerProto",
+        ),
+    ],
+    ids=["unknown-extension", "unknown-field-inside", "value-reaches-plugin", "wrong-message"],
+)
+def test_override_extension_errors(site, tmp_path, override, message, hint):
+    conf, _ = foo_job(tmp_path, steps=2)
+    res = run_singa("train", str(conf), "-o", override, env=env_with(site))
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr
+    assert message in res.stderr and hint in res.stderr, res.stderr
