@@ -153,8 +153,19 @@ class Layer:
         self.grad = np.zeros_like(self.data) if grad else None
 
     def create_param(self, index: int, shape: Sequence[int], role: str) -> Param:
-        """Param number ``index`` of this layer's conf (``param { ... }`` entries)."""
-        if index >= len(self.conf.param):
+        """Param number ``index`` of this layer's conf (``param { ... }`` entries), with
+        the layer's :meth:`param_defaults` filled in where the entry is silent."""
+        defaults = self.param_defaults(index, role)
+        if defaults is not None and not isinstance(defaults, job_pb2.ParamProto):
+            raise TypeError(
+                f"{type(self).__name__}.param_defaults must return a ParamProto or None, "
+                f"got {defaults!r}"
+            )
+        if index < len(self.conf.param):
+            proto = self.conf.param[index]
+        elif defaults is not None:
+            proto = job_pb2.ParamProto()
+        else:
             raise self.error(
                 f"layer '{self.name}' needs a param entry for its {role} "
                 f"(param #{index + 1}); it has {len(self.conf.param)}",
@@ -162,7 +173,13 @@ class Layer:
                 help=f'add `param {{ name: "{self.name}_{role}" '
                 f"init {{ type: kGaussian std: 0.01 }} }}`",
             )
-        proto = self.conf.param[index]
+        if defaults is not None:
+            merged = job_pb2.ParamProto()
+            merged.CopyFrom(defaults)
+            if proto.HasField("init"):
+                merged.ClearField("init")
+            merged.MergeFrom(proto)
+            proto = merged
         name = proto.name
         if not name:  # "ip1/weight"; replica i ≥ 1 of a partitioned layer: "ip1/weight@i"
             pid, base = split_replica_name(self.name)
