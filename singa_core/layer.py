@@ -152,6 +152,25 @@ class Layer:
         self.data = np.zeros_like(src, dtype=DTYPE)
         self.grad = np.zeros_like(self.data) if grad else None
 
+    def param_defaults(self, index: int, role: str) -> job_pb2.ParamProto | None:
+        """Defaults for this layer's Param ``index`` (its ``role``: "weight", "alpha" ...).
+
+        The net builder creates a layer's Params through :meth:`create_param` while setting
+        the layer up; that asks this hook first. Return ``None`` (the default: the user's
+        ``param { }`` entry must say everything, including ``init``) or a ``ParamProto``
+        holding what to use where the user's entry is silent: the user's ``init`` replaces
+        the default ``init`` as a whole, any other field the user sets wins over the
+        default's. A layer with defaults may have its ``param`` entries left out. Typical
+        use: an initialiser from the layer's own conf, e.g. a PReLU's ``init_alpha``::
+
+            def param_defaults(self, index, role):
+                alpha = self.conf.Extensions[prelu_pb2.prelu_conf].init_alpha
+                return ParamProto(init=ParamGenProto(type=kConstant, value=alpha))
+
+        Called in ``setup`` (the conf, sources and ``self.ctx`` are available).
+        """
+        return None
+
     def create_param(self, index: int, shape: Sequence[int], role: str) -> Param:
         """Param number ``index`` of this layer's conf (``param { ... }`` entries), with
         the layer's :meth:`param_defaults` filled in where the entry is silent."""
