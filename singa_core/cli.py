@@ -114,6 +114,21 @@ def _print_net(prepared, engine) -> None:
         print(line)
 
 
+def _engine_options(*, extra: list[str], **given) -> dict[str, str]:
+    """The engine options given on the command line (name -> text)."""
+    out = {k: str(v) for k, v in given.items() if v is not None}
+    for item in extra:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise SingaError(
+                f"engine option {item!r} is not KEY=VALUE",
+                where="--engine-option",
+                help="e.g. --engine-option cpus_per_worker=0.5",
+            )
+        out[key.strip().replace("-", "_")] = value.strip()
+    return out
+
+
 @app.command()
 def train(
     job: JobArg,
@@ -135,6 +150,28 @@ def train(
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="no metric lines, only the summary")
     ] = False,
+    address: Annotated[
+        str | None,
+        typer.Option(
+            help="engines that run on a cluster: the cluster to join, HOST:PORT or auto "
+            "(default: the engine's own, e.g. a private one-node runtime)"
+        ),
+    ] = None,
+    placement: Annotated[
+        str | None,
+        typer.Option(help="engines that run on a cluster: spread (default) or pack processes"),
+    ] = None,
+    max_restarts: Annotated[
+        int | None,
+        typer.Option(
+            help="engines that run on a cluster: restart from the newest checkpoint up to N "
+            "times when a process or node is lost (default 0: stop)"
+        ),
+    ] = None,
+    engine_option: Annotated[
+        list[str] | None,
+        typer.Option("--engine-option", help="an engine's own option KEY=VALUE (repeatable)"),
+    ] = None,
 ) -> None:
     """Train the model a job.conf describes."""
     try:
@@ -146,6 +183,14 @@ def train(
             metrics_path=None if dry_run else prepared.workspace / "metrics.jsonl", quiet=quiet
         )
         eng = engine_cls(prepared, reporter)
+        eng.configure(
+            _engine_options(
+                address=address,
+                placement=placement,
+                max_restarts=max_restarts,
+                extra=engine_option or [],
+            )
+        )
         if dry_run:
             _print_net(prepared, eng)
             print(f"{job}: ok")
@@ -272,6 +317,8 @@ def list_plugins(
             label = entry.name
             if entry.alias_of:
                 label += f" (alias of {entry.alias_of})"
+            elif getattr(entry.obj, "unavailable", None) and entry.obj.unavailable():
+                label += f" ({entry.obj.unavailable()})"
             if (kind, entry.namespace, entry.name) in conflicted:
                 label += " (conflict)"
             by_field = dists.setdefault(key, {}).setdefault(kind, {})

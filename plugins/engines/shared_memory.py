@@ -96,7 +96,7 @@ class SharedMemoryEngine(Engine):
         return max(1, (os.cpu_count() or 1) // len(self.topology.procs))
 
     def describe(self) -> list[str]:
-        topo, layout = self.topology, self.layout
+        topo = self.topology
         lines = [
             f"engine: shm ({len(topo.procs)} processes, spawn; share_memory "
             f"{str(topo.share_memory).lower()}; {topo.nworker_groups} worker group(s) x "
@@ -105,6 +105,12 @@ class SharedMemoryEngine(Engine):
         ]
         for spec in topo.procs:
             lines.append(f"  {spec.role()}")
+        return lines + self.slice_lines()
+
+    def slice_lines(self) -> list[str]:
+        """The params, their slices and which server holds which (for --dry-run)."""
+        topo, layout = self.topology, self.layout
+        lines = []
         lines.append(
             f"params: {len(layout.order)} ({layout.total:,} values) in {len(layout.slices)} "
             f"slice(s), num = lcm({topo.nservers_per_group}, {topo.nserver_groups}) = {layout.num}"

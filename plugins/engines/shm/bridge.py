@@ -69,13 +69,14 @@ def bridge_pairs(full_net, group: int, first_key: int) -> list:
 
 
 def install_bridges(rt, full_net, net) -> None:
-    """Give the bridge layers of this worker's partition their shared-memory transport."""
+    """Give the bridge layers of this worker's partition their transport,
+    ``rt.bridge_transport(pair)`` (shared memory for ``shm``)."""
     pairs = [p for p in rt.shared.bridges if p.group == rt.group]
     if not pairs:
         return
     mine = {layer.name: layer for layer in net.layers}
     for pair in pairs:
-        transport = ShmBridgeTransport(rt, pair)
+        transport = rt.bridge_transport(pair)
         for name in (pair.src, pair.dst):
             if name in mine:
                 mine[name].transport = transport

@@ -61,6 +61,30 @@ class JobShared:
         return Path(self.workspace)
 
 
+def job_shared(engine, layer_states, **transport) -> JobShared:
+    """The JobShared of ``engine``'s job (a SharedMemoryEngine or a subclass); ``transport``
+    gives the rest (segments, queues, events, blas_threads, extras)."""
+    prepared = engine.prepared
+    cfg = prepared.cfg
+    return JobShared(
+        cfg_path=cfg.path,
+        cfg_text=cfg.text,
+        cfg_locations=dict(cfg.locations),
+        cfg_overrides=list(cfg.overrides),
+        job_bytes=cfg.job.SerializeToString(),
+        seed=prepared.seed,
+        workspace=str(prepared.workspace),
+        start_step=prepared.start_step,
+        resumed=bool(prepared.resume),
+        layer_states=layer_states,
+        topology=engine.topology,
+        layout=engine.layout,
+        state_names=list(engine.state_names),
+        bridges=list(engine.bridges),
+        **transport,
+    )
+
+
 class ProcessContext:
     """Per-process state shared by its worker and server threads."""
 

@@ -23,10 +23,11 @@ import multiprocessing as mp
 import signal
 import threading
 import time
+from dataclasses import dataclass
 from multiprocessing.connection import wait
 
 import numpy as np
-from singa_builtins.engines.shm.context import JobShared
+from singa_builtins.engines.shm.context import job_shared
 from singa_builtins.engines.shm.process import process_main
 from singa_builtins.engines.shm.segments import Segments, SegmentSpec, new_prefix
 
@@ -49,6 +50,104 @@ def _exit_text(code: int | None) -> str:
     return f"exited with status {code}"
 
 
+@dataclass
+class InitialState:
+    """What every server group starts from (flat layout of :class:`ParamLayout`)."""
+
+    values: np.ndarray  # float32, layout.total
+    versions: np.ndarray  # int64, one per slice
+    state: np.ndarray  # float32, len(state_names) blocks of layout.total
+    layer_states: dict | None  # a resumed job's layer states (data cursors, random states)
+
+
+def initial_state(engine) -> InitialState:
+    """The values, versions and updater state a job starts from: the engine's full train
+    net, and on ``--resume`` the checkpoint's updater state and layer states."""
+    prepared, layout = engine.prepared, engine.layout
+    owners = {p.id: p for p in engine.full_net.owner_params}
+    arrays: dict[str, np.ndarray] = {}
+    layer_states = None
+    if prepared.resume:
+        files = prepared.resume[1]
+        state = ckpt.read_state(str(files[0]) + ckpt.STATE_SUFFIX)
+        saved, current = state.meta.get("updater"), updater_type_name(prepared.job.updater)
+        if saved and saved != current:
+            raise SingaError(
+                f"the checkpoint was trained with updater {saved} but job.conf now says {current}",
+                where=str(files[0]),
+                help="resume with the job.conf that wrote the checkpoint, or start a new "
+                "job with checkpoint_path to fine-tune",
+            )
+        arrays = state.arrays
+        layer_states = state.meta.get("layers") or None
+    total = layout.total
+    out = InitialState(
+        np.zeros(total, dtype=np.float32),
+        np.zeros(len(layout.slices), dtype=np.int64),
+        np.zeros(total * len(engine.state_names), dtype=np.float32),
+        layer_states,
+    )
+    for pid in layout.order:
+        info, p = layout.params[pid], owners[pid]
+        out.values[info.offset : info.offset + info.size] = p.value.reshape(-1)
+        for sid in layout.param_slices[pid]:
+            out.versions[sid] = p.version
+        for k, sname in enumerate(engine.state_names):
+            a = arrays.get(f"{info.name}::{sname}")
+            if a is not None and a.size == info.size:
+                out.state[k * total + info.offset : k * total + info.offset + info.size] = (
+                    a.reshape(-1)
+                )
+    return out
+
+
+def result_of(leader_result: dict | None) -> TrainResult:
+    """The job's TrainResult from group 0 worker 0's ``done`` message."""
+    r = leader_result or {}
+    return TrainResult(
+        r.get("final_step", 0),
+        r.get("checkpoint"),
+        r.get("metrics", {}),
+        bool(r.get("interrupted")),
+        r.get("stop_signal"),
+    )
+
+
+class SignalCatcher:
+    """SIGINT / SIGTERM in the ``singa`` process, collected in ``caught`` while installed
+    (only the main thread can install handlers; elsewhere nothing is caught)."""
+
+    def __init__(self) -> None:
+        self.caught: list[int] = []
+        self._prev: dict = {}
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def handler(signum, frame):
+            self.caught.append(signum)
+
+        self._prev = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def restore(self) -> None:
+        for s, h in self._prev.items():
+            signal.signal(s, h)
+        self._prev = {}
+
+
+def stopped_error(workspace, failure: str) -> SingaError:
+    """The error of a job torn down by ``failure``, pointing at its newest checkpoint."""
+    latest = ckpt.latest_checkpoint(workspace)
+    where = (
+        f"the newest complete checkpoint is {latest[1][0]} (step {latest[0]}); "
+        "continue from it with `singa train --resume`"
+        if latest
+        else "no checkpoint was written; set checkpoint_freq to save along the way"
+    )
+    return SingaError(f"the job stopped: {failure}", help=where)
+
+
 class Launcher:
     def __init__(self, engine) -> None:
         self.engine = engine
@@ -58,7 +157,7 @@ class Launcher:
         self.layout = engine.layout
         self.ctx = mp.get_context("spawn")
         self.prefix = new_prefix()
-        self._signals: list[int] = []
+        self._signals = SignalCatcher()
 
     # -- segments ------------------------------------------------------------------------
     def _segment_spec(self) -> SegmentSpec:
@@ -80,63 +179,20 @@ class Launcher:
     def _fill(self, segs: Segments) -> dict | None:
         """Initial values/versions/updater state in every server group; the layer states
         of a resumed job (for group 0)."""
-        layout, engine = self.layout, self.engine
-        owners = {p.id: p for p in engine.full_net.owner_params}
-        arrays: dict[str, np.ndarray] = {}
-        layer_states = None
-        if self.prepared.resume:
-            files = self.prepared.resume[1]
-            state = ckpt.read_state(str(files[0]) + ckpt.STATE_SUFFIX)
-            saved, current = state.meta.get("updater"), updater_type_name(self.prepared.job.updater)
-            if saved and saved != current:
-                raise SingaError(
-                    f"the checkpoint was trained with updater {saved} but job.conf now says "
-                    f"{current}",
-                    where=str(files[0]),
-                    help="resume with the job.conf that wrote the checkpoint, or start a new "
-                    "job with checkpoint_path to fine-tune",
-                )
-            arrays = state.arrays
-            layer_states = state.meta.get("layers") or None
-        total = layout.total
+        start = initial_state(self.engine)
         for sg in range(self.topo.nserver_groups):
-            values, versions, st = segs[f"v{sg}"], segs[f"n{sg}"], segs[f"s{sg}"]
-            for pid in layout.order:
-                info, p = layout.params[pid], owners[pid]
-                values[info.offset : info.offset + info.size] = p.value.reshape(-1)
-                for sid in layout.param_slices[pid]:
-                    versions[sid] = p.version
-                for k, sname in enumerate(engine.state_names):
-                    a = arrays.get(f"{info.name}::{sname}")
-                    if a is not None and a.size == info.size:
-                        st[k * total + info.offset : k * total + info.offset + info.size] = (
-                            a.reshape(-1)
-                        )
-        return layer_states
-
-    # -- signals ---------------------------------------------------------------------------
-    def _install_signals(self):
-        if threading.current_thread() is not threading.main_thread():
-            return None
-
-        def handler(signum, frame):
-            self._signals.append(signum)
-
-        return {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-
-    @staticmethod
-    def _restore_signals(prev) -> None:
-        for s, h in (prev or {}).items():
-            signal.signal(s, h)
+            segs[f"v{sg}"][...] = start.values
+            segs[f"n{sg}"][...] = start.versions
+            segs[f"s{sg}"][...] = start.state
+        return start.layer_states
 
     # -- the run -------------------------------------------------------------------------
     def run(self) -> TrainResult:
-        topo, prepared = self.topo, self.prepared
+        topo = self.topo
         spec = self._segment_spec()
         segs = Segments(spec, create=True)
         procs: list = []
         queues: list = []
-        prev = None
         try:
             layer_states = self._fill(segs)
             worker_queues = {
@@ -150,23 +206,10 @@ class Launcher:
                 for j in range(topo.nservers_per_group)
             }
             queues = [*worker_queues.values(), *server_queues.values()]
-            cfg, job = prepared.cfg, prepared.job
-            shared = JobShared(
-                cfg_path=cfg.path,
-                cfg_text=cfg.text,
-                cfg_locations=dict(cfg.locations),
-                cfg_overrides=list(cfg.overrides),
-                job_bytes=job.SerializeToString(),
-                seed=prepared.seed,
-                workspace=str(prepared.workspace),
-                start_step=prepared.start_step,
-                resumed=bool(prepared.resume),
-                layer_states=layer_states,
-                topology=topo,
-                layout=self.layout,
+            shared = job_shared(
+                self.engine,
+                layer_states,
                 segments=spec,
-                state_names=list(self.engine.state_names),
-                bridges=list(self.engine.bridges),
                 blas_threads=self.engine.blas_threads(),
                 worker_queues=worker_queues,
                 server_queues=server_queues,
@@ -175,7 +218,7 @@ class Launcher:
                 stop_at=self.ctx.Array("i", [-1] * topo.nworker_groups, lock=False),
                 ready=self.ctx.Value("i", 0),
             )
-            prev = self._install_signals()
+            self._signals.install()
             readers = {}
             for ps in topo.procs:
                 r, w = self.ctx.Pipe(duplex=False)
@@ -192,7 +235,7 @@ class Launcher:
             for q in queues:
                 q.cancel_join_thread()
                 q.close()
-            self._restore_signals(prev)
+            self._signals.restore()
             segs.close()
 
     def _supervise(self, shared, procs, readers, server_queues) -> TrainResult:
@@ -232,8 +275,8 @@ class Launcher:
                 stopping_servers = True
                 for q in server_queues.values():
                     q.put(("stop",))
-            while handled_signals < len(self._signals):
-                sig = self._signals[handled_signals]
+            while handled_signals < len(self._signals.caught):
+                sig = self._signals.caught[handled_signals]
                 handled_signals += 1
                 if handled_signals == 1:
                     shared.stop_signal.value = int(sig)
@@ -241,22 +284,8 @@ class Launcher:
                 else:
                     failure = f"aborted by {signal.Signals(sig).name}"
         if failure is not None:
-            latest = ckpt.latest_checkpoint(self.prepared.workspace)
-            where = (
-                f"the newest complete checkpoint is {latest[1][0]} (step {latest[0]}); "
-                "continue from it with `singa train --resume`"
-                if latest
-                else "no checkpoint was written; set checkpoint_freq to save along the way"
-            )
-            raise SingaError(f"the job stopped: {failure}", help=where)
-        r = leader_result or {}
-        return TrainResult(
-            r.get("final_step", 0),
-            r.get("checkpoint"),
-            r.get("metrics", {}),
-            bool(r.get("interrupted")),
-            r.get("stop_signal"),
-        )
+            raise stopped_error(self.prepared.workspace, failure)
+        return result_of(leader_result)
 
     def _handle(self, msg, pending_workers) -> str | None:
         kind = msg[0]

@@ -57,6 +57,14 @@ def _setup(shared, ctrl):
     from singa_builtins.engines.shm.context import ProcessContext
     from singa_builtins.engines.shm.segments import Segments
 
+    prepared = prepared_job_of(shared)
+    segs = Segments(shared.segments, create=False)
+    return segs, ProcessContext(shared, segs, prepared, ctrl)
+
+
+def prepared_job_of(shared):
+    """The PreparedJob of the ``singa`` process, rebuilt in this process from the
+    job's text, locations and overrides (plugins loaded first, for their extensions)."""
     from singa_core.config import JobConfig
     from singa_core.job import PreparedJob
     from singa_core.plugin_host import get_host
@@ -72,9 +80,7 @@ def _setup(shared, ctrl):
         dict(shared.cfg_locations),
         list(shared.cfg_overrides),
     )
-    prepared = PreparedJob(cfg=cfg, host=host, seed=shared.seed, workspace=shared.workspace_path)
-    segs = Segments(shared.segments, create=False)
-    return segs, ProcessContext(shared, segs, prepared, ctrl)
+    return PreparedJob(cfg=cfg, host=host, seed=shared.seed, workspace=shared.workspace_path)
 
 
 def _run(index: int, shared, ctx) -> int:

@@ -16,7 +16,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import numpy as np
-from singa_builtins.engines.shm.bridge import install_bridges
+from singa_builtins.engines.shm.bridge import ShmBridgeTransport, install_bridges
 from singa_builtins.engines.shm.context import Mailbox, ProcessContext
 
 from singa_core import checkpoint as ckpt
@@ -125,6 +125,11 @@ class _StopAware:
 
 
 class WorkerThread:
+    """A worker of the shm engine. The parts that touch shared memory and queues are the
+    methods marked "transport" below; another engine (``ray``) overrides just those."""
+
+    engine_name = "shm"
+
     def __init__(self, ctx: ProcessContext, group: int, wid: int) -> None:
         sh = ctx.shared
         self.ctx, self.shared = ctx, sh
@@ -133,13 +138,71 @@ class WorkerThread:
         self.windex = self.topo.worker_index(group, wid)
         self.server_group = self.topo.server_group_of(group)
         self.leader = group == 0 and wid == 0  # displays, tests, checkpoints (0.3)
-        self.mailbox = Mailbox(sh.worker_queues[(group, wid)], ctx)
+        self.loop: TrainingLoop | None = None
+        self._connect()
+
+    # -- transport ---------------------------------------------------------------------------
+    def _connect(self) -> None:
+        """``values`` (flat, the server group's) and ``versions`` (per slice) to build the
+        net from; ``views``: whether Params may be views into ``values``."""
+        ctx, sh = self.ctx, self.shared
+        self.mailbox = Mailbox(sh.worker_queues[(self.group, self.wid)], ctx)
         self.values = ctx.segs[f"v{self.server_group}"]
         self.versions = ctx.segs[f"n{self.server_group}"]
         self.state = ctx.segs[f"s{self.server_group}"]
         self.grad = ctx.segs[f"g{self.windex}"]
         self.views = self.topo.share_memory or self.topo.nworkers_per_group > 1
-        self.loop: TrainingLoop | None = None
+
+    def make_stub(self) -> ParamStub:
+        return ShmStub(self, self.net)
+
+    def bridge_transport(self, pair):
+        return ShmBridgeTransport(self, pair)
+
+    def stop_signal(self) -> int:
+        """The signal the launcher asked to stop for (0: none)."""
+        return self.shared.stop_signal.value
+
+    def stop_at(self) -> int:
+        """The last step this worker's group trains (-1: not decided)."""
+        return self.shared.stop_at[self.group]
+
+    def set_stop_at(self, step: int) -> None:
+        self.shared.stop_at[self.group] = step
+
+    def start_gate(self) -> None:
+        """Wait until every worker has built its net, so that all groups start together
+        (0.3 slept a second instead); a slow process start cannot let one group finish
+        before the others begin."""
+        sh, topo = self.shared, self.topo
+        with sh.ready.get_lock():
+            sh.ready.value += 1
+        total = topo.nworker_groups * topo.nworkers_per_group
+        while sh.ready.value < total:
+            self.ctx.check_abort()
+            time.sleep(0.002)
+
+    def param_records(self) -> tuple[list, dict]:
+        """The checkpoint's ParamRecords (versions and values of the server group) and
+        updater state arrays."""
+        total = self.layout.total
+        records, arrays = [], {}
+        for pid in self.layout.order:
+            info = self.layout.params[pid]
+            sl = slice(info.offset, info.offset + info.size)
+            records.append(
+                ckpt.ParamRecord(info.name, self._version(pid), self.values[sl].reshape(info.shape))
+            )
+            if info.learnable:
+                for k, sname in enumerate(self.shared.state_names):
+                    block = self.state[
+                        k * total + info.offset : k * total + info.offset + info.size
+                    ]
+                    arrays[f"{info.name}::{sname}"] = block.reshape(info.shape).copy()
+        return records, arrays
+
+    def save_checkpoint(self, step: int, records: list, state) -> str:
+        return str(ckpt.write_checkpoint(self.ctx.prepared.workspace, step, 0, records, state))
 
     # -- nets --------------------------------------------------------------------------
     def _build(self):
@@ -191,7 +254,7 @@ class WorkerThread:
         return int(min(self.versions[s] for s in sids)) if sids else 0
 
     # -- checkpoints (group 0, worker 0) ---------------------------------------------------
-    def _wait_for_group(self, own_params) -> None:
+    def wait_for_group(self, own_params) -> None:
         """With a partitioned group, wait (a while) until the other workers' Params have
         caught up with this worker's, so the checkpoint holds one step of all of them."""
         if self.topo.nworkers_per_group == 1:
@@ -214,7 +277,7 @@ class WorkerThread:
         atomic_write_bytes(path, json.dumps(states).encode(), what="layer states")
         return str(path)
 
-    def _partition_states(self, step: int) -> dict:
+    def partition_states(self, step: int) -> dict:
         """The other partitions' layer states for checkpoint ``step`` (see above)."""
         merged: dict = {}
         for wid in range(1, self.topo.nworkers_per_group):
@@ -231,24 +294,11 @@ class WorkerThread:
 
     def write_checkpoint(self, step: int) -> str:
         prepared = self.ctx.prepared
-        self._wait_for_group(self.net.owner_params)
+        self.wait_for_group(self.net.owner_params)
         layers = ckpt.layer_states(self.nets)
-        for phase, states in self._partition_states(step).items():
+        for phase, states in self.partition_states(step).items():
             layers.setdefault(phase, {}).update(states)
-        total = self.layout.total
-        records, arrays = [], {}
-        for pid in self.layout.order:
-            info = self.layout.params[pid]
-            sl = slice(info.offset, info.offset + info.size)
-            records.append(
-                ckpt.ParamRecord(info.name, self._version(pid), self.values[sl].reshape(info.shape))
-            )
-            if info.learnable:
-                for k, sname in enumerate(self.shared.state_names):
-                    block = self.state[
-                        k * total + info.offset : k * total + info.offset + info.size
-                    ]
-                    arrays[f"{info.name}::{sname}"] = block.reshape(info.shape).copy()
+        records, arrays = self.param_records()
         state = ckpt.TrainingState(
             step=step,
             meta={
@@ -256,20 +306,19 @@ class WorkerThread:
                 "updater": updater_type_name(prepared.job.updater),
                 "plugins": [f"{d} {v}" for d, v in prepared.host.distributions()],
                 "layers": layers,
-                "engine": "shm",
+                "engine": self.engine_name,
             },
             arrays=arrays,
         )
-        return str(ckpt.write_checkpoint(prepared.workspace, step, 0, records, state))
+        return self.save_checkpoint(step, records, state)
 
     # -- stopping (Ctrl-C / SIGTERM to the launcher) ---------------------------------------
     def after_step(self, step: int) -> None:
-        sh = self.shared
-        sig = sh.stop_signal.value
-        if sig and self.wid == 0 and sh.stop_at[self.group] < 0:
+        sig = self.stop_signal()
+        if sig and self.wid == 0 and self.stop_at() < 0:
             # partitioned groups: the others may be one step behind; all stop after the next
-            sh.stop_at[self.group] = step + (1 if self.topo.nworkers_per_group > 1 else 0)
-        at = sh.stop_at[self.group]
+            self.set_stop_at(step + (1 if self.topo.nworkers_per_group > 1 else 0))
+        at = self.stop_at()
         if at >= 0 and step >= at and self.loop is not None:
             self.loop.request_stop(sig or None)
 
@@ -278,27 +327,15 @@ class WorkerThread:
         partitioned = self.group == 0 and self.topo.nworkers_per_group > 1
         return self.publish_layer_states if partitioned else None
 
-    def _start_gate(self) -> None:
-        """Wait until every worker has built its net, so that all groups start together
-        (0.3 slept a second instead); a slow process start cannot let one group finish
-        before the others begin."""
-        sh, topo = self.shared, self.topo
-        with sh.ready.get_lock():
-            sh.ready.value += 1
-        total = topo.nworker_groups * topo.nworkers_per_group
-        while sh.ready.value < total:
-            self.ctx.check_abort()
-            time.sleep(0.002)
-
     def run(self) -> None:
         prepared = self.ctx.prepared
         self.full, self.net, self.nets = self._build()
-        self._start_gate()
+        self.start_gate()
         reporter = _ReporterProxy(self.ctx) if self.leader else _NullReporter()
         self.loop = TrainingLoop(
             prepared.job,
             worker=_StopAware(prepared.make_worker(), self),
-            stub=ShmStub(self, self.net),
+            stub=self.make_stub(),
             train_net=self.net,
             nets=self.nets,
             checkpoint=self.write_checkpoint if self.leader else self._checkpoint_part,
