@@ -25,7 +25,7 @@ message PReLUProto {
   optional float init_alpha = 1 [default = 0.25];
 }
 
-extend singa.LayerProto { optional PReLUProto prelu_conf = 1001; }
+extend singa.LayerProto { optional PReLUProto prelu_conf = 1042; }
 """
 
 PLUGIN = '''

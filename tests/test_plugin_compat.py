@@ -15,13 +15,13 @@ from singa_core import PLUGIN_API_VERSION
 from singa_core import checkpoint as ck
 
 # kScaleA / kScaleB: y = scale * x, scale from the package's own LayerProto extension; both
-# packages (as CONTRIBUTING's example invited) took field number 1001.
+# packages took field number 1077 (a clash on purpose).
 PROTO = """
 syntax = "proto2";
 package singa_clash{n};
 import "singa_core/schema/job.proto";
 message Scale{N}Proto {{ optional float scale = 1 [default = 1]; }}
-extend singa.LayerProto {{ optional Scale{N}Proto scale{n}_conf = 1001; }}
+extend singa.LayerProto {{ optional Scale{N}Proto scale{n}_conf = 1077; }}
 """
 
 PLUGIN = """
@@ -129,7 +129,7 @@ def _job(tmp_path, extra_layer: str = ""):
 
 CLASH_WARNING = (
     "warning: plugin 'clashb' from singa-clash-b 0.1.0 is skipped: its proto extension "
-    "[singa_clashb.scaleb_conf] (singa_clashb/clashb.proto) uses field number 1001 of "
+    "[singa_clashb.scaleb_conf] (singa_clashb/clashb.proto) uses field number 1077 of "
     "singa.LayerProto, which singa-clash-a 0.1.0 already uses for [singa_clasha.scalea_conf]"
 )
 
@@ -210,7 +210,7 @@ def test_list_plugins_shows_api_ranges_and_skipped_plugins(site):
     assert "singa-clash-b" not in by_name and "singa-future-api" not in by_name
     skipped = {f["dist"]: f for f in data["failed"]}
     assert skipped["singa-clash-b 0.1.0"]["skipped"] is True
-    assert "field number 1001" in skipped["singa-clash-b 0.1.0"]["error"]
+    assert "field number 1077" in skipped["singa-clash-b 0.1.0"]["error"]
     assert skipped["singa-future-dep 0.1.0"]["help"]
 
 
