@@ -273,3 +273,37 @@ def test_conflict_error_points_at_the_layer_that_names_the_type(site, tmp_path):
     conf.write_text(text.replace(twin, ""))
     res = run_singa("train", str(conf), env=env)
     assert res.returncode == 0, res.stderr
+
+
+def test_registry_namespaces_unit():
+    from singa_core.layer import NeuronLayer
+    from singa_core.registry import Provider, UserTypeName, make_registries
+
+    class A(NeuronLayer):
+        pass
+
+    class B(NeuronLayer):
+        pass
+
+    reg = make_registries()["layer"]
+    one, two = Provider("one", "dist-one", "1"), Provider("two", "dist-two", "2")
+    reg.add("kEmbedding", A, one)  # an enum name: the enum namespace
+    reg.add("kEmbedding", B, two, user_type=True)  # the same string as a user type
+    reg.add("kFoo", B, two)  # not an enum name: a user type
+    assert reg.get("kEmbedding") is A and reg.get(UserTypeName("kEmbedding")) is B
+    assert reg.get(UserTypeName("kFoo")) is B and reg.get("kFoo") is B  # plain str: then user
+    assert not reg.conflicts
+    with pytest.raises(TypeError, match="not a LayerType value"):
+        reg.add("kBar", A, one, user_type=False)
+    reg.add("kFoo", A, one)  # a second provider of user type kFoo
+    assert reg.conflict_for(UserTypeName("kFoo"))[0] == "user"
+    assert reg.conflict_for("kEmbedding") is None and reg.entry(UserTypeName("kFoo")) is None
+    with pytest.raises(SingaError, match='layer user_type "kFoo" is provided by more than one'):
+        reg.get(UserTypeName("kFoo"))
+    listed = [(e.name, e.namespace, e.provider.dist) for e in reg.all_entries()]
+    assert listed == [
+        ("kEmbedding", "enum", "dist-one"),
+        ("kEmbedding", "user", "dist-two"),
+        ("kFoo", "user", "dist-one"),
+        ("kFoo", "user", "dist-two"),
+    ]
