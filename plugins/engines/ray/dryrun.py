@@ -1,0 +1,92 @@
+"""``singa train --dry-run --engine ray``: where every process would run, and whether the
+data stores are on every node.
+
+It joins (or starts) the runtime, checks that the processes fit, creates the placement
+group to learn which node gets which process, removes it again, and runs a small task on
+every node that looks for the job's store paths there (relative paths are taken from the
+folder ``singa`` runs in, as the actors do).
+"""
+
+from __future__ import annotations
+
+import os
+
+from singa_builtins.engines.ray.placement import (
+    bundle_nodes,
+    check_fits,
+    create_placement_group,
+    process_requests,
+)
+from singa_builtins.engines.ray.runtime import Runtime
+
+from singa_core.errors import SingaError
+
+
+def store_paths(job) -> list[tuple[str, str]]:
+    """(job.conf field, path) of every layer's store/data path."""
+    out = []
+    for i, layer in enumerate(job.neuralnet.layer):
+        for fd, conf in layer.ListFields():
+            if fd.message_type is None or fd.label == fd.LABEL_REPEATED:
+                continue
+            path = getattr(conf, "path", None)
+            if isinstance(path, str) and path:
+                out.append((f"neuralnet.layer[{i}].{fd.name}.path", path))
+    return out
+
+
+def missing_paths(cwd: str, paths: list[str]) -> list[str]:
+    """Run on a node: the paths that do not exist there."""
+    return [p for p in paths if not os.path.exists(os.path.join(cwd, p))]
+
+
+def placement_lines(engine, cwd: str) -> list[str]:
+    import ray
+    from ray.util.placement_group import remove_placement_group
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    opts = engine.ray_options
+    with Runtime(opts.address) as runtime:
+        nodes = runtime.nodes()
+        by_id = {n.id: n for n in nodes}
+        lines = [
+            f"  cluster: {runtime.describe()}, {len(nodes)} node(s): "
+            + ", ".join(f"{n.label()} with {n.cpus:g} CPU" for n in nodes)
+        ]
+        requests = process_requests(
+            engine.topology, engine.layout, len(engine.state_names), opts.cpus_per_worker
+        )
+        check_fits(requests, nodes, opts.cpus_per_worker, engine.prepared.cfg.locate)
+        pg = create_placement_group(requests, opts.placement)
+        try:
+            placed = bundle_nodes(pg)
+        finally:
+            remove_placement_group(pg)
+        for spec, req in zip(engine.topology.procs, requests, strict=True):
+            node = by_id.get(placed.get(req.index))
+            asks = ", ".join(f"{k} {v:g}" for k, v in req.bundle().items())
+            lines.append(f"  {spec.role()} -> node {node.label() if node else '?'} (asks {asks})")
+        fields = store_paths(engine.prepared.job)
+        if fields:
+            check = ray.remote(num_cpus=0)(missing_paths)
+            refs = {
+                n.id: check.options(
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(n.id, soft=False)
+                ).remote(cwd, [p for _, p in fields])
+                for n in nodes
+            }
+            for node_id, ref in refs.items():
+                missing = ray.get(ref)
+                if missing:
+                    where = next(f for f, p in fields if p == missing[0])
+                    raise SingaError(
+                        f"store {missing[0]} does not exist on node {by_id[node_id].label()}",
+                        where=engine.prepared.cfg.locate(where),
+                        help="every node reads its workers' stripes from the same path: copy "
+                        "the stores to every machine (or use a shared file system)",
+                    )
+            lines.append(
+                f"  stores found on all {len(nodes)} node(s): "
+                + ", ".join(sorted({p for _, p in fields}))
+            )
+    return lines

@@ -1,0 +1,279 @@
+"""The actor of one SINGA process: its servers and its worker threads (SINGA 0.3 §5.1).
+
+The actor is an asyncio actor. Its event loop serves the calls other processes make:
+
+* ``push(sg, j, group, worker, slice, step, n, grad)`` (a worker's gradient slice for
+  server ``j`` of server group ``sg``): the :class:`SliceServer` aggregates it with the rest
+  of the group (synchronous within a group, asynchronous across groups); the call returns
+  when the group's update is applied: ``(version, value)``, the value itself when small,
+  else an object ref put once for every worker of the group (a node reads it zero-copy);
+* ``sync(sg, j, from_group, slice, delta)``: the master side of the inter-group sync
+  (distributed Hogwild); the requester's own sync runs as a task on its loop;
+* ``deliver(key, item)``: bridge data and gradients of partitioned groups, other
+  partitions' layer states for a checkpoint, the driver's "checkpoint written" answer;
+* ``events(timeout)``: the driver's long poll for what the workers have to say (reports of
+  group 0 worker 0, checkpoints to write, ready, done, errors);
+* ``go``, ``stop(signal)``, ``set_stop_at(group, step)``: the start gate and Ctrl-C.
+
+Worker threads (one per worker of the process) run :class:`RayWorker`; they block only
+in their own thread, never on the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import traceback
+from collections import defaultdict, deque
+
+import numpy as np
+
+INLINE_BYTES = 100 * 1024  # replies this small travel inside the answer (Ray inlines them)
+
+
+class Aborted(Exception):
+    """The process is being torn down."""
+
+
+class Inbox:
+    """Items by key, for worker threads to wait on (with abort checks)."""
+
+    def __init__(self, ctx) -> None:
+        self.ctx = ctx
+        self.cond = threading.Condition()
+        self.items: dict = defaultdict(deque)
+
+    def put(self, key, item) -> None:
+        with self.cond:
+            self.items[key].append(item)
+            self.cond.notify_all()
+
+    def get(self, key, timeout: float | None = None):
+        """The next item of ``key``; None after ``timeout`` seconds."""
+        waited = 0.0
+        with self.cond:
+            while not self.items[key]:
+                self.ctx.check_abort()
+                if timeout is not None and waited >= timeout:
+                    return None
+                self.cond.wait(0.2)
+                waited += 0.2
+            return self.items[key].popleft()
+
+
+class RayProcessContext:
+    """What the worker threads of this process share (the Ray side of ProcessContext)."""
+
+    def __init__(self, proc, shared, prepared) -> None:
+        self.proc = proc
+        self.shared = shared
+        self.prepared = prepared
+        self.local_abort = threading.Event()
+        self.gate = threading.Event()
+        self.stop_signal = 0
+        self.stop_at: dict[int, int] = {}
+        self.inbox = Inbox(self)
+
+    def send(self, msg) -> None:
+        self.proc.post(msg)
+
+    def aborting(self) -> bool:
+        return self.local_abort.is_set()
+
+    def check_abort(self) -> None:
+        if self.aborting():
+            raise Aborted()
+
+    def get(self, refs):
+        """``ray.get`` that notices an abort while it waits."""
+        import ray
+
+        while True:
+            try:
+                return ray.get(refs, timeout=0.5)
+            except ray.exceptions.GetTimeoutError:
+                self.check_abort()
+
+
+class SingaProcess:
+    def __init__(self, index, shared, cwd, blas_threads, values, versions, state) -> None:
+        from singa_builtins.engines.shm.process import prepared_job_of
+        from singa_builtins.engines.shm.server import SliceServer
+
+        from singa_core.blas import set_blas_threads
+
+        set_blas_threads(blas_threads)
+        if cwd and os.path.isdir(cwd):  # relative store paths mean what they mean there
+            os.chdir(cwd)
+        self.index = index
+        self.shared = shared
+        topo, layout = shared.topology, shared.layout
+        self.spec = topo.procs[index]
+        self.prepared = prepared_job_of(shared)
+        self.values, self.versions = values, versions  # what the workers build nets from
+        self.worker_proc = {w: ps.index for ps in topo.procs for w in ps.workers}
+        self.server_proc = {s: ps.index for ps in topo.procs for s in ps.servers}
+        total = layout.total
+
+        def state_of(s):
+            return {
+                name: np.array(state[k * total + s.offset : k * total + s.offset + s.size])
+                for k, name in enumerate(shared.state_names)
+            }
+
+        self.servers = {
+            (sg, j): SliceServer(
+                layout,
+                topo,
+                sg,
+                j,
+                self.prepared.make_updater(),
+                lambda s: np.array(values[s.offset : s.offset + s.size]),
+                lambda s: versions[s.id],
+                state_of,
+            )
+            for sg, j in self.spec.servers
+        }
+        self.ctx = RayProcessContext(self, shared, self.prepared)
+        self.outbox: list = []
+        self.lock = threading.Lock()
+        self.loop = None
+        self.wake = None
+        self.waiting: dict = defaultdict(list)
+        self.peers: list = []
+        self.threads: list[threading.Thread] = []
+
+    # -- handles of the other processes ------------------------------------------------------
+    def server_handle(self, sg: int, j: int):
+        return self.peers[self.server_proc[(sg, j)]]
+
+    def worker_handle(self, group: int, wid: int):
+        return self.peers[self.worker_proc[(group, wid)]]
+
+    # -- the driver's side ---------------------------------------------------------------------
+    async def where(self) -> dict:
+        import ray
+
+        return {
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "address": ray.util.get_node_ip_address(),
+            "pid": os.getpid(),
+        }
+
+    async def start(self, peers) -> None:
+        """Start the worker threads (they build their nets, report ready, wait for go)."""
+        from singa_builtins.engines.ray.worker import RayWorker
+
+        self.loop = asyncio.get_running_loop()
+        self.wake = asyncio.Event()
+        self.peers = list(peers)
+        for g, j in self.spec.workers:
+            role = f"worker {j} of group {g} ({self.spec.role()})"
+            t = threading.Thread(
+                target=self._guarded, args=(role, RayWorker, g, j), name=f"worker-{g}-{j}"
+            )
+            t.daemon = True
+            t.start()
+            self.threads.append(t)
+
+    def _guarded(self, role, cls, g, j) -> None:
+        import ray
+
+        from singa_core.errors import SingaError
+
+        try:
+            cls(self.ctx, g, j).run()
+        except Aborted:
+            pass
+        except ray.exceptions.RayActorError as exc:  # another process is gone
+            self.post(("lost", role, f"{type(exc).__name__}: {exc}".splitlines()[0]))
+            self.ctx.local_abort.set()
+        except BaseException as exc:  # noqa: BLE001 - reported to the driver
+            if not self.ctx.aborting():
+                text = exc.format() if isinstance(exc, SingaError) else traceback.format_exc()
+                self.post(("error", role, text))
+            self.ctx.local_abort.set()
+
+    def post(self, msg) -> None:
+        """From a worker thread: a message for the driver."""
+        with self.lock:
+            self.outbox.append(msg)
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self.wake.set)
+
+    async def events(self, timeout: float) -> list:
+        if not self.outbox and self.wake is not None:
+            try:
+                await asyncio.wait_for(self.wake.wait(), timeout)
+            except TimeoutError:
+                pass
+        if self.wake is not None:
+            self.wake.clear()
+        with self.lock:
+            out, self.outbox = self.outbox, []
+        return out
+
+    async def go(self) -> None:
+        self.ctx.gate.set()
+
+    async def stop(self, signum: int) -> None:
+        self.ctx.stop_signal = signum
+
+    async def set_stop_at(self, group: int, step: int) -> None:
+        self.ctx.stop_at[group] = step
+
+    async def deliver(self, key, item) -> None:
+        self.ctx.inbox.put(tuple(key) if isinstance(key, list) else key, item)
+
+    # -- servers -----------------------------------------------------------------------------
+    async def push(self, sg, j, group, worker, sid, step, n, grad):
+        server = self.servers[(sg, j)]
+        done = server.contribute(group, worker, sid, step, n, grad)
+        key = (sg, group, sid)
+        if done is None:  # the rest of the group has not sent its part yet
+            fut = self.loop.create_future()
+            self.waiting[key].append(fut)
+            return await fut
+        version = done[0]
+        value = server.value(sid)
+        if value.nbytes >= INLINE_BYTES:
+            import ray
+
+            reply = (version, ray.put(value))  # one copy, read by every worker of the group
+        else:
+            reply = (version, value.copy())
+        for fut in self.waiting.pop(key, ()):
+            fut.set_result(reply)
+        if server.sync_due(sid):
+            self.loop.create_task(self._sync(server, sid))
+        return reply
+
+    async def _sync(self, server, sid) -> None:
+        s = self.shared.layout.slices[sid]
+        delta = np.empty(s.size, dtype=np.float32)
+        server.sync_delta(sid, delta)
+        master = self.server_handle(s.master, s.server)
+        value = await master.sync.remote(s.master, s.server, server.group, sid, delta)
+        server.take_master(sid, value)
+
+    async def sync(self, sg, j, from_group, sid, delta):
+        out = np.empty_like(delta)
+        self.servers[(sg, j)].merge_delta(sid, delta, out)
+        return out
+
+    async def snapshot(self, sg, j) -> dict:
+        """Slice id -> (version, value, updater state) of server ``j`` of server group ``sg``."""
+        shard = self.servers[(sg, j)].shard
+        return {
+            sid: (e.version, e.value.copy(), {k: a.copy() for k, a in e.state.items()})
+            for sid, e in shard.entries.items()
+        }
+
+    async def wait_versions(self, sg, j, sids, target: int, timeout: float) -> None:
+        """Return once every slice in ``sids`` of this server has reached ``target`` (or after
+        ``timeout``): a partitioned group's checkpoint holds one step of every partition."""
+        entries = self.servers[(sg, j)].shard.entries
+        deadline = self.loop.time() + timeout
+        while any(entries[s].version < target for s in sids) and self.loop.time() < deadline:
+            await asyncio.sleep(0.005)

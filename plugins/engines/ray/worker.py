@@ -1,0 +1,192 @@
+"""A worker on Ray: the shm engine's WorkerThread (nets, TrainingLoop, checkpoints, stop
+handling) with Ray for transport.
+
+* :class:`RayStub`: ``update`` sends each slice of a Param's summed gradient to its server
+  (``push``), ``collect`` waits for the answers and copies the fresh values in;
+* :class:`RayBridgeTransport`: bridge data and gradients of a partitioned group go to the
+  peer worker's process (``deliver``) and are taken from this process's inbox;
+* checkpoints: group 0 worker 0 gathers the values, versions and updater state of server
+  group 0 from its servers (``snapshot``) and hands the records to the driver, which writes
+  them in its workspace; the other partitions of group 0 send it their layer states.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from singa_builtins.engines.shm.worker import ShmStub, WorkerThread
+from singa_builtins.layers.bridge import BridgeTransport
+
+from singa_core import checkpoint as ckpt
+from singa_core.layer import kTrain
+
+GROUP_WAIT = 10.0  # seconds a checkpoint waits for the other partitions of group 0
+
+
+class RayStub(ShmStub):
+    """The ParamStub of a Ray worker (the bookkeeping of :class:`ShmStub`)."""
+
+    def __init__(self, rt, net) -> None:
+        super().__init__(rt, net)
+        self.grads: dict[int, np.ndarray] = {}
+        self.refs: dict[int, list] = {}
+
+    def update(self, step: int, param) -> None:
+        oid = param.owner.id
+        if self.counts[oid] == 0:
+            self.collect(param)  # the previous update of this Param first
+            buf = self.grads.get(oid)
+            if buf is None:
+                buf = self.grads[oid] = np.empty(param.grad.size, dtype=np.float32)
+            np.copyto(buf, param.grad.reshape(-1))
+        else:
+            self.grads[oid] += param.grad.reshape(-1)
+        self.counts[oid] += 1
+        if self.counts[oid] < self.local[oid]:
+            return
+        self.counts[oid] = 0
+        rt, buf = self.rt, self.grads[oid]
+        proc, sg = rt.ctx.proc, rt.server_group
+        refs = []
+        for sid in self.layout.param_slices[oid]:
+            s = self.layout.slices[sid]
+            refs.append(
+                proc.server_handle(sg, s.server).push.remote(
+                    sg, s.server, rt.group, rt.windex, sid, step, self.local[oid],
+                    buf[s.start : s.start + s.size],
+                )
+            )  # fmt: skip
+        self.refs[oid] = refs
+
+    def collect(self, param) -> None:
+        import ray
+
+        oid = param.owner.id
+        refs = self.refs.pop(oid, None)
+        if not refs:
+            return
+        ctx = self.rt.ctx
+        replies = ctx.get(refs)
+        stored = [v for _, v in replies if isinstance(v, ray.ObjectRef)]
+        fetched = iter(ctx.get(stored)) if stored else iter(())
+        flat = self.shares[oid][0].owner.value.reshape(-1)
+        for sid, (_, value) in zip(self.layout.param_slices[oid], replies, strict=True):
+            s = self.layout.slices[sid]
+            if isinstance(value, ray.ObjectRef):
+                value = next(fetched)
+            flat[s.start : s.start + s.size] = value
+        version = min(v for v, _ in replies)
+        for q in self.shares[oid]:
+            q.version = version
+
+
+class RayBridgeTransport(BridgeTransport):
+    def __init__(self, rt, pair) -> None:
+        proc = rt.ctx.proc
+        self.inbox = rt.ctx.inbox
+        self.key = pair.key
+        self.to_dst = proc.worker_handle(pair.group, pair.dst_part)
+        self.to_src = proc.worker_handle(pair.group, pair.src_part)
+
+    def send_data(self, src) -> None:
+        self.to_dst.deliver.remote(("bdata", self.key), src.data)
+
+    def recv_data(self, dst, pair) -> None:
+        np.copyto(dst.data, self.inbox.get(("bdata", self.key)).reshape(dst.data.shape))
+
+    def send_grad(self, dst, pair) -> None:
+        self.to_src.deliver.remote(("bgrad", self.key), dst.grad)
+
+    def recv_grad(self, src) -> None:
+        np.copyto(src.grad, self.inbox.get(("bgrad", self.key)).reshape(src.grad.shape))
+
+
+class RayWorker(WorkerThread):
+    engine_name = "ray"
+
+    # -- transport (see WorkerThread) ----------------------------------------------------------
+    def _connect(self) -> None:
+        proc = self.ctx.proc
+        self.values, self.versions = proc.values, proc.versions
+        self.views = False  # every process has its own copy of the values
+
+    def make_stub(self):
+        return RayStub(self, self.net)
+
+    def bridge_transport(self, pair):
+        return RayBridgeTransport(self, pair)
+
+    def stop_signal(self) -> int:
+        return self.ctx.stop_signal
+
+    def stop_at(self) -> int:
+        return self.ctx.stop_at.get(self.group, -1)
+
+    def set_stop_at(self, step: int) -> None:
+        self.ctx.stop_at[self.group] = step
+        proc = self.ctx.proc
+        others = {proc.worker_proc[(self.group, j)] for j in range(self.topo.nworkers_per_group)}
+        for index in sorted(others - {proc.index}):
+            proc.peers[index].set_stop_at.remote(self.group, step)
+
+    def start_gate(self) -> None:
+        self.ctx.send(("ready", (self.group, self.wid)))
+        while not self.ctx.gate.wait(0.2):
+            self.ctx.check_abort()
+
+    def wait_for_group(self, own_params) -> None:
+        if self.topo.nworkers_per_group == 1:
+            return
+        target = min((p.version for p in own_params), default=0)
+        proc, sg = self.ctx.proc, self.server_group
+        refs = []
+        for j in range(self.topo.nservers_per_group):
+            sids = [
+                s.id
+                for s in self.layout.slices_of_server(j)
+                if self.layout.params[s.param].num_total
+            ]
+            refs.append(
+                proc.server_handle(sg, j).wait_versions.remote(sg, j, sids, target, GROUP_WAIT)
+            )
+        self.ctx.get(refs)
+
+    def param_records(self) -> tuple[list, dict]:
+        proc, sg = self.ctx.proc, self.server_group
+        snaps: dict = {}
+        for part in self.ctx.get(
+            [
+                proc.server_handle(sg, j).snapshot.remote(sg, j)
+                for j in range(self.topo.nservers_per_group)
+            ]
+        ):
+            snaps.update(part)
+        records, arrays = [], {}
+        for pid in self.layout.order:
+            info = self.layout.params[pid]
+            sids = self.layout.param_slices[pid]
+            value = np.concatenate([snaps[s][1] for s in sids]) if sids else np.zeros(0, "f4")
+            version = min((snaps[s][0] for s in sids), default=0)
+            records.append(ckpt.ParamRecord(info.name, version, value.reshape(info.shape)))
+            if info.learnable:
+                for name in self.shared.state_names:
+                    block = np.concatenate([snaps[s][2][name] for s in sids])
+                    arrays[f"{info.name}::{name}"] = block.reshape(info.shape)
+        return records, arrays
+
+    def save_checkpoint(self, step: int, records: list, state) -> str:
+        """The driver writes the checkpoint in its workspace and answers with the path."""
+        self.ctx.send(("checkpoint", step, records, state))
+        return self.ctx.inbox.get(("checkpoint", step))
+
+    def publish_layer_states(self, step: int, *args) -> str:
+        states = ckpt.layer_states({kTrain: self.net})
+        self.ctx.proc.worker_handle(0, 0).deliver.remote(("layers", step, self.wid), states)
+        return ""
+
+    def partition_states(self, step: int) -> dict:
+        merged: dict = {}
+        for wid in range(1, self.topo.nworkers_per_group):
+            states = self.ctx.inbox.get(("layers", step, wid), timeout=GROUP_WAIT)
+            for phase, layers in (states or {}).items():
+                merged.setdefault(phase, {}).update(layers)
+        return merged
