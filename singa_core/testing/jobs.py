@@ -115,12 +115,19 @@ def mlp_job(
     steps: int = 60,
     dim: int = 4,
     classes: int = 3,
+    data_layer: str | None = None,
 ) -> str:
     """job.conf text of a small MLP over :func:`blobs_csv` data: kCSVInput → ip1 →
     ``hidden`` (``hidden_layer`` fields) → ip2 → kSoftmaxLoss. ``alg``: the
     ``train_one_batch`` fields; ``updater``: the updater's fields (its learning_rate
-    defaults to a fixed 0.05)."""
+    defaults to a fixed 0.05); ``data_layer``: the data layer's fields instead of the
+    kCSVInput reading ``data`` (e.g. a kRecordInput with another store backend)."""
     lr = "" if "learning_rate" in updater else "learning_rate { type: kFixed base_lr: 0.05 }"
+    if data_layer is None:
+        data_layer = (
+            f'type: kCSVInput store_conf {{ backend: "textfile" path: "{data}" '
+            f"batchsize: 20 shape: {dim} }}"
+        )
     return f"""
 name: "kit-mlp"
 train_steps: {steps}
@@ -130,10 +137,7 @@ test_freq: {steps}
 train_one_batch {{ {alg} }}
 updater {{ {updater} {lr} }}
 neuralnet {{
-  layer {{
-    name: "data" type: kCSVInput
-    store_conf {{ backend: "textfile" path: "{data}" batchsize: 20 shape: {dim} }}
-  }}
+  layer {{ name: "data" {data_layer} }}
   layer {{
     name: "ip1" type: kInnerProduct srclayers: "data"
     innerproduct_conf {{ num_output: 16 }}

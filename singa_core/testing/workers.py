@@ -128,13 +128,15 @@ def check_worker(job: str | Path, *, steps: int = 2, seed: int = 0) -> Recording
     from singa_core.job import prepare_job
     from singa_core.plugin_host import get_host
 
+    folder = Path(tempfile.mkdtemp(prefix="singa-check-worker-"))
     if isinstance(job, Path) or ("{" not in job and Path(job).is_file()):
-        prepared = prepare_job(load_job(Path(job)), get_host(), seed=seed)
+        cfg = load_job(Path(job))
     else:
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "job.conf"
-            path.write_text(job)
-            prepared = prepare_job(load_job(path), get_host(), seed=seed)
+        path = folder / "job.conf"
+        path.write_text(job)
+        cfg = load_job(path)
+    workspace = None if cfg.job.cluster.workspace else str(folder / "workspace")
+    prepared = prepare_job(cfg, get_host(), seed=seed, workspace=workspace)
     net = prepared.nets[kTrain]
     worker = prepared.make_worker()
     stub = RecordingStub(net)
