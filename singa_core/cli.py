@@ -451,6 +451,37 @@ def compile_proto(
         raise typer.Exit(USER_ERROR_EXIT) from None
 
 
+@app.command("new-plugin")
+def new_plugin(
+    name: Annotated[str, typer.Argument(help="the plugin's name, e.g. scaled-tanh")],
+    kind: Annotated[
+        str,
+        typer.Option(
+            "--kind", help="layer, worker, updater, lr, paramgen, engine, store or dataset"
+        ),
+    ],
+    out: Annotated[
+        Path, typer.Option("--out", help="folder to create the package folder in")
+    ] = Path("."),
+    field_number: Annotated[
+        int | None,
+        typer.Option(help="the .proto extension's field number (default: from the name)"),
+    ] = None,
+) -> None:
+    """Write a ready plugin package: pyproject, module, .proto extension, README, tests."""
+    from singa_core.scaffold import new_plugin as scaffold
+
+    try:
+        root, written, note = scaffold(name, kind, out, number=field_number)
+    except SingaError as err:
+        _fail(err)
+    for path in written:
+        print(f"wrote {path}")
+    if note:
+        print(f"note: {note}", file=sys.stderr)
+    print(f"next: pip install {root} && singa list-plugins; pytest {root / 'tests'}")
+
+
 @app.command()
 def version() -> None:
     """Print singa's version."""
