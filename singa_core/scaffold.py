@@ -79,8 +79,7 @@ EXAMPLE_DEFAULTS = {
 }
 EXAMPLES = {
     "layer": {
-        "act": 'user_type: "$Type"\n'
-        '    param { name: "slope" init { type: kConstant value: 0.25 } }'
+        "act": 'user_type: "$Type"  # its slope starts at init_slope: no param entry needed'
     },
     "worker": {"alg": 'alg: kUserAlg user_alg: "$Type" [$package.$ext] { accumulate: 2 }'},
     "updater": {
@@ -113,8 +112,9 @@ README = {
         "A parametric ReLU whose negative slope is a learnable Param (one per feature, or "
         "one for the whole input).",
         "```\nlayer {\n  name: \"act1\" user_type: \"$Type\" srclayers: \"fc1\"\n"
-        '  param { name: "slope" init { type: kConstant value: 0.25 } }\n'
-        "  [$package.$ext] { shared: false }   # optional\n}\n```",
+        "  [$package.$ext] { shared: false init_slope: 0.25 }   # optional\n"
+        '  # param { name: "slope" ... }   optional: to name, share or init it otherwise\n'
+        "}\n```",
         "the layer contract (`check_layer`: set-up shapes, gradients against central "
         "differences on plain and strided sources, kAggGrad, checkpoint round trip, "
         "determinism) and a short training run.",

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 from conftest import run_singa
+from typer.testing import CliRunner
 
+from singa_core.cli import app
 from singa_core.scaffold import EXTENSION_RANGES, KINDS, field_number, names
 
 pytestmark = pytest.mark.slow
@@ -41,11 +43,11 @@ def scaffolded(tmp_path_factory):
     they are installed into."""
     root = tmp_path_factory.mktemp("scaffold")
     made = {}
-    for kind, name in NAMES.items():
-        res = run_singa("new-plugin", name, "--kind", kind, "--out", str(root))
-        assert res.returncode == 0, res.stderr
+    for kind, name in NAMES.items():  # the real command, in this process
+        res = CliRunner().invoke(app, ["new-plugin", name, "--kind", kind, "--out", str(root)])
+        assert res.exit_code == 0, res.output
         made[kind] = root / f"singa-{name}"
-        assert f"wrote {made[kind] / 'pyproject.toml'}" in res.stdout
+        assert f"wrote {made[kind] / 'pyproject.toml'}" in res.output
     site = root / "site"
     pip_install(site, *made.values())
     return made, site

@@ -7,7 +7,7 @@ everything the net relies on (see CONTRIBUTING.md, "Testing a plugin"):
   ``value`` and ``grad`` of one shape, Param names distinct;
 * forward/backward against central differences (:class:`GradientChecker`), with plain
   (C-contiguous) sources and again with batch-innermost strided sources, whose output must
-  equal the plain one;
+  equal the plain one (unless the layer is random: its samples may follow memory order);
 * ``kAggGrad``: with that phase flag the Param gradients are *added* into ``p.grad``;
   without it they are written over it;
 * a checkpoint round trip of the Params through SINGA's checkpoint format restores the same
@@ -277,17 +277,23 @@ def check_layer(
         st = build(cls, conf, st_srcs, seed=seed, param_std=param_std)
         for p, q in zip(st.params, layer.params, strict=True):
             np.copyto(p.value, q.value)
-        for lay, ss in ((layer, layer_srcs), (st, st_srcs)):
-            lay.ctx.rng = np.random.default_rng(_SEED)
+        outs = []
+        for lay, ss, seed in ((layer, layer_srcs, _SEED + 5), (layer, layer_srcs, _SEED),
+                              (st, st_srcs, _SEED)):
+            lay.ctx.rng = np.random.default_rng(seed)
             lay.forward(kTrain | kForward, ss)
-        np.testing.assert_allclose(
-            st.data,
-            layer.data,
-            rtol=1e-5,
-            atol=1e-6,
-            err_msg=f"'{layer.name}': output differs when the sources are batch-innermost "
-            "(strided) arrays",
-        )
+            outs.append(np.array(lay.data))
+        # a random layer (dropout) may draw its samples in memory order: compare outputs
+        # only for layers whose output does not depend on the generator
+        if np.array_equal(outs[0], outs[1]):
+            np.testing.assert_allclose(
+                outs[2],
+                outs[1],
+                rtol=1e-5,
+                atol=1e-6,
+                err_msg=f"'{layer.name}': output differs when the sources are "
+                "batch-innermost (strided) arrays",
+            )
         if not no_gradient:
             strided_report = checker.check(st, st_srcs, tops=tops)
     return LayerReport(layer, plain, strided_report, aggregated)
