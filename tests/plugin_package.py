@@ -8,6 +8,7 @@ test puts on ``PYTHONPATH`` for the ``singa`` subprocesses.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -47,14 +48,32 @@ def install_plugin_package(root: Path, project: str, files: dict[str, str]) -> P
         path = pkg / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(textwrap.dedent(text))
-    for rel in files:
-        if not rel.endswith(".proto"):
-            continue
-        res = run_singa("compile-proto", str(pkg / rel), "--out", str(pkg), "-I", str(pkg))
+    compile_protos(pkg, [pkg / rel for rel in files if rel.endswith(".proto")])
+    return pip_install_target(pkg, root / "site")
+
+
+def install_package_dir(src: Path, root: Path) -> Path:
+    """Copy the plugin distribution in folder ``src`` (without build leftovers or compiled
+    ``_pb2.py`` files) to ``root``, compile its ``.proto`` files as its author does,
+    pip-install it into ``root/site`` and return that folder."""
+    pkg = root / src.name
+    ignore = shutil.ignore_patterns("build", "*.egg-info", "__pycache__", "*_pb2.py")
+    shutil.copytree(src, pkg, ignore=ignore)
+    compile_protos(pkg, sorted(pkg.rglob("*.proto")))
+    return pip_install_target(pkg, root / "site")
+
+
+def compile_protos(pkg: Path, protos: list[Path]) -> None:
+    """``singa compile-proto`` each of ``protos`` next to itself (``-I`` the project folder)."""
+    for proto in protos:
+        res = run_singa("compile-proto", str(proto), "--out", str(pkg), "-I", str(pkg))
         assert res.returncode == 0, res.stdout + res.stderr
-        generated = pkg / (rel[: -len(".proto")] + "_pb2.py")
+        generated = proto.with_name(proto.stem + "_pb2.py")
         assert generated.exists(), f"compile-proto did not write {generated}"
-    site = root / "site"
+
+
+def pip_install_target(pkg: Path, site: Path) -> Path:
+    """pip-install the project folder ``pkg`` into ``site`` (``--target``); returns site."""
     pip = subprocess.run(
         [
             sys.executable,
