@@ -11,6 +11,9 @@ from singa_rnnlm.embedding import RnnlmEmbeddingLayer
 from singa_rnnlm.hidden import RnnlmHiddenLayer
 from singa_rnnlm.loss import RnnlmLossLayer
 
+#: the singa plugin API these modules were written for
+SINGA_PLUGIN_API = ">=1,<2"
+
 
 @hookimpl
 def singa_register_layers(register):
