@@ -172,6 +172,22 @@ def train(
         list[str] | None,
         typer.Option("--engine-option", help="an engine's own option KEY=VALUE (repeatable)"),
     ] = None,
+    tensorboard: Annotated[
+        bool,
+        typer.Option(
+            "--tensorboard/--no-tensorboard",
+            help="write TensorBoard event files to WORKSPACE/tensorboard/ (default on; needs "
+            "singa-classic[tensorboard])",
+        ),
+    ] = True,
+    histograms: Annotated[
+        bool,
+        typer.Option(
+            "--histograms",
+            help="also write each Param's and its gradient's histogram to TensorBoard every "
+            "disp_freq steps",
+        ),
+    ] = False,
 ) -> None:
     """Train the model a job.conf describes."""
     try:
@@ -179,8 +195,15 @@ def train(
         engine_cls = select_engine(prepared.host, prepared.job, engine)
         from singa_core.reporting import Reporter
 
+        board = None
+        if tensorboard and not dry_run:
+            from singa_core.tensorboard import TensorBoardLog
+
+            board = TensorBoardLog.create(prepared.workspace / "tensorboard", histograms=histograms)
         reporter = Reporter(
-            metrics_path=None if dry_run else prepared.workspace / "metrics.jsonl", quiet=quiet
+            metrics_path=None if dry_run else prepared.workspace / "metrics.jsonl",
+            quiet=quiet,
+            tensorboard=board,
         )
         eng = engine_cls(prepared, reporter)
         eng.configure(

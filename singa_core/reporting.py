@@ -33,6 +33,7 @@ class Reporter:
         metrics_path: Path | None = None,
         live: bool | None = None,
         quiet: bool = False,
+        tensorboard=None,
     ) -> None:
         self.out = out or sys.stdout
         self.err = err or sys.stderr
@@ -47,12 +48,26 @@ class Reporter:
         self._step_times: list[float] = []
         self._last_loss: float | None = None
         self._progress_shown = False
+        # a singa_core.tensorboard.TensorBoardLog (or None): gets every metrics line and
+        # step time; with param_histograms on, the loop hands it Param histograms
+        self.tensorboard = tensorboard
+
+    @property
+    def param_histograms(self) -> bool:
+        return self.tensorboard is not None and self.tensorboard.histograms_enabled
+
+    def histograms(self, step: int, hists: dict) -> None:
+        """Param/gradient histograms (singa_core.tensorboard.param_histograms) at ``step``."""
+        if self.tensorboard is not None:
+            self.tensorboard.histograms(step, hists)
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self, start_step: int, total: int, **info) -> None:
         self._start_step = start_step
         self._total = total
         self._t_start = time.perf_counter()
+        if self.tensorboard is not None:
+            self.tensorboard.start(start_step)
         if self.metrics_path is not None:
             self.metrics_path.parent.mkdir(parents=True, exist_ok=True)
             self._metrics_file = open(self.metrics_path, "a", encoding="utf-8")  # noqa: SIM115
@@ -68,6 +83,8 @@ class Reporter:
 
     def finish(self) -> None:
         self._clear_progress()
+        if self.tensorboard is not None:
+            self.tensorboard.close()
         if self._metrics_file is not None:
             self._metrics_file.close()
             self._metrics_file = None
@@ -85,6 +102,8 @@ class Reporter:
 
     def metrics(self, phase: str, step: int, metrics: dict[str, float]) -> None:
         self.line(f"{phase} step-{step}, {format_metrics(metrics)}")
+        if self.tensorboard is not None:
+            self.tensorboard.scalars(phase.lower(), step, metrics)
         if "loss" in metrics and phase == "Train":
             self._last_loss = metrics["loss"]
         if self._metrics_file is not None:
@@ -95,6 +114,8 @@ class Reporter:
 
     def step_done(self, step: int, seconds: float) -> None:
         self._step_times.append(seconds)
+        if self.tensorboard is not None:
+            self.tensorboard.step_done(seconds)
         if len(self._step_times) > 50:
             del self._step_times[:-50]
         if not self.live or self.quiet:

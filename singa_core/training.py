@@ -19,6 +19,7 @@ from collections.abc import Callable
 from singa_core.layer import kTest, kVal
 from singa_core.partition import split_replica_name
 from singa_core.stub import ParamStub
+from singa_core.tensorboard import GradientHistograms, param_histograms
 from singa_core.unrolling import base_layer_name
 
 
@@ -93,6 +94,9 @@ class TrainingLoop:
         self.last_metrics: dict[str, dict[str, float]] = {}
         self._stop_requested = False
         self.stop_signal: int | None = None
+        # Param and gradient histograms at display steps (singa_core.tensorboard), when the
+        # reporter asks for them
+        self.param_histograms = getattr(reporter, "param_histograms", False) is True
 
     def evaluate(self, phase: int, steps: int, step: int | None = None) -> dict[str, float]:
         net = self.nets[phase]
@@ -129,15 +133,22 @@ class TrainingLoop:
                 ):
                     self.stub.collect_all(self.train_net.owner_params)
                     last_ckpt = self.checkpoint(step)
+                shown = self.is_display_worker and fires(step, job.disp_freq, job.disp_after)
+                stub = self.stub
+                if shown and self.param_histograms:
+                    stub = GradientHistograms(self.stub)  # gradients as handed to the servers
                 t0 = time.perf_counter()
-                self.worker.train_one_batch(step, self.train_net, self.stub)
+                self.worker.train_one_batch(step, self.train_net, stub)
                 self.reporter.step_done(step, time.perf_counter() - t0)
-                if self.is_display_worker and fires(step, job.disp_freq, job.disp_after):
+                if shown:
                     metrics = pop_net_metrics(self.train_net)
                     if self.lr is not None:
                         metrics["lr"] = self.lr(step)
                     self.last_metrics["train"] = metrics
                     self.reporter.metrics("Train", step, metrics)
+                    if stub is not self.stub:
+                        values = param_histograms(self.train_net.owner_params, grads=False)
+                        self.reporter.histograms(step, {**values, **stub.hists})
                 step += 1
                 if self._stop_requested:
                     break
