@@ -506,6 +506,44 @@ def new_plugin(
 
 
 @app.command()
+def plot(
+    workspaces: Annotated[
+        list[Path], typer.Argument(help="workspaces written by `singa train` (overlaid)")
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="the PNG to write (default: FIRST_WORKSPACE/plot.png)"),
+    ] = None,
+    terminal: Annotated[
+        bool, typer.Option("--terminal", help="draw in the terminal instead (no matplotlib)")
+    ] = False,
+    metric: Annotated[
+        list[str] | None,
+        typer.Option("--metric", help="plot this metric (repeatable; default: loss, accuracy)"),
+    ] = None,
+) -> None:
+    """Plot loss and accuracy against step (train, test, validation) from metrics.jsonl."""
+    from singa_core import plotting
+
+    try:
+        runs = plotting.load_runs(workspaces)
+        metrics = plotting.choose_metrics(runs, metric)
+        if terminal:
+            import shutil
+
+            width = shutil.get_terminal_size((100, 24)).columns
+            print(plotting.plot_terminal(runs, metrics, width=width))
+            return
+        target = (
+            out if out is not None else plotting.metrics_file(workspaces[0]).parent / "plot.png"
+        )
+        plotting.plot_png(runs, metrics, target)
+    except SingaError as err:
+        _fail(err)
+    print(f"wrote {target}")
+
+
+@app.command()
 def version() -> None:
     """Print singa's version."""
     print(__version__)
