@@ -33,7 +33,7 @@ OverrideOpt = Annotated[
 
 def _fail(err: SingaError) -> None:
     print(err.format(), file=sys.stderr)
-    raise typer.Exit(USER_ERROR_EXIT)
+    raise typer.Exit(getattr(err, "exit_code", USER_ERROR_EXIT))  # 3: numeric.NonFiniteError
 
 
 def _host():
@@ -72,7 +72,14 @@ def select_engine(host, job, name: str | None):
 
 
 def _prepare(
-    job_path: Path, overrides, *, resume=False, seed=None, workspace=None, test_only=False
+    job_path: Path,
+    overrides,
+    *,
+    resume=False,
+    seed=None,
+    workspace=None,
+    test_only=False,
+    resume_from=None,
 ):
     from singa_core.config import load_job
     from singa_core.job import prepare_job
@@ -80,11 +87,66 @@ def _prepare(
     host = _host()
     cfg = load_job(job_path, overrides or [])
     prepared = prepare_job(
-        cfg, host, resume=resume, seed=seed, workspace=workspace, test_only=test_only
+        cfg,
+        host,
+        resume=resume,
+        resume_from=resume_from,
+        seed=seed,
+        workspace=workspace,
+        test_only=test_only,
     )
     for line in prepared.notices.values():
         print(line, file=sys.stderr)
     return prepared
+
+
+def _before_training(prepared) -> bool:
+    """Housekeeping before a run: remove the temp files killed runs left behind; for a
+    resumed run, drop the metrics.jsonl records logged after its checkpoint. False if a
+    resumed run has nothing left to train (the note says why)."""
+    from singa_core.checkpoint import remove_stale_files
+    from singa_core.reporting import rewind_metrics
+
+    stale = remove_stale_files(prepared.workspace)
+    if stale:
+        names = ", ".join(f.name for f in stale[:5]) + (" ..." if len(stale) > 5 else "")
+        print(
+            f"note: removed {len(stale)} temporary file(s) left in {prepared.workspace} by an "
+            f"earlier interrupted run: {names}",
+            file=sys.stderr,
+        )
+    if not prepared.resume:
+        return True
+    step, total = prepared.start_step, prepared.job.train_steps
+    if step >= total:
+        print(
+            f"note: the checkpoint to resume from is step {step}, at or past train_steps "
+            f"({total}): nothing to train; raise train_steps (e.g. -o train_steps="
+            f"{step + max(total, 1)}) to continue, or use --resume-from STEP for an earlier one",
+            file=sys.stderr,
+        )
+        return False
+    rewind_metrics(
+        prepared.workspace / "metrics.jsonl", step, prepared.resume_meta.get("evaluated", ())
+    )
+    return True
+
+
+def _non_finite_stop(err, prepared, reporter) -> None:
+    """A NaN/inf stopped training (exit 3): name the newest good checkpoint, log it."""
+    from singa_core.checkpoint import find_resume
+
+    try:
+        step, files, _ = find_resume(prepared.workspace)
+        good = f"{files[0]} (step {step})"
+        err.notes.append(
+            f"the newest good checkpoint is {good}; it is intact: fix the cause and "
+            "continue with `singa train --resume`"
+        )
+    except SingaError:
+        good = None
+        err.notes.append("no good checkpoint was written (set checkpoint_freq to save some)")
+    reporter.event("non_finite", step=err.step, error=err.message, checkpoint=good)
 
 
 def _print_net(prepared, engine) -> None:
@@ -135,6 +197,24 @@ def train(
     resume: Annotated[
         bool, typer.Option("--resume", help="continue from the newest checkpoint in the workspace")
     ] = False,
+    resume_from: Annotated[
+        int | None,
+        typer.Option(
+            "--resume-from",
+            metavar="STEP",
+            help="continue from the workspace's checkpoint of step STEP (e.g. when the newest "
+            "is damaged)",
+        ),
+    ] = None,
+    keep_checkpoints: Annotated[
+        int | None,
+        typer.Option(
+            "--keep-checkpoints",
+            metavar="N",
+            help="keep only the N newest checkpoints (plus those marked with "
+            "checkpoint/step<S>.keep); same as -o keep_checkpoints=N",
+        ),
+    ] = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="validate and print the net; do not train")
     ] = False,
@@ -190,8 +270,13 @@ def train(
     ] = False,
 ) -> None:
     """Train the model a job.conf describes."""
+    if keep_checkpoints is not None:
+        override = [*(override or []), f"keep_checkpoints={keep_checkpoints}"]
+    reporter = prepared = None
     try:
-        prepared = _prepare(job, override, resume=resume, seed=seed, workspace=workspace)
+        prepared = _prepare(
+            job, override, resume=resume, seed=seed, workspace=workspace, resume_from=resume_from
+        )
         engine_cls = select_engine(prepared.host, prepared.job, engine)
         from singa_core.reporting import Reporter
 
@@ -219,6 +304,8 @@ def train(
             print(f"{job}: ok")
             return
         plugins = ", ".join(f"{d}-{v}" for d, v in prepared.host.distributions())
+        if not _before_training(prepared):
+            return
         if not prepared.resume:
             from singa_core.checkpoint import latest_checkpoint
 
@@ -237,6 +324,8 @@ def train(
         )
         result = eng.train()
     except SingaError as err:
+        if getattr(err, "exit_code", None) == 3 and reporter is not None:
+            _non_finite_stop(err, prepared, reporter)
         _fail(err)
     ms = reporter.mean_step_ms
     print(

@@ -289,12 +289,32 @@ def load_job(path: str | Path, overrides: list[str] = ()) -> JobConfig:
     return cfg
 
 
+MAX_ECHO = 120  # characters of the user's text an error message quotes
+
+
+def _shorten(msg: str) -> str:
+    """Cut the source text protobuf quotes in its message (a 10,000-deep nesting would
+    echo a 30 KB line) to MAX_ECHO characters."""
+
+    def cut(m: re.Match) -> str:
+        body = m.group(1)
+        if len(body) <= MAX_ECHO:
+            return m.group(0)
+        return f"'{body[:MAX_ECHO]}' ... ({len(body) - MAX_ECHO} more characters)"
+
+    msg = re.sub(r"'([^'\n]*)'", cut, msg)
+    if len(msg) > 4 * MAX_ECHO:
+        msg = msg[: 4 * MAX_ECHO] + f" ... ({len(msg) - 4 * MAX_ECHO} more characters)"
+    return msg
+
+
 def _parse_error(exc: text_format.ParseError, path: str) -> SingaError:
     msg = str(exc)
     line, col = exc.GetLine(), exc.GetColumn()
     m = _LINECOL.match(msg)
     if m:
         line, col, msg = int(m.group(1)), int(m.group(2)), m.group(3)
+    msg = _shorten(msg)
     where = Location(path, line, col) if line else Location(path)
     help_ = None
     if fm := _NO_FIELD.search(msg):

@@ -13,17 +13,13 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from singa_core.checkpoint import (
-    STATE_SUFFIX,
-    latest_checkpoint,
-    load_param_files,
-    read_state_meta,
-)
+from singa_core.checkpoint import find_resume, load_param_files
 from singa_core.config import JobConfig
 from singa_core.errors import SingaError
 from singa_core.layer import kTest, kTrain, kVal
 from singa_core.memory import MemoryEstimate, available_memory, estimating
 from singa_core.net import PHASE_NAMES, NeuralNet, init_param, layer_type_name, param_generator_name
+from singa_core.numeric import check_config
 from singa_core.paths import readable_file_problem, writable_folder_problem
 from singa_core.plugin_host import PluginHost
 from singa_core.registry import type_selection
@@ -64,6 +60,7 @@ class PreparedJob:
         return self.resume[0] if self.resume else int(self.job.step)
 
     notices: dict[str, str] = field(default_factory=dict)  # one line per alias used
+    resume_meta: dict = field(default_factory=dict)  # training-state metadata of `resume`
 
     def get_plugin(self, kind: str, name: str):
         obj = self.host.get(kind, name)
@@ -182,6 +179,7 @@ def prepare_job(
     host: PluginHost,
     *,
     resume: bool = False,
+    resume_from: int | None = None,
     seed: int | None = None,
     workspace: str | None = None,
     test_only: bool = False,
@@ -232,6 +230,7 @@ def prepare_job(
         "test_steps",
         "validate_steps",
         "train_steps",
+        "keep_checkpoints",
     ):
         if getattr(job, name) < 0:
             raise SingaError(
@@ -240,22 +239,21 @@ def prepare_job(
                 help=f"set {name} to 0 (off) or a positive number",
             )
 
-    found = None
-    if resume:
-        found = latest_checkpoint(wsp)
-        if found is None:
-            raise SingaError(
-                f"--resume: no checkpoint in {wsp / 'checkpoint'}",
-                help="train without --resume first, with checkpoint_freq > 0 to save along the way",
-            )
-        if not job.HasField("seed"):  # continue with the seed the run started with
-            saved = read_state_meta(str(found[1][0]) + STATE_SUFFIX).get("seed")
-            if saved is not None:
-                job.seed = int(saved)
+    found, resume_meta = None, {}
+    if resume or resume_from is not None:
+        # the newest checkpoint (or step resume_from), verified: a damaged one is refused
+        step, files, resume_meta = find_resume(wsp, resume_from)
+        found = (step, files)
+        saved = resume_meta.get("seed")
+        if not job.HasField("seed") and saved is not None:  # the seed the run started with
+            job.seed = int(saved)
     if not job.HasField("seed"):
         job.seed = secrets.randbits(31)
-    prepared = PreparedJob(cfg=cfg, host=host, seed=int(job.seed), workspace=wsp, resume=found)
+    prepared = PreparedJob(
+        cfg=cfg, host=host, seed=int(job.seed), workspace=wsp, resume=found, resume_meta=resume_meta
+    )
     _check_conflicting_plugins(prepared)
+    check_config(cfg)  # non-finite updater settings: a located error before step 0
     worker = prepared.make_worker()
     updater = prepared.make_updater()
     for i, p in enumerate(job.checkpoint_path):

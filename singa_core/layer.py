@@ -266,6 +266,11 @@ class Layer:
         self._metric_count.clear()
         return out
 
+    def peek_metrics(self) -> dict[str, float]:
+        """The sums of the metrics added since the last ``pop_metrics`` (not reset; the
+        numeric guard checks them after every step)."""
+        return self._metric_sum
+
 
 class NeuronLayer(Layer):
     """A layer that transforms its source(s) and backpropagates."""

@@ -4,6 +4,13 @@ Lines on stdout look like SINGA's (``Train step-10, loss = 2.2, accuracy = 0.2``
 stderr is a terminal a progress line (step, ms/step, ETA, last loss) is redrawn there in
 place; otherwise only plain lines are printed. Every metrics line is also appended as
 JSON to ``WORKSPACE/metrics.jsonl``.
+
+metrics.jsonl is strict JSON, one object a line: ``{"phase", "step", "time", metric: value
+...}`` records and ``{"event": ...}`` records (``start`` of every run, ``non_finite`` when a
+NaN stopped training). A non-finite metric is written as ``null`` and named, with its value,
+in the record's ``"non_finite"`` object (e.g. ``{"loss": null, "non_finite": {"loss":
+"nan"}}``). A resumed run first drops the records the interrupted run logged after its
+checkpoint (:func:`rewind_metrics`), so the file reads as if the run had never stopped.
 """
 
 from __future__ import annotations
@@ -13,6 +20,56 @@ import math
 import sys
 import time
 from pathlib import Path
+
+from singa_core.fileio import atomic_write_bytes
+
+
+def json_record(rec: dict) -> str:
+    """``rec`` as one line of strict JSON: non-finite floats become null and are listed,
+    with their value, under ``"non_finite"``."""
+    bad = {k: str(v) for k, v in rec.items() if isinstance(v, float) and not math.isfinite(v)}
+    if bad:
+        rec = {k: (None if k in bad else v) for k, v in rec.items()}
+        rec["non_finite"] = bad
+    return json.dumps(rec, allow_nan=False)
+
+
+def rewind_metrics(path: Path, step: int, evaluated=()) -> int:
+    """Prepare ``path`` (metrics.jsonl) for a run resumed from checkpoint ``step``: in the
+    records of the current run (after its last non-resumed ``start`` event), drop the metric
+    records logged after that checkpoint was written: training at ``step`` or later,
+    evaluations after ``step``, and evaluations at ``step`` not in ``evaluated`` (those the
+    checkpoint says had run). Partial lines of a killed run go too. Returns the number of
+    lines dropped."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return 0
+    recs = []
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            rec = None
+        recs.append(rec if isinstance(rec, dict) else None)
+    begin = 0
+    for i, rec in enumerate(recs):
+        if rec and rec.get("event") == "start" and not rec.get("resumed"):
+            begin = i
+    kept = lines[:begin]
+    for line, rec in zip(lines[begin:], recs[begin:], strict=True):
+        if rec is None:
+            continue
+        s, phase = rec.get("step"), rec.get("phase")
+        if phase is not None and isinstance(s, int):
+            if phase == "train" and s >= step:
+                continue
+            if phase != "train" and (s > step or (s == step and phase not in evaluated)):
+                continue
+        kept.append(line)
+    if len(kept) != len(lines):
+        atomic_write_bytes(path, "".join(x + "\n" for x in kept).encode(), "metrics file")
+    return len(lines) - len(kept)
 
 
 def format_metrics(metrics: dict[str, float]) -> str:
@@ -78,8 +135,21 @@ class Reporter:
                 "time": round(time.time(), 3),
                 **info,
             }
-            self._metrics_file.write(json.dumps(rec) + "\n")
+            self._metrics_file.write(json_record(rec) + "\n")
             self._metrics_file.flush()
+
+    def event(self, name: str, **fields) -> None:
+        """Append an ``{"event": name, ...}`` record to metrics.jsonl."""
+        if self.metrics_path is None:
+            return
+        rec = {"event": name, **fields, "time": round(time.time(), 3)}
+        if self._metrics_file is not None:
+            self._metrics_file.write(json_record(rec) + "\n")
+            self._metrics_file.flush()
+            return
+        self.metrics_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.metrics_path, "a", encoding="utf-8") as fh:
+            fh.write(json_record(rec) + "\n")
 
     def finish(self) -> None:
         self._clear_progress()
@@ -109,7 +179,7 @@ class Reporter:
         if self._metrics_file is not None:
             rec = {"phase": phase.lower(), "step": step, "time": round(time.time(), 3)}
             rec.update({k: float(v) for k, v in metrics.items()})
-            self._metrics_file.write(json.dumps(rec) + "\n")
+            self._metrics_file.write(json_record(rec) + "\n")
             self._metrics_file.flush()
 
     def step_done(self, step: int, seconds: float) -> None:

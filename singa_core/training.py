@@ -8,6 +8,15 @@ parameters after exactly S updates.
 
 The first Ctrl-C finishes the current step, writes a checkpoint and stops (resume with
 ``--resume``); a second one stops at once.
+
+After every training step a :class:`~singa_core.numeric.NumericGuard` checks the learning
+rate, the layers' metrics, gradients and Param values; a NaN or infinity raises
+:class:`~singa_core.numeric.NonFiniteError` (exit 3) and no checkpoint is written after it.
+
+The engine's ``checkpoint(step, evaluated=[...])`` callable writes checkpoint ``step`` and
+records in its state which evaluations (``"validation"``, ``"test"``) already ran and were
+logged at that step; a run resumed from it gets them back as ``run(done_evaluations=...)``
+and does not repeat them, so its output continues the interrupted run's exactly.
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ import time
 from collections.abc import Callable
 
 from singa_core.layer import kTest, kVal
+from singa_core.numeric import NonFiniteError, NumericGuard
 from singa_core.partition import split_replica_name
 from singa_core.stub import ParamStub
 from singa_core.tensorboard import GradientHistograms, param_histograms
@@ -94,6 +104,7 @@ class TrainingLoop:
         self.last_metrics: dict[str, dict[str, float]] = {}
         self._stop_requested = False
         self.stop_signal: int | None = None
+        self.guard = NumericGuard(train_net, lr)
         # Param and gradient histograms at display steps (singa_core.tensorboard), when the
         # reporter asks for them
         self.param_histograms = getattr(reporter, "param_histograms", False) is True
@@ -113,26 +124,36 @@ class TrainingLoop:
             self.reporter.metrics(name, step, metrics)
         return metrics
 
-    def run(self, start_step: int, *, resumed: bool = False) -> tuple[int, str | None, bool]:
-        """Train from ``start_step``; returns (final step, last checkpoint, interrupted)."""
+    def run(
+        self, start_step: int, *, resumed: bool = False, done_evaluations=()
+    ) -> tuple[int, str | None, bool]:
+        """Train from ``start_step``; returns (final step, last checkpoint, interrupted).
+        ``done_evaluations``: the evaluations ("validation", "test") the interrupted run
+        already logged at ``start_step`` (from the checkpoint), not run again."""
         job = self.job
         step = start_step
         last_ckpt = None
+        skip = set(done_evaluations) if resumed else set()
         self.reporter.start(start_step, job.train_steps, seed=int(job.seed), resumed=resumed)
         prev_handler = self._install_sigint()
         try:
             while step < job.train_steps:
-                if kVal in self.nets and fires(step, job.validate_freq, job.validate_after):
-                    self.evaluate(kVal, job.validate_steps, step)
-                if kTest in self.nets and fires(step, job.test_freq, job.test_after):
-                    self.evaluate(kTest, job.test_steps, step)
+                evaluated = []
+                for phase, name, freq, after, steps in (
+                    (kVal, "validation", job.validate_freq, job.validate_after, job.validate_steps),
+                    (kTest, "test", job.test_freq, job.test_after, job.test_steps),
+                ):
+                    if phase in self.nets and fires(step, freq, after):
+                        if not (step == start_step and name in skip):
+                            self.evaluate(phase, steps, step)
+                        evaluated.append(name)
                 if (
                     self.checkpoint
                     and fires(step, job.checkpoint_freq, job.checkpoint_after)
                     and not (resumed and step == start_step)
                 ):
                     self.stub.collect_all(self.train_net.owner_params)
-                    last_ckpt = self.checkpoint(step)
+                    last_ckpt = self.checkpoint(step, evaluated=evaluated)
                 shown = self.is_display_worker and fires(step, job.disp_freq, job.disp_after)
                 stub = self.stub
                 if shown and self.param_histograms:
@@ -140,6 +161,11 @@ class TrainingLoop:
                 t0 = time.perf_counter()
                 self.worker.train_one_batch(step, self.train_net, stub)
                 self.reporter.step_done(step, time.perf_counter() - t0)
+                try:
+                    self.guard.check(step)
+                    bad = None
+                except NonFiniteError as exc:
+                    bad = exc  # raised after this step's display line (loss = nan)
                 if shown:
                     metrics = pop_net_metrics(self.train_net)
                     if self.lr is not None:
@@ -149,13 +175,15 @@ class TrainingLoop:
                     if stub is not self.stub:
                         values = param_histograms(self.train_net.owner_params, grads=False)
                         self.reporter.histograms(step, {**values, **stub.hists})
+                if bad is not None:
+                    raise bad
                 step += 1
                 if self._stop_requested:
                     break
             interrupted = step < job.train_steps
             if self.checkpoint:
                 self.stub.collect_all(self.train_net.owner_params)
-                last_ckpt = self.checkpoint(step)
+                last_ckpt = self.checkpoint(step, evaluated=[])
             if interrupted:
                 self.reporter.note(
                     f"interrupted at step {step}; checkpoint {last_ckpt} written; "

@@ -126,7 +126,7 @@ class InProcessEngine(Engine):
                 learnable=p.learnable,
             )
 
-    def _write_checkpoint(self, step: int) -> str:
+    def _write_checkpoint(self, step: int, evaluated=()) -> str:
         records = [
             ckpt.ParamRecord(self.names[p.id], p.version, p.value)
             for p in self.train_net.owner_params
@@ -138,10 +138,15 @@ class InProcessEngine(Engine):
                 "updater": updater_type_name(self.job.updater),
                 "plugins": [f"{d} {v}" for d, v in self.prepared.host.distributions()],
                 "layers": ckpt.layer_states(self.nets),
+                "evaluated": list(evaluated),
             },
             arrays=self.shard.state_arrays(self.names),
         )
-        return str(ckpt.write_checkpoint(self.prepared.workspace, step, 0, records, state))
+        return str(
+            ckpt.write_checkpoint(
+                self.prepared.workspace, step, 0, records, state, keep=self.job.keep_checkpoints
+            )
+        )
 
     def _loop(self) -> TrainingLoop:
         return TrainingLoop(
@@ -166,7 +171,8 @@ class InProcessEngine(Engine):
         self._pin_threads()
         start, resumed = self._init_params()
         loop = self._loop()
-        step, last, interrupted = loop.run(start, resumed=resumed)
+        done = self.prepared.resume_meta.get("evaluated", ()) if resumed else ()
+        step, last, interrupted = loop.run(start, resumed=resumed, done_evaluations=done)
         return TrainResult(step, last, loop.last_metrics, interrupted, loop.stop_signal)
 
     def test(self, steps: int) -> dict[str, float]:

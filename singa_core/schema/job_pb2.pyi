@@ -232,7 +232,7 @@ TANH: ActivationType
 STANH: ActivationType
 
 class JobProto(_message.Message):
-    __slots__ = ("name", "neuralnet", "train_one_batch", "updater", "cluster", "train_steps", "disp_freq", "gpu", "test_freq", "test_steps", "validate_freq", "validate_steps", "checkpoint_freq", "checkpoint_path", "warmup_steps", "debug", "reset_param_version", "num_openblas_threads", "checkpoint_after", "disp_after", "test_after", "validate_after", "resume", "step", "id", "seed")
+    __slots__ = ("name", "neuralnet", "train_one_batch", "updater", "cluster", "train_steps", "disp_freq", "gpu", "test_freq", "test_steps", "validate_freq", "validate_steps", "checkpoint_freq", "checkpoint_path", "warmup_steps", "debug", "reset_param_version", "num_openblas_threads", "checkpoint_after", "disp_after", "test_after", "validate_after", "resume", "step", "id", "seed", "keep_checkpoints")
     Extensions: _python_message._ExtensionDict
     NAME_FIELD_NUMBER: _ClassVar[int]
     NEURALNET_FIELD_NUMBER: _ClassVar[int]
@@ -260,6 +260,7 @@ class JobProto(_message.Message):
     STEP_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
+    KEEP_CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
     name: str
     neuralnet: NetProto
     train_one_batch: AlgProto
@@ -286,7 +287,8 @@ class JobProto(_message.Message):
     step: int
     id: int
     seed: int
-    def __init__(self, name: _Optional[str] = ..., neuralnet: _Optional[_Union[NetProto, _Mapping]] = ..., train_one_batch: _Optional[_Union[AlgProto, _Mapping]] = ..., updater: _Optional[_Union[UpdaterProto, _Mapping]] = ..., cluster: _Optional[_Union[ClusterProto, _Mapping]] = ..., train_steps: _Optional[int] = ..., disp_freq: _Optional[int] = ..., gpu: _Optional[_Iterable[int]] = ..., test_freq: _Optional[int] = ..., test_steps: _Optional[int] = ..., validate_freq: _Optional[int] = ..., validate_steps: _Optional[int] = ..., checkpoint_freq: _Optional[int] = ..., checkpoint_path: _Optional[_Iterable[str]] = ..., warmup_steps: _Optional[int] = ..., debug: _Optional[bool] = ..., reset_param_version: _Optional[bool] = ..., num_openblas_threads: _Optional[int] = ..., checkpoint_after: _Optional[int] = ..., disp_after: _Optional[int] = ..., test_after: _Optional[int] = ..., validate_after: _Optional[int] = ..., resume: _Optional[bool] = ..., step: _Optional[int] = ..., id: _Optional[int] = ..., seed: _Optional[int] = ...) -> None: ...
+    keep_checkpoints: int
+    def __init__(self, name: _Optional[str] = ..., neuralnet: _Optional[_Union[NetProto, _Mapping]] = ..., train_one_batch: _Optional[_Union[AlgProto, _Mapping]] = ..., updater: _Optional[_Union[UpdaterProto, _Mapping]] = ..., cluster: _Optional[_Union[ClusterProto, _Mapping]] = ..., train_steps: _Optional[int] = ..., disp_freq: _Optional[int] = ..., gpu: _Optional[_Iterable[int]] = ..., test_freq: _Optional[int] = ..., test_steps: _Optional[int] = ..., validate_freq: _Optional[int] = ..., validate_steps: _Optional[int] = ..., checkpoint_freq: _Optional[int] = ..., checkpoint_path: _Optional[_Iterable[str]] = ..., warmup_steps: _Optional[int] = ..., debug: _Optional[bool] = ..., reset_param_version: _Optional[bool] = ..., num_openblas_threads: _Optional[int] = ..., checkpoint_after: _Optional[int] = ..., disp_after: _Optional[int] = ..., test_after: _Optional[int] = ..., validate_after: _Optional[int] = ..., resume: _Optional[bool] = ..., step: _Optional[int] = ..., id: _Optional[int] = ..., seed: _Optional[int] = ..., keep_checkpoints: _Optional[int] = ...) -> None: ...
 
 class AlgProto(_message.Message):
     __slots__ = ("alg", "user_alg", "cd_conf")

@@ -42,7 +42,7 @@ def test_small_job_trains_and_reports(small_job):
     out = singa("train", conf, "--seed", "1").output
     assert "Test step-0, " in out and "Train step-0, " in out and "Train step-50, " in out
     assert "Test step-30, " in out
-    names = sorted(p.name for p in (ws / "checkpoint").iterdir() if "state" not in p.name)
+    names = sorted(p.name for p in (ws / "checkpoint").iterdir() if "." not in p.name)
     assert names == ["step0-worker0", "step20-worker0", "step40-worker0", "step60-worker0"]
     lines = [json.loads(x) for x in (ws / "metrics.jsonl").read_text().splitlines()]
     assert lines[0]["event"] == "start" and lines[0]["seed"] == 1 and not lines[0]["resumed"]

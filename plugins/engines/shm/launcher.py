@@ -35,6 +35,7 @@ from singa_core import checkpoint as ckpt
 from singa_core.engine import TrainResult
 from singa_core.errors import SingaError
 from singa_core.job import updater_type_name
+from singa_core.numeric import NonFiniteError
 
 GRACE = 3.0  # seconds the processes get to leave after an abort before they are killed
 
@@ -158,6 +159,7 @@ class Launcher:
         self.ctx = mp.get_context("spawn")
         self.prefix = new_prefix()
         self._signals = SignalCatcher()
+        self._non_finite: NonFiniteError | None = None
 
     # -- segments ------------------------------------------------------------------------
     def _segment_spec(self) -> SegmentSpec:
@@ -217,6 +219,9 @@ class Launcher:
                 stop_signal=self.ctx.Value("i", 0, lock=False),
                 stop_at=self.ctx.Array("i", [-1] * topo.nworker_groups, lock=False),
                 ready=self.ctx.Value("i", 0),
+                extras={"evaluated": list(self.prepared.resume_meta.get("evaluated", ()))}
+                if self.prepared.resume
+                else {},
             )
             self._signals.install()
             readers = {}
@@ -284,6 +289,8 @@ class Launcher:
                 else:
                     failure = f"aborted by {signal.Signals(sig).name}"
         if failure is not None:
+            if self._non_finite is not None:
+                raise self._non_finite
             raise stopped_error(self.prepared.workspace, failure)
         return result_of(leader_result)
 
@@ -295,7 +302,14 @@ class Launcher:
         elif kind == "done":
             pending_workers.discard(tuple(msg[1]))
         elif kind == "error":
-            _, role, text = msg
+            _, role, text = msg[:3]
+            if len(msg) > 3 and self._non_finite is None:  # a NaN/inf stopped a worker
+                self._non_finite = NonFiniteError(
+                    msg[3]["message"],
+                    step=msg[3]["step"],
+                    notes=[*msg[3]["notes"], f"seen by {role}"],
+                    help=msg[3]["help"],
+                )
             return f"{role} failed:\n{text.rstrip()}"
         return None
 

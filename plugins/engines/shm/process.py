@@ -47,8 +47,11 @@ def _report(ctrl, role: str, exc: BaseException) -> None:
     if isinstance(exc, Aborted):
         return
     text = exc.format() if isinstance(exc, SingaError) else traceback.format_exc()
+    msg: tuple = ("error", role, text)
+    if getattr(exc, "exit_code", None) == 3:  # numeric.NonFiniteError: the launcher re-raises it
+        msg += ({"message": exc.message, "step": exc.step, "notes": exc.notes, "help": exc.help},)
     try:
-        ctrl.send(("error", role, text))
+        ctrl.send(msg)
     except (OSError, ValueError):
         pass
 

@@ -202,7 +202,12 @@ class WorkerThread:
         return records, arrays
 
     def save_checkpoint(self, step: int, records: list, state) -> str:
-        return str(ckpt.write_checkpoint(self.ctx.prepared.workspace, step, 0, records, state))
+        prepared = self.ctx.prepared
+        return str(
+            ckpt.write_checkpoint(
+                prepared.workspace, step, 0, records, state, keep=prepared.job.keep_checkpoints
+            )
+        )
 
     # -- nets --------------------------------------------------------------------------
     def _build(self):
@@ -269,7 +274,7 @@ class WorkerThread:
     def _states_file(self, step: int, wid: int) -> Path:
         return self.shared.workspace_path / "checkpoint" / f".step{step}-part{wid}.layers.json"
 
-    def publish_layer_states(self, step: int) -> str:
+    def publish_layer_states(self, step: int, evaluated=()) -> str:
         """Workers 1… of a partitioned group 0, at each checkpoint step: hand their layers'
         states (data cursors, random states) to worker 0, which writes the checkpoint."""
         path = self._states_file(step, self.wid)
@@ -292,7 +297,7 @@ class WorkerThread:
                 path.unlink()
         return merged
 
-    def write_checkpoint(self, step: int) -> str:
+    def write_checkpoint(self, step: int, evaluated=()) -> str:
         prepared = self.ctx.prepared
         self.wait_for_group(self.net.owner_params)
         layers = ckpt.layer_states(self.nets)
@@ -307,6 +312,7 @@ class WorkerThread:
                 "plugins": [f"{d} {v}" for d, v in prepared.host.distributions()],
                 "layers": layers,
                 "engine": self.engine_name,
+                "evaluated": list(evaluated),
             },
             arrays=arrays,
         )
@@ -343,7 +349,11 @@ class WorkerThread:
             lr=prepared.make_updater().lr,
             is_display_worker=self.leader,
         )
-        step, last, interrupted = self.loop.run(self.shared.start_step, resumed=self.shared.resumed)
+        step, last, interrupted = self.loop.run(
+            self.shared.start_step,
+            resumed=self.shared.resumed,
+            done_evaluations=self.shared.extras.get("evaluated", ()),
+        )
         # wait for the replies to the last updates: every message this worker put on a
         # server's queue has then been read (a process leaving with a message half-written
         # would keep that queue's lock)
