@@ -88,8 +88,8 @@ EXAMPLES = {
     },
     "lr": {
         "updater": "type: kSGD momentum: 0.9\n  learning_rate {\n"
-        '    user_type: "$Type" base_lr: 0.1\n'
-        "    [$package.$ext] { warmup_steps: 50 decay_steps: 250 final_lr: 0.001 }\n  }"
+        '    user_type: "$Type" base_lr: 0.05\n'
+        "    [$package.$ext] { warmup_steps: 20 decay_steps: 280 final_lr: 0.001 }\n  }"
     },
     "paramgen": {"w1_init": 'user_type: "$Type" [$package.$ext] { gain: 1.0 }'},
     "engine": {"train_args": " --engine $ident"},
