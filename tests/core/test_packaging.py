@@ -35,7 +35,8 @@ def test_distribution_name_is_not_apache_singa():
 
 def test_every_source_package_is_listed():
     setuptools = PYPROJECT["tool"]["setuptools"]
-    assert setuptools["package-dir"] == FOLDER_TO_IMPORT | {"singa_core": "singa_core"}
+    # package-dir maps an import name to its source folder
+    assert setuptools["package-dir"] == {imp: folder for folder, imp in FOLDER_TO_IMPORT.items()}
     listed = set(setuptools["packages"])
     missing = _source_packages() - listed
     assert not missing, f"add to [tool.setuptools] packages in pyproject.toml: {sorted(missing)}"
