@@ -11,7 +11,7 @@ from singa_builtins.layers.inner_product import InnerProductLayer
 from singa_builtins.updaters.sgd import SGDUpdater
 
 from singa_core.layer import kAggGrad
-from singa_core.testing import check_layer, check_updater, mlp_job
+from singa_core.testing import SourceLayer, check_layer, check_updater, mlp_job
 
 IP = 'name: "ip" innerproduct_conf { num_output: 3 } param { name: "w" } param { name: "b" }'
 
@@ -84,3 +84,14 @@ def test_an_updater_keeping_history_outside_its_state_fails():
 
     with pytest.raises(AssertionError, match="restored updater diverges"):
         check_updater(HiddenMomentum, "type: kSGD")
+
+
+def test_check_layer_on_a_loss_layer_and_a_convolution():
+    labels = np.array([0, 1, 2, 3, 1])
+    loss = check_layer("kSoftmaxLoss", 'name: "loss"',
+                       [x(5, 4), SourceLayer(labels=labels, grad=False)])
+    assert loss.plain.checked == loss.strided.checked == 20
+    conv = 'name: "c" convolution_conf { num_filters: 3 kernel: 3 pad: 1 } ' \
+        'param { name: "w" } param { name: "b" }'
+    report = check_layer("kConvolution", conv, [x(2, 2, 5, 5)], shape=(2, 3, 5, 5))
+    assert report.strided.checked > 0 and report.aggregated_params == 2
