@@ -18,4 +18,13 @@ PLUGIN_API_VERSION = "1.0"
 #: the distribution plugins depend on
 CORE_DISTRIBUTION = "singa-classic"
 
-__all__ = ["hookimpl", "__version__", "PLUGIN_API_VERSION", "CORE_DISTRIBUTION"]
+__all__ = ["hookimpl", "__version__", "PLUGIN_API_VERSION", "CORE_DISTRIBUTION", "Job"]
+
+
+def __getattr__(name: str):
+    # the Python API (singa_core.api) on first use: `import singa_core` stays light
+    if name in ("Job", "RunResult", "TestResult", "Event"):
+        from singa_core import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'singa_core' has no attribute {name!r}")

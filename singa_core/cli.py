@@ -12,22 +12,111 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 from singa_core import __version__
 from singa_core.errors import USER_ERROR_EXIT, SingaError
 
-app = typer.Typer(
+
+class _Command(TyperCommand):
+    """Plain help, as a well-kept CLI prints it: ``singa train [OPTIONS] JOB.conf``, arguments
+    by their metavar (no ``{job}`` or ``<path>``), options with their value's metavar, the
+    examples in the epilog kept as written."""
+
+    def collect_usage_pieces(self, ctx) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if param.param_type_name == "argument":
+                name = _argument_name(param)
+                pieces.append(name if param.required else f"[{name}]")
+        return pieces
+
+    def format_options(self, ctx, formatter) -> None:
+        args, opts = [], []
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None:
+                continue
+            if param.param_type_name == "argument":
+                text = record[1].replace("[required]", "").rstrip()  # it is an argument
+                args.append((_argument_name(param), text))
+            else:
+                opts.append(record)
+        if args:
+            with formatter.section("Arguments"):
+                formatter.write_dl(args)
+        if opts:
+            with formatter.section("Options"):
+                formatter.write_dl(opts)
+
+    def format_epilog(self, ctx, formatter) -> None:
+        _write_epilog(self.epilog, formatter)
+
+
+class _Group(TyperGroup):
+    """The command list with each command's whole first line; the epilog as written."""
+
+    def format_commands(self, ctx, formatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit=200)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+    def format_epilog(self, ctx, formatter) -> None:
+        _write_epilog(self.epilog, formatter)
+
+
+def _argument_name(param) -> str:
+    name = param.metavar or param.name.upper()
+    return name + "..." if param.nargs != 1 and not name.endswith("...") else name
+
+
+def _write_epilog(epilog: str | None, formatter) -> None:
+    """The epilog line by line: a heading, then examples indented as written."""
+    if not epilog:
+        return
+    formatter.write_paragraph()
+    for line in epilog.strip("\n").splitlines():
+        formatter.write(f"{'':>{formatter.current_indent}}{line}\n")
+
+
+class _App(typer.Typer):
+    """Every command gets :class:`_Command`'s help."""
+
+    def command(self, *args, cls=None, **kwargs):
+        return super().command(*args, cls=cls or _Command, **kwargs)
+
+
+app = _App(
+    cls=_Group,
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     help="singa: train SINGA 0.x job.conf files; extend it with pip-installable plugins.",
-    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog="""Examples:
+  singa data mnist --out examples/mnist
+  singa train examples/mnist/job.conf
+  singa test examples/mnist/job.conf --steps 100
+  singa COMMAND --help""",
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 
-JobArg = Annotated[Path, typer.Argument(help="the job.conf file (protobuf text format)")]
+JobArg = Annotated[
+    Path,
+    typer.Argument(metavar="JOB.conf", help="the job.conf file (protobuf text format)"),
+]
 OverrideOpt = Annotated[
     list[str] | None,
-    typer.Option("-o", "--override", help="set a field, e.g. -o train_steps=100 (repeatable)"),
+    typer.Option(
+        "-o",
+        "--override",
+        metavar="FIELD=VALUE",
+        help="set a field, e.g. -o train_steps=100 (repeatable)",
+    ),
 ]
 
 
@@ -46,107 +135,10 @@ def _host():
 
 
 def select_engine(host, job, name: str | None):
-    reg = host.registry("engine")
-    if name:
-        cls = host.get("engine", name)
-        reason = cls.supports(job)
-        if reason:
-            raise SingaError(
-                f"engine '{name}' cannot run this job: {reason}",
-                help="choose another --engine (see `singa list-plugins`)",
-            )
-        return cls
-    reasons = []
-    for entry in sorted(reg.entries.values(), key=lambda e: -e.obj.priority):
-        if entry.alias_of:
-            continue
-        reason = entry.obj.supports(job)
-        if reason is None:
-            return entry.obj
-        reasons.append(f"{entry.name}: {reason}")
-    raise SingaError(
-        "no installed engine can run this cluster configuration",
-        notes=reasons,
-        help="adjust `cluster { ... }` or install an engine plugin that supports it",
-    )
+    """The engine class to run ``job`` (see singa_core.api.select_engine)."""
+    from singa_core.api import select_engine as choose
 
-
-def _prepare(
-    job_path: Path,
-    overrides,
-    *,
-    resume=False,
-    seed=None,
-    workspace=None,
-    test_only=False,
-    resume_from=None,
-):
-    from singa_core.config import load_job
-    from singa_core.job import prepare_job
-
-    host = _host()
-    cfg = load_job(job_path, overrides or [])
-    prepared = prepare_job(
-        cfg,
-        host,
-        resume=resume,
-        resume_from=resume_from,
-        seed=seed,
-        workspace=workspace,
-        test_only=test_only,
-    )
-    for line in prepared.notices.values():
-        print(line, file=sys.stderr)
-    return prepared
-
-
-def _before_training(prepared) -> bool:
-    """Housekeeping before a run: remove the temp files killed runs left behind; for a
-    resumed run, drop the metrics.jsonl records logged after its checkpoint. False if a
-    resumed run has nothing left to train (the note says why)."""
-    from singa_core.checkpoint import remove_stale_files
-    from singa_core.reporting import rewind_metrics
-
-    stale = remove_stale_files(prepared.workspace)
-    if stale:
-        names = ", ".join(f.name for f in stale[:5]) + (" ..." if len(stale) > 5 else "")
-        print(
-            f"note: removed {len(stale)} temporary file(s) left in {prepared.workspace} by an "
-            f"earlier interrupted run: {names}",
-            file=sys.stderr,
-        )
-    if not prepared.resume:
-        return True
-    step, total = prepared.start_step, prepared.job.train_steps
-    if step >= total:
-        print(
-            f"note: the checkpoint to resume from is step {step}, at or past train_steps "
-            f"({total}): nothing to train; raise train_steps (e.g. -o train_steps="
-            f"{step + max(total, 1)}) to continue, or use --resume-from STEP for an earlier one",
-            file=sys.stderr,
-        )
-        return False
-    rewind_metrics(
-        prepared.workspace / "metrics.jsonl", step, prepared.resume_meta.get("evaluated", ())
-    )
-    return True
-
-
-def _non_finite_stop(err, prepared, reporter) -> None:
-    """A NaN/inf stopped training (exit 3): name the newest good checkpoint, log it."""
-    from singa_core.checkpoint import find_resume
-
-    try:
-        step, files, _ = find_resume(prepared.workspace)
-        good = f"{files[0]} (step {step})"
-        err.notes.append(
-            f"the newest good checkpoint is {good}; it is intact: fix the cause and "
-            "continue with `singa train --resume`"
-        )
-    except SingaError:
-        good = None
-        err.notes.append("no good checkpoint was written (set checkpoint_freq to save some)")
-    reporter.event("non_finite", step=err.step, error=err.message, checkpoint=good)
+    return choose(host, job, name)
 
 
 def _print_net(prepared, engine) -> None:
@@ -191,7 +183,13 @@ def _engine_options(*, extra: list[str], **given) -> dict[str, str]:
     return out
 
 
-@app.command()
+@app.command(
+    epilog="""Examples:
+  singa train examples/mnist/job.conf
+  singa train examples/mnist/job.conf -o train_steps=200 --seed 1 --workspace /tmp/run1
+  singa train examples/mnist/job.conf --dry-run
+  singa train examples/mnist/job.conf --resume"""
+)
 def train(
     job: JobArg,
     resume: Annotated[
@@ -220,42 +218,58 @@ def train(
     ] = False,
     override: OverrideOpt = None,
     seed: Annotated[
-        int | None, typer.Option(help="job-level random seed (overrides job.conf's seed)")
+        int | None,
+        typer.Option(metavar="N", help="job-level random seed (overrides job.conf's seed)"),
     ] = None,
     engine: Annotated[
         str | None,
-        typer.Option(help="engine plugin to run the job (default: chosen from the cluster config)"),
+        typer.Option(
+            metavar="NAME",
+            help="engine plugin to run the job (default: chosen from the cluster config)",
+        ),
     ] = None,
-    workspace: Annotated[str | None, typer.Option(help="override cluster.workspace")] = None,
+    workspace: Annotated[
+        str | None, typer.Option(metavar="DIR", help="override cluster.workspace")
+    ] = None,
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="no metric lines, only the summary")
     ] = False,
     address: Annotated[
         str | None,
         typer.Option(
+            metavar="HOST:PORT",
             help="engines that run on a cluster: the cluster to join, HOST:PORT or auto "
-            "(default: the engine's own, e.g. a private one-node runtime)"
+            "(default: the engine's own, e.g. a private one-node runtime)",
         ),
     ] = None,
     placement: Annotated[
         str | None,
-        typer.Option(help="engines that run on a cluster: spread (default) or pack processes"),
+        typer.Option(
+            metavar="spread|pack",
+            help="engines that run on a cluster: spread (default) or pack processes",
+        ),
     ] = None,
     max_restarts: Annotated[
         int | None,
         typer.Option(
+            metavar="N",
             help="engines that run on a cluster: restart from the newest checkpoint up to N "
-            "times when a process or node is lost (default 0: stop)"
+            "times when a process or node is lost (default 0: stop)",
         ),
     ] = None,
     engine_option: Annotated[
         list[str] | None,
-        typer.Option("--engine-option", help="an engine's own option KEY=VALUE (repeatable)"),
+        typer.Option(
+            "--engine-option",
+            metavar="KEY=VALUE",
+            help="an engine's own option KEY=VALUE (repeatable)",
+        ),
     ] = None,
     tensorboard: Annotated[
         bool,
         typer.Option(
             "--tensorboard/--no-tensorboard",
+            show_default=False,
             help="write TensorBoard event files to WORKSPACE/tensorboard/ (default on; needs "
             "singa-classic[tensorboard])",
         ),
@@ -269,142 +283,96 @@ def train(
         ),
     ] = False,
 ) -> None:
-    """Train the model a job.conf describes."""
+    """Train the model a job.conf describes.
+
+    Prints SINGA-style metric lines, writes checkpoints, WORKSPACE/metrics.jsonl and
+    TensorBoard event files, and ends with the wall time and where it went. Ctrl-C stops
+    after the current step with a checkpoint (exit 130); --resume continues."""
+    from singa_core.api import Job
+
     if keep_checkpoints is not None:
         override = [*(override or []), f"keep_checkpoints={keep_checkpoints}"]
-    reporter = prepared = None
     try:
-        prepared = _prepare(
-            job, override, resume=resume, seed=seed, workspace=workspace, resume_from=resume_from
-        )
-        engine_cls = select_engine(prepared.host, prepared.job, engine)
-        from singa_core.reporting import Reporter
-
-        board = None
-        if tensorboard and not dry_run:
-            from singa_core.tensorboard import TensorBoardLog
-
-            board = TensorBoardLog.create(prepared.workspace / "tensorboard", histograms=histograms)
-        reporter = Reporter(
-            metrics_path=None if dry_run else prepared.workspace / "metrics.jsonl",
-            quiet=quiet,
-            tensorboard=board,
-        )
-        eng = engine_cls(prepared, reporter)
-        eng.configure(
-            _engine_options(
+        run = Job.from_file(
+            job,
+            override,
+            seed=seed,
+            workspace=workspace,
+            engine=engine,
+            engine_options=_engine_options(
                 address=address,
                 placement=placement,
                 max_restarts=max_restarts,
                 extra=engine_option or [],
-            )
+            ),
+            quiet=quiet,
+            tensorboard=tensorboard,
+            histograms=histograms,
         )
         if dry_run:
+            checked = run.dry_run()
+            prepared, eng = checked.prepared, checked.engine
             _print_net(prepared, eng)
             print(f"{job}: ok")
             return
-        plugins = ", ".join(f"{d}-{v}" for d, v in prepared.host.distributions())
-        if not _before_training(prepared):
-            return
-        if not prepared.resume:
-            from singa_core.checkpoint import latest_checkpoint
-
-            old = latest_checkpoint(prepared.workspace)
-            if old is not None:
-                print(
-                    f"note: {prepared.workspace / 'checkpoint'} has checkpoints up to step "
-                    f"{old[0]}; this new run overwrites them (use --resume to continue)",
-                    file=sys.stderr,
-                )
-        start = f"resuming at step {prepared.start_step}" if prepared.resume else "starting"
-        print(
-            f"singa {__version__} | job '{prepared.job.name or job.stem}' {start} | "
-            f"seed {prepared.seed} | engine {engine_cls.type_names[0]} | plugins: {plugins}",
-            file=sys.stderr,
-        )
-        result = eng.train()
+        result = run.train(resume=resume, resume_from=resume_from)
     except SingaError as err:
-        if getattr(err, "exit_code", None) == 3 and reporter is not None:
-            _non_finite_stop(err, prepared, reporter)
         _fail(err)
-    ms = reporter.mean_step_ms
-    print(
-        f"finished at step {result.final_step} ({ms:.1f} ms/step); checkpoint: {result.checkpoint}",
-        file=sys.stderr,
-    )
+    if not result.trained:
+        return
+    print(result.summary(), file=sys.stderr)
     if result.interrupted:
         raise typer.Exit(128 + (result.stop_signal or 2))  # 130 for Ctrl-C, 143 for SIGTERM
 
 
-@app.command()
+@app.command(
+    epilog="""Examples:
+  singa test examples/mnist/job.conf --steps 100
+  singa test examples/mnist/job.conf --checkpoint examples/mnist/checkpoint/step600-worker0
+  singa test examples/char-rnn/sample.conf --steps 600"""
+)
 def test(
     job: JobArg,
     override: OverrideOpt = None,
     steps: Annotated[
-        int | None, typer.Option(help="test mini-batches (default: test_steps)")
+        int | None, typer.Option(metavar="N", help="test mini-batches (default: test_steps)")
     ] = None,
     checkpoint: Annotated[
         list[Path] | None,
         typer.Option(
-            help="checkpoint file(s) to load (default: the newest in the workspace, "
-            "else checkpoint_path)"
+            metavar="FILE",
+            help="checkpoint file(s) to load, repeatable (default: the newest in the workspace, "
+            "else checkpoint_path)",
         ),
     ] = None,
-    engine: Annotated[str | None, typer.Option()] = None,
+    engine: Annotated[
+        str | None,
+        typer.Option(
+            metavar="NAME", help="engine plugin (default: chosen from the cluster config)"
+        ),
+    ] = None,
 ) -> None:
-    """Evaluate a trained model on the test net (SINGA's -test)."""
-    from singa_core.checkpoint import latest_checkpoint
-    from singa_core.config import load_job
-    from singa_core.job import prepare_job
-    from singa_core.reporting import Reporter, format_metrics
+    """Evaluate a trained model on the test net (SINGA's -test).
+
+    Loads the newest checkpoint of the job's workspace (else job.conf's checkpoint_path)
+    and prints the test net's metrics over N mini-batches. A job.conf without an updater
+    (e.g. a sampling job) is fine."""
+    from singa_core.api import Job
 
     try:
-        host = _host()
-        cfg = load_job(job, override or [])
-        j = cfg.job
-        if checkpoint:
-            for c in checkpoint:
-                if not c.exists():
-                    raise SingaError(
-                        "checkpoint file not found",
-                        where=str(c),
-                        help="give a WORKSPACE/checkpoint/step<S>-worker<W> file",
-                    )
-            del j.checkpoint_path[:]
-            j.checkpoint_path.extend(str(c) for c in checkpoint)
-        else:
-            # the model this job.conf trained: the newest checkpoint of its workspace (it
-            # holds every Param, those fine-tuned from checkpoint_path included); without
-            # one, checkpoint_path (e.g. a sampling job that reads another job's model)
-            found = latest_checkpoint(j.cluster.workspace) if j.cluster.workspace else None
-            if found is not None:
-                del j.checkpoint_path[:]
-                j.checkpoint_path.extend(str(f) for f in found[1])
-            elif not j.checkpoint_path:
-                raise SingaError(
-                    f"no checkpoint to test: "
-                    f"{Path(j.cluster.workspace or '.') / 'checkpoint'} has none and "
-                    "checkpoint_path is empty",
-                    help="train first, or pass --checkpoint FILE",
-                )
-        n = steps if steps is not None else j.test_steps
-        if n <= 0:
-            raise SingaError(
-                "no test steps",
-                where=cfg.locate("test_steps"),
-                help="set test_steps in job.conf or pass --steps N",
-            )
-        prepared = prepare_job(cfg, host, test_only=True)
-        engine_cls = select_engine(prepared.host, j, engine)
-        eng = engine_cls(prepared, Reporter())
-        metrics = eng.test(n)
+        run = Job.from_file(job, override, engine=engine)
+        result = run.test(steps, checkpoint)
     except SingaError as err:
         _fail(err)
-    shown = format_metrics(metrics) if metrics else "done (the test net reports no metrics)"
-    print(f"Test ({n} batches, {', '.join(j.checkpoint_path)}): {shown}")
+    print(result.summary())
 
 
-@app.command("list-plugins")
+@app.command(
+    "list-plugins",
+    epilog="""Examples:
+  singa list-plugins
+  singa list-plugins --json""",
+)
 def list_plugins(
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
     verbose: Annotated[
@@ -413,9 +381,9 @@ def list_plugins(
 ) -> None:
     """Show every plugin distribution, its version and the types it provides.
 
-    Each type is listed under the job.conf field that selects it (``type`` for the built-in
-    enum names, ``user_type`` for user types, ...); a name two plugins claim is listed
-    under every provider and marked ``(conflict)``."""
+    Each type is listed under the job.conf field that selects it (`type` for the built-in
+    enum names, `user_type` for user types, ...); a name two plugins claim is listed under
+    every provider and marked (conflict)."""
     from singa_core import CORE_DISTRIBUTION, PLUGIN_API_VERSION
     from singa_core.plugin_host import get_host
 
@@ -518,15 +486,26 @@ def list_plugins(
             print(f.detail, file=sys.stderr)
 
 
-@app.command()
+@app.command(
+    epilog="""Examples:
+  singa data mnist --out examples/mnist
+  SINGA_DATA=/data singa data mnist --out examples/mnist   # /data/mnist holds the .gz files
+  singa data cifar10 --out examples/cifar10 --from ~/Downloads/cifar-10-batches-bin"""
+)
 def data(
-    name: Annotated[str, typer.Argument(help="dataset name, e.g. mnist")],
-    out: Annotated[Path, typer.Option("--out", help="folder to write SINGA's stores into")],
+    name: Annotated[
+        str, typer.Argument(metavar="NAME", help="dataset name: mnist, cifar10, tinyshakespeare")
+    ],
+    out: Annotated[
+        Path, typer.Option("--out", metavar="DIR", help="folder to write SINGA's stores into")
+    ],
     source: Annotated[
         Path | None,
         typer.Option(
             "--from",
-            help="folder holding the raw files (default: $SINGA_DATA/<name>, else download)",
+            metavar="DIR",
+            help="folder holding the raw files (default: $SINGA_DATA/NAME, else download "
+            "into ~/.cache/singa)",
         ),
     ] = None,
 ) -> None:
@@ -536,20 +515,37 @@ def data(
     try:
         host = _host()
         conv_cls = host.get("dataset", name, what="dataset")
-        written = prepare_dataset(conv_cls(), out, source)
+        said: list[str] = []
+
+        def log(message: str) -> None:
+            said.append(message)
+            print(message, file=sys.stderr)
+
+        written = prepare_dataset(conv_cls(), out, source, log=log)
     except SingaError as err:
         _fail(err)
-    for p in written:
-        print(f"wrote {p}")
+    for p in written:  # the files the converter did not already tell of
+        if not any(str(p) in message for message in said):
+            print(f"wrote {p}")
 
 
-@app.command("compile-proto")
+@app.command(
+    "compile-proto",
+    epilog="""Examples:
+  singa compile-proto singa_foo/foo.proto --out singa_foo""",
+)
 def compile_proto(
-    files: Annotated[list[Path], typer.Argument(help="your plugin's .proto files")],
-    out: Annotated[Path, typer.Option("--out", help="where to write the _pb2.py modules")] = Path(
-        "."
-    ),
-    include: Annotated[list[Path] | None, typer.Option("-I", help="extra include folders")] = None,
+    files: Annotated[
+        list[Path], typer.Argument(metavar="FILE.proto", help="your plugin's .proto files")
+    ],
+    out: Annotated[
+        Path,
+        typer.Option("--out", metavar="DIR", help="where to write the _pb2.py modules"),
+    ] = Path("."),
+    include: Annotated[
+        list[Path] | None,
+        typer.Option("-I", metavar="DIR", help="extra include folder (repeatable)"),
+    ] = None,
 ) -> None:
     """Compile a plugin's .proto (which may `import "singa_core/schema/job.proto"`)."""
     from singa_core.schema import compile_plugin_protos
@@ -563,21 +559,33 @@ def compile_proto(
         raise typer.Exit(USER_ERROR_EXIT) from None
 
 
-@app.command("new-plugin")
+@app.command(
+    "new-plugin",
+    epilog="""Examples:
+  singa new-plugin scaled-tanh --kind layer
+  singa new-plugin my-sgd --kind updater --out plugins-dev""",
+)
 def new_plugin(
-    name: Annotated[str, typer.Argument(help="the plugin's name, e.g. scaled-tanh")],
+    name: Annotated[
+        str, typer.Argument(metavar="NAME", help="the plugin's name, e.g. scaled-tanh")
+    ],
     kind: Annotated[
         str,
         typer.Option(
-            "--kind", help="layer, worker, updater, lr, paramgen, engine, store or dataset"
+            "--kind",
+            metavar="KIND",
+            help="layer, worker, updater, lr, paramgen, engine, store or dataset",
         ),
     ],
     out: Annotated[
-        Path, typer.Option("--out", help="folder to create the package folder in")
+        Path,
+        typer.Option("--out", metavar="DIR", help="folder to create the package folder in"),
     ] = Path("."),
     field_number: Annotated[
         int | None,
-        typer.Option(help="the .proto extension's field number (default: from the name)"),
+        typer.Option(
+            metavar="N", help="the .proto extension's field number (default: from the name)"
+        ),
     ] = None,
 ) -> None:
     """Write a ready plugin package: pyproject, module, .proto extension, README, tests."""
@@ -639,8 +647,13 @@ def version() -> None:
 
 
 def main() -> None:
+    from singa_core.legacy import translate_argv
+
+    args, notes = translate_argv(sys.argv[1:])  # SINGA 0.3's -conf, -singa_conf, ...
+    for note in notes:
+        print(note, file=sys.stderr)
     try:
-        app()
+        app(args=args, prog_name="singa")
     except KeyboardInterrupt:  # Ctrl-C outside the training loop (which handles its own)
         print("interrupted", file=sys.stderr)
         sys.exit(130)

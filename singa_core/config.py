@@ -283,7 +283,15 @@ def load_job(path: str | Path, overrides: list[str] = ()) -> JobConfig:
             f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start})",
             help="job.conf must be protobuf text format",
         ) from None
-    cfg = parse_job_text(text, str(path))
+    try:
+        cfg = parse_job_text(text, str(path))
+    except SingaError:
+        from singa_core.legacy import settings_file_error
+
+        settings = settings_file_error(text, str(path))  # 0.3's conf/singa.conf
+        if settings is not None:
+            raise settings from None
+        raise
     for ov in overrides:
         apply_override(cfg, ov)
     return cfg

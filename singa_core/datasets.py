@@ -110,7 +110,10 @@ def find_raw_files(conv, source: Path | None) -> Path:
     )
 
 
-def prepare_dataset(conv, out: Path, source: Path | None) -> list[Path]:
+def prepare_dataset(conv, out: Path, source: Path | None, log=None) -> list[Path]:
+    """Convert ``conv``'s raw files (from ``source``, $SINGA_DATA or a download) into stores
+    in ``out``; returns the files written. ``log(message)`` gets the converter's progress
+    (default: printed to stderr)."""
     folder = find_raw_files(conv, source)
     for name, (sha, size, _url) in conv.files.items():
         found = (folder / name).stat().st_size
@@ -127,4 +130,4 @@ def prepare_dataset(conv, out: Path, source: Path | None) -> list[Path]:
                 help="the file is damaged or a different version; replace it",
             )
     out.mkdir(parents=True, exist_ok=True)
-    return conv.convert(folder, out, lambda msg: print(msg, file=sys.stderr))
+    return conv.convert(folder, out, log or (lambda msg: print(msg, file=sys.stderr)))

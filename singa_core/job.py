@@ -60,6 +60,8 @@ class PreparedJob:
         return self.resume[0] if self.resume else int(self.job.step)
 
     notices: dict[str, str] = field(default_factory=dict)  # one line per alias used
+    # only the test net runs (singa test): a job.conf without an updater is fine
+    test_only: bool = False
     resume_meta: dict = field(default_factory=dict)  # training-state metadata of `resume`
 
     def get_plugin(self, kind: str, name: str):
@@ -133,6 +135,10 @@ class PreparedJob:
 
     def make_updater(self):
         conf = self.job.updater
+        if not self.job.HasField("updater") and self.test_only:
+            from singa_core.updater import EvaluationOnly
+
+            return EvaluationOnly()
         if not self.job.HasField("updater"):
             raise SingaError(
                 "job.conf has no updater",
@@ -252,6 +258,7 @@ def prepare_job(
     prepared = PreparedJob(
         cfg=cfg, host=host, seed=int(job.seed), workspace=wsp, resume=found, resume_meta=resume_meta
     )
+    prepared.test_only = test_only
     _check_conflicting_plugins(prepared)
     check_config(cfg)  # non-finite updater settings: a located error before step 0
     worker = prepared.make_worker()

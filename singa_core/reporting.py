@@ -105,6 +105,12 @@ class Reporter:
         self._step_times: list[float] = []
         self._last_loss: float | None = None
         self._progress_shown = False
+        # where the run's wall time went (seconds): every training step, every evaluation
+        # pass (validation/test), every checkpoint
+        self.train_seconds = 0.0
+        self.train_steps_timed = 0
+        self.evaluation_seconds = 0.0
+        self.checkpoint_seconds = 0.0
         # a singa_core.tensorboard.TensorBoardLog (or None): gets every metrics line and
         # step time; with param_histograms on, the loop hands it Param histograms
         self.tensorboard = tensorboard
@@ -182,7 +188,17 @@ class Reporter:
             self._metrics_file.write(json_record(rec) + "\n")
             self._metrics_file.flush()
 
+    def evaluated(self, phase: str, step: int | None, seconds: float) -> None:
+        """An evaluation pass (``"Test"``/``"Validation"``) took ``seconds``."""
+        self.evaluation_seconds += seconds
+
+    def checkpointed(self, step: int, path: str | None, seconds: float) -> None:
+        """Checkpoint ``step`` was written to ``path`` in ``seconds``."""
+        self.checkpoint_seconds += seconds
+
     def step_done(self, step: int, seconds: float) -> None:
+        self.train_seconds += seconds
+        self.train_steps_timed += 1
         self._step_times.append(seconds)
         if self.tensorboard is not None:
             self.tensorboard.step_done(seconds)

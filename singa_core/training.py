@@ -111,6 +111,7 @@ class TrainingLoop:
 
     def evaluate(self, phase: int, steps: int, step: int | None = None) -> dict[str, float]:
         net = self.nets[phase]
+        t0 = time.perf_counter()
         self.stub.collect_all(self.train_net.owner_params)
         pop_net_metrics(net)  # drop anything left over
         self.worker.start_evaluation(phase, net)
@@ -119,6 +120,7 @@ class TrainingLoop:
         metrics = pop_net_metrics(net)
         close_layers(net)
         name = "Test" if phase == kTest else "Validation"
+        self.reporter.evaluated(name, step, time.perf_counter() - t0)
         self.last_metrics[name.lower()] = metrics
         if step is not None:
             self.reporter.metrics(name, step, metrics)
@@ -152,8 +154,7 @@ class TrainingLoop:
                     and fires(step, job.checkpoint_freq, job.checkpoint_after)
                     and not (resumed and step == start_step)
                 ):
-                    self.stub.collect_all(self.train_net.owner_params)
-                    last_ckpt = self.checkpoint(step, evaluated=evaluated)
+                    last_ckpt = self._checkpoint(step, evaluated)
                 shown = self.is_display_worker and fires(step, job.disp_freq, job.disp_after)
                 stub = self.stub
                 if shown and self.param_histograms:
@@ -182,19 +183,21 @@ class TrainingLoop:
                     break
             interrupted = step < job.train_steps
             if self.checkpoint:
-                self.stub.collect_all(self.train_net.owner_params)
-                last_ckpt = self.checkpoint(step, evaluated=[])
-            if interrupted:
-                self.reporter.note(
-                    f"interrupted at step {step}; checkpoint {last_ckpt} written; "
-                    "continue with --resume"
-                )
+                last_ckpt = self._checkpoint(step, [])
+            # an interruption is told once, by whoever ran the job (the CLI's last line)
             return step, last_ckpt, interrupted
         finally:
             for net in {id(n): n for n in (self.train_net, *self.nets.values())}.values():
                 close_layers(net)
             self._restore_sigint(prev_handler)
             self.reporter.finish()
+
+    def _checkpoint(self, step: int, evaluated) -> str | None:
+        t0 = time.perf_counter()
+        self.stub.collect_all(self.train_net.owner_params)
+        path = self.checkpoint(step, evaluated=evaluated)
+        self.reporter.checkpointed(step, path, time.perf_counter() - t0)
+        return path
 
     def request_stop(self, signum: int | None = None) -> None:
         """Stop after the current step with a checkpoint, as the first Ctrl-C does (for

@@ -119,3 +119,17 @@ class Updater:
         wd_scale: float = 1.0,
     ) -> None:  # pragma: no cover
         raise NotImplementedError
+
+
+class EvaluationOnly(Updater):
+    """The updater of a job run only to evaluate its test net (``singa test`` of a job.conf
+    without ``updater``, which SINGA 0.3's test mode allowed, e.g. char-rnn's sample.conf):
+    it holds no history and has no learning rate, and is never asked to update."""
+
+    def __init__(self) -> None:
+        from singa_core.schema import job_pb2
+
+        super().__init__(job_pb2.UpdaterProto(), None)
+
+    def apply(self, step, value, grad, state, **scales) -> None:
+        raise RuntimeError("a job without an updater was asked to train")
