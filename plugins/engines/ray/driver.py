@@ -159,6 +159,13 @@ class Attempt:
                     )
                 )  # fmt: skip
             self.where = self._get_all([a.where.remote() for a in self.actors])
+            engine.reporter.note(
+                "ray: "
+                + "; ".join(
+                    f"{spec.role()} on {w['address']} (node {w['node_id'][:12]}, pid {w['pid']})"
+                    for spec, w in zip(self.topo.procs, self.where, strict=True)
+                )
+            )
             self._get_all([a.start.remote(self.actors) for a in self.actors])
             self.signals.install()
             return self._supervise()

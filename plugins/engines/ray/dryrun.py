@@ -27,7 +27,7 @@ def store_paths(job) -> list[tuple[str, str]]:
     out = []
     for i, layer in enumerate(job.neuralnet.layer):
         for fd, conf in layer.ListFields():
-            if fd.message_type is None or fd.label == fd.LABEL_REPEATED:
+            if not hasattr(conf, "ListFields"):  # a scalar or repeated field
                 continue
             path = getattr(conf, "path", None)
             if isinstance(path, str) and path:
@@ -40,10 +40,37 @@ def missing_paths(cwd: str, paths: list[str]) -> list[str]:
     return [p for p in paths if not os.path.exists(os.path.join(cwd, p))]
 
 
-def placement_lines(engine, cwd: str) -> list[str]:
+def missing_on_nodes(nodes, cwd: str, paths: list[str]) -> dict[str, list[str]]:
+    """Node id -> the paths missing there (a small task pinned to every node)."""
     import ray
-    from ray.util.placement_group import remove_placement_group
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    check = ray.remote(num_cpus=0)(missing_paths)
+    refs = {
+        n.id: check.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(n.id, soft=False)
+        ).remote(cwd, paths)
+        for n in nodes
+    }
+    return {node_id: ray.get(ref) for node_id, ref in refs.items()}
+
+
+def check_stores(fields, nodes, cwd: str, locate, missing_on) -> None:
+    """A located error if a store path of ``fields`` is missing on one of ``nodes``."""
+    by_id = {n.id: n for n in nodes}
+    for node_id, missing in missing_on(nodes, cwd, [p for _, p in fields]).items():
+        if missing:
+            where = next(f for f, p in fields if p == missing[0])
+            raise SingaError(
+                f"store {missing[0]} does not exist on node {by_id[node_id].label()}",
+                where=locate(where),
+                help="every node reads its workers' stripes from the same path: copy the "
+                "stores to every machine (or use a shared file system)",
+            )
+
+
+def placement_lines(engine, cwd: str) -> list[str]:
+    from ray.util.placement_group import remove_placement_group
 
     opts = engine.ray_options
     with Runtime(opts.address) as runtime:
@@ -68,23 +95,7 @@ def placement_lines(engine, cwd: str) -> list[str]:
             lines.append(f"  {spec.role()} -> node {node.label() if node else '?'} (asks {asks})")
         fields = store_paths(engine.prepared.job)
         if fields:
-            check = ray.remote(num_cpus=0)(missing_paths)
-            refs = {
-                n.id: check.options(
-                    scheduling_strategy=NodeAffinitySchedulingStrategy(n.id, soft=False)
-                ).remote(cwd, [p for _, p in fields])
-                for n in nodes
-            }
-            for node_id, ref in refs.items():
-                missing = ray.get(ref)
-                if missing:
-                    where = next(f for f, p in fields if p == missing[0])
-                    raise SingaError(
-                        f"store {missing[0]} does not exist on node {by_id[node_id].label()}",
-                        where=engine.prepared.cfg.locate(where),
-                        help="every node reads its workers' stripes from the same path: copy "
-                        "the stores to every machine (or use a shared file system)",
-                    )
+            check_stores(fields, nodes, cwd, engine.prepared.cfg.locate, missing_on_nodes)
             lines.append(
                 f"  stores found on all {len(nodes)} node(s): "
                 + ", ".join(sorted({p for _, p in fields}))

@@ -5,8 +5,9 @@ The actor is an asyncio actor. Its event loop serves the calls other processes m
 * ``push(sg, j, group, worker, slice, step, n, grad)`` (a worker's gradient slice for
   server ``j`` of server group ``sg``): the :class:`SliceServer` aggregates it with the rest
   of the group (synchronous within a group, asynchronous across groups); the call returns
-  when the group's update is applied: ``(version, value)``, the value itself when small,
-  else an object ref put once for every worker of the group (a node reads it zero-copy);
+  when the group's update is applied: ``(version, value)``, one snapshot of the slice per
+  update answering every worker of the group (numpy arrays travel as whole buffers: Ray
+  serialises them out of band, a reader on the same node maps them without a copy);
 * ``sync(sg, j, from_group, slice, delta)``: the master side of the inter-group sync
   (distributed Hogwild); the requester's own sync runs as a task on its loop;
 * ``deliver(key, item)``: bridge data and gradients of partitioned groups, other
@@ -28,8 +29,6 @@ import traceback
 from collections import defaultdict, deque
 
 import numpy as np
-
-INLINE_BYTES = 100 * 1024  # replies this small travel inside the answer (Ray inlines them)
 
 
 class Aborted(Exception):
@@ -235,14 +234,9 @@ class SingaProcess:
             fut = self.loop.create_future()
             self.waiting[key].append(fut)
             return await fut
-        version = done[0]
-        value = server.value(sid)
-        if value.nbytes >= INLINE_BYTES:
-            import ray
-
-            reply = (version, ray.put(value))  # one copy, read by every worker of the group
-        else:
-            reply = (version, value.copy())
+        # one snapshot per update for every worker of the group: the value changes in place
+        # with the next update, possibly before an answer is serialised
+        reply = (done[0], server.value(sid).copy())
         for fut in self.waiting.pop(key, ()):
             fut.set_result(reply)
         if server.sync_due(sid):

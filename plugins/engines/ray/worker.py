@@ -58,21 +58,14 @@ class RayStub(ShmStub):
         self.refs[oid] = refs
 
     def collect(self, param) -> None:
-        import ray
-
         oid = param.owner.id
         refs = self.refs.pop(oid, None)
         if not refs:
             return
-        ctx = self.rt.ctx
-        replies = ctx.get(refs)
-        stored = [v for _, v in replies if isinstance(v, ray.ObjectRef)]
-        fetched = iter(ctx.get(stored)) if stored else iter(())
+        replies = self.rt.ctx.get(refs)
         flat = self.shares[oid][0].owner.value.reshape(-1)
         for sid, (_, value) in zip(self.layout.param_slices[oid], replies, strict=True):
             s = self.layout.slices[sid]
-            if isinstance(value, ray.ObjectRef):
-                value = next(fetched)
             flat[s.start : s.start + s.size] = value
         version = min(v for v, _ in replies)
         for q in self.shares[oid]:
@@ -178,7 +171,7 @@ class RayWorker(WorkerThread):
         self.ctx.send(("checkpoint", step, records, state))
         return self.ctx.inbox.get(("checkpoint", step))
 
-    def publish_layer_states(self, step: int, *args) -> str:
+    def publish_layer_states(self, step: int, evaluated=()) -> str:
         states = ckpt.layer_states({kTrain: self.net})
         self.ctx.proc.worker_handle(0, 0).deliver.remote(("layers", step, self.wid), states)
         return ""

@@ -1,0 +1,363 @@
+"""The Ray engine on a 2-node Ray cluster (one CPU per node) inside a private network
+namespace. tests/engines/test_ray_engine.py runs this module in a subprocess under
+``unshare -n`` with only loopback up, so every address Ray uses is 127.0.0.1; run directly,
+it skips. One cluster for the module (start-up takes about 10 s); after every job nothing of
+singa's may be left in it (no live actor, no placement group that is not removed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from singa_core.checkpoint import read_params
+from tests.conftest import REPO, mlp_conf, mnist_example_args, run_singa, write_csv_blobs
+
+INSIDE = os.environ.get("SINGA_RAY_NETNS") == "1" and [
+    name for _, name in socket.if_nameindex()
+] == ["lo"]
+pytestmark = pytest.mark.skipif(
+    not INSIDE,
+    reason="needs the private network namespace that tests/engines/test_ray_engine.py makes",
+)
+
+EXAMPLES = REPO / "examples" / "frameworks"
+SEPARATE = "cluster.server_worker_separate=true"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    import ray
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    try:
+        c.add_node(num_cpus=1)
+        c.wait_for_nodes()
+        ray.init(address=c.address, include_dashboard=False, log_to_driver=False)
+        yield c
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
+def _o(*pairs: str) -> list[str]:
+    return [a for p in pairs for a in ("-o", p)]
+
+
+def ray_train(cluster, conf, *args: str, timeout: int = 300):
+    res = run_singa(
+        "train", str(conf), "--engine", "ray", "--address", cluster.address, "-q", *args,
+        timeout=timeout,
+    )  # fmt: skip
+    assert_nothing_left()
+    return res
+
+
+def assert_nothing_left(wait: float = 10.0) -> None:
+    """No singa actor alive and every placement group removed (Ray reports a killed actor
+    dead within a moment)."""
+    from ray._private import state
+    from ray.util.placement_group import placement_group_table
+
+    deadline = time.monotonic() + wait
+    while True:
+        alive = [a for a in state.actors().values() if a["State"] != "DEAD"]
+        groups = [g for g in placement_group_table().values() if g["state"] != "REMOVED"]
+        if not alive and not groups:
+            return
+        assert time.monotonic() < deadline, (alive, groups)
+        time.sleep(0.2)
+
+
+def placement(stderr: str) -> dict[str, tuple[str, int]]:
+    """Process role -> (node id, pid) from the engine's start note."""
+    line = next(x for x in stderr.splitlines() if x.startswith("ray: "))
+    return {
+        m.group(1): (m.group(2), int(m.group(3)))
+        for m in re.finditer(
+            r"(\w+(?:\+\w+)? process \d+) \([^)]*\) on [\d.]+ \(node (\w+), pid (\d+)\)", line
+        )
+    }
+
+
+def params(ws: Path, step: int) -> dict[str, np.ndarray]:
+    return {r.name: r.value for r in read_params(ws / "checkpoint" / f"step{step}-worker0")}
+
+
+def max_relative_difference(a: dict, b: dict) -> float:
+    assert sorted(a) == sorted(b)
+    return max(float(np.max(np.abs(a[k] - b[k]) / np.maximum(np.abs(b[k]), 1e-3))) for k in a)
+
+
+# -- equivalence -------------------------------------------------------------------------------
+def test_sandblaster_equals_shm_and_inprocess(cluster, mnist_stores, tmp_path):
+    """1 group x 2 workers (on different nodes) + separate servers, 30 steps of the MNIST
+    MLP: the same parameters as shm and as the in-process engine (one server there)."""
+    conf = EXAMPLES / "sandblaster.conf"
+    common = [
+        *mnist_example_args(mnist_stores), "--seed", "0",
+        *_o("train_steps=30", "test_freq=0", "checkpoint_freq=30", "cluster.nworkers_per_group=2"),
+    ]  # fmt: skip
+    res = ray_train(cluster, conf, *common, "--workspace", str(tmp_path / "ray"))
+    assert res.returncode == 0, res.stderr
+    where = placement(res.stderr)
+    assert where["worker process 0"][0] != where["worker process 1"][0], res.stderr
+    res = run_singa("train", str(conf), *common, "--engine", "shm", "-q",
+                    "--workspace", str(tmp_path / "shm"))  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    res = run_singa("train", str(conf), *common, "--engine", "inprocess", "-q",
+                    "--workspace", str(tmp_path / "inprocess"),
+                    *_o("cluster.nservers_per_group=1",
+                        "cluster.nworkers_per_procs=2"))  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    ray_p = params(tmp_path / "ray", 30)
+    vs_shm = max_relative_difference(ray_p, params(tmp_path / "shm", 30))
+    vs_inprocess = max_relative_difference(ray_p, params(tmp_path / "inprocess", 30))
+    print(f"max relative difference after 30 steps: vs shm {vs_shm:.3g}, "
+          f"vs in-process {vs_inprocess:.3g}")  # fmt: skip
+    assert vs_shm <= 1e-5 and vs_inprocess <= 1e-5
+
+
+def test_model_partitioned_group_across_nodes_equals_the_whole_net(cluster, tmp_path):
+    """ip1 split on its outputs (partition_dim 1) between 2 workers on the 2 nodes: the
+    bridges' features and gradients cross nodes; the result is the whole net's."""
+    from singa_core.checkpoint import ParamRecord, encode_params
+
+    data = tmp_path / "blobs.csv"
+    write_csv_blobs(data)
+    conf = tmp_path / "job.conf"
+    conf.write_text(mlp_conf(data, tmp_path / "ws", steps=10, checkpoint_freq=10))
+    common = _o("neuralnet.layer[0].store_conf.random_skip=0", "test_steps=0")
+    res = run_singa("train", str(conf), "--seed", "6", *common, "-q")
+    assert res.returncode == 0, res.stderr
+    records = []
+    for name, value in params(tmp_path / "ws", 0).items():
+        if name in ("0#w1", "0#b1"):
+            first, second = np.split(value, 2, axis=0)
+            records += [ParamRecord(name, 0, first), ParamRecord(name + "@1", 0, second)]
+        else:
+            records.append(ParamRecord(name, 0, value))
+    init = tmp_path / "init"
+    init.write_bytes(encode_params(records))
+    res = ray_train(
+        cluster, conf, "--seed", "6", "--workspace", str(tmp_path / "model"),
+        *common, *_o("cluster.nworkers_per_group=2", "neuralnet.layer[1].partition_dim=1",
+                     f"checkpoint_path={init}"),
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    where = placement(res.stderr)
+    assert where["worker+server process 0"][0] != where["worker process 1"][0], res.stderr
+    a, b = params(tmp_path / "ws", 10), params(tmp_path / "model", 10)
+    for name in ("0#w1", "0#b1"):
+        whole = np.concatenate([b[name], b[name + "@1"]], axis=0)
+        np.testing.assert_allclose(whole, a[name], rtol=2e-5, atol=2e-6, err_msg=name)
+    for name in ("0#w2", "0#b2"):
+        np.testing.assert_allclose(b[name], a[name], rtol=2e-5, atol=2e-6, err_msg=name)
+
+
+# -- the frameworks of examples/frameworks on real MNIST -----------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "steps", "cluster_args"),
+    [
+        # 1 group of 3 workers, each with a server (worker+server processes): 3 processes
+        ("allreduce", 100, ()),
+        # 2 asynchronous groups of 2 workers, a group per process: each group on its node
+        ("downpour", 150, ("cluster.nworkers_per_procs=2",)),
+        # 3 groups, a server group each, synchronised every update
+        ("hogwild", 150, ()),
+    ],
+)
+def test_frameworks_train_mnist(cluster, mnist_stores, tmp_path, name, steps, cluster_args):
+    conf = EXAMPLES / f"{name}.conf"
+    args = [*mnist_example_args(mnist_stores), "-o", f"cluster.workspace={tmp_path}"]
+    res = ray_train(
+        cluster, conf, "--seed", "0", *args, "--engine-option", "cpus_per_worker=0.5",
+        *_o(f"train_steps={steps}", "test_freq=0", "checkpoint_freq=0", *cluster_args),
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    if name == "downpour":
+        where = placement(res.stderr)
+        assert where["worker process 0"][0] != where["worker process 1"][0], res.stderr
+    res = run_singa("test", str(conf), "--steps", "100", *args)
+    assert res.returncode == 0, res.stderr
+    accuracy = float(re.search(r"accuracy = ([\d.]+)", res.stdout).group(1))
+    print(f"{name}: test accuracy {accuracy:.4f} after {steps} steps on 2 nodes")
+    assert accuracy >= 0.8, res.stdout
+
+
+# -- faults, restarts, resume ------------------------------------------------------------------
+def _blobs_job(tmp_path: Path, **kw) -> tuple[Path, Path]:
+    data = tmp_path / "blobs.csv"
+    if not data.exists():
+        write_csv_blobs(data)
+    ws = tmp_path / "ws"
+    conf = tmp_path / "job.conf"
+    conf.write_text(mlp_conf(data, ws, **kw))
+    return conf, ws
+
+
+GROUP = _o("cluster.nworkers_per_group=2", SEPARATE, "test_steps=0")
+
+
+def _start(cluster, conf: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "singa_core.cli", "train", str(conf), "--seed", "7", "-q",
+         "--engine", "ray", "--address", cluster.address, *GROUP, *args],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def _wait_for_note(proc: subprocess.Popen, ws: Path, step: int) -> str:
+    """The engine's start note (read from stderr) once checkpoint ``step`` exists."""
+    note = proc.stderr.readline()
+    while not note.startswith("ray: "):
+        assert note, proc.communicate()
+        note = proc.stderr.readline()
+    deadline = time.monotonic() + 120
+    while not (ws / "checkpoint" / f"step{step}-worker0.state.npz").exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return note
+
+
+def _kill_worker_1(note: str) -> None:
+    _, pid = placement(note)["worker process 1"]
+    os.kill(pid, signal.SIGKILL)
+
+
+def _checkpoint_steps(ws: Path) -> list[int]:
+    return sorted(int(p.name[4:].split("-")[0]) for p in (ws / "checkpoint").glob("step*-worker0"))
+
+
+def test_killed_worker_stops_the_job_within_10_s(cluster, tmp_path):
+    conf, ws = _blobs_job(tmp_path, steps=100000, checkpoint_freq=50)
+    proc = _start(cluster, conf)
+    try:
+        note = _wait_for_note(proc, ws, 50)
+        _kill_worker_1(note)
+        t0 = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+        elapsed = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    print(f"stopped {elapsed:.1f} s after the kill")
+    assert proc.returncode == 2, err
+    assert elapsed < 10, err
+    assert "worker process 1 (group 0, workers 1) on node 127.0.0.1 (Ray node" in err, err
+    assert "was lost" in err and "newest complete checkpoint is" in err, err
+    assert "--resume" in err and "Traceback" not in err, err
+    assert_nothing_left()
+    # --resume continues from the newest checkpoint, on Ray
+    last = _checkpoint_steps(ws)[-1]
+    res = ray_train(
+        cluster, conf, "--seed", "7", "--resume", *GROUP, *_o(f"train_steps={last + 20}")
+    )
+    assert res.returncode == 0, res.stderr
+    assert f"resuming at step {last}" in res.stderr
+    assert (ws / "checkpoint" / f"step{last + 20}-worker0").exists()
+
+
+def test_max_restarts_finishes_like_a_resume_from_the_checkpoint(cluster, tmp_path):
+    """Killed worker + --max-restarts 1: the job restarts from its newest checkpoint and ends
+    with the parameters of an uninterrupted run from that checkpoint (`--resume` of a copy)."""
+    steps = 400
+    conf, ws = _blobs_job(tmp_path, steps=steps, checkpoint_freq=50)
+    proc = _start(cluster, conf, "--max-restarts", "1")
+    try:
+        note = _wait_for_note(proc, ws, 50)
+        snapshot = tmp_path / "snapshot"
+        _kill_worker_1(note)
+        # the newest checkpoint when the kill happened is what the restart starts from
+        _, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    m = re.search(r"restarting from the checkpoint of step (\d+) \(restart 1 of 1\)", err)
+    assert m, err
+    restart_step = int(m.group(1))
+    assert_nothing_left()
+    # the uninterrupted run from that checkpoint: a copy of the workspace cut back to it
+    shutil.copytree(ws, snapshot)
+    for f in (snapshot / "checkpoint").iterdir():
+        s = re.match(r"\.?step(\d+)", f.name)
+        if s and int(s.group(1)) > restart_step:
+            f.unlink()
+    res = ray_train(cluster, conf, "--seed", "7", "--resume", "--workspace", str(snapshot), *GROUP)
+    assert res.returncode == 0, res.stderr
+    assert f"resuming at step {restart_step}" in res.stderr
+    a = (ws / "checkpoint" / f"step{steps}-worker0").read_bytes()
+    b = (snapshot / "checkpoint" / f"step{steps}-worker0").read_bytes()
+    assert a == b
+
+
+def test_resume_after_a_ray_run_continues_exactly(cluster, tmp_path):
+    conf, _ = _blobs_job(tmp_path, steps=8, checkpoint_freq=4)
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    for ws, steps in ((whole, 8), (parts, 4)):
+        res = ray_train(cluster, conf, "--seed", "8", "--workspace", str(ws), *GROUP,
+                        *_o(f"train_steps={steps}"))  # fmt: skip
+        assert res.returncode == 0, res.stderr
+    res = ray_train(cluster, conf, "--workspace", str(parts), "--resume", *GROUP)
+    assert res.returncode == 0, res.stderr
+    assert (whole / "checkpoint" / "step8-worker0").read_bytes() == (
+        parts / "checkpoint" / "step8-worker0"
+    ).read_bytes()
+    metrics = [json.loads(x) for x in (parts / "metrics.jsonl").read_text().splitlines()]
+    assert metrics, "metrics.jsonl is written on the driver's machine"
+
+
+def test_sigint_checkpoints_and_exits_130(cluster, tmp_path):
+    conf, ws = _blobs_job(tmp_path, steps=100000, checkpoint_freq=50)
+    proc = _start(cluster, conf)
+    try:
+        _wait_for_note(proc, ws, 50)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "interrupted at step" in err
+    assert_nothing_left()
+    last = _checkpoint_steps(ws)[-1]
+    assert last % 50 != 0 or last > 50  # the stop wrote its own checkpoint
+
+
+# -- placement and dry-run ---------------------------------------------------------------------
+def test_dry_run_shows_nodes_and_checks_stores(cluster, tmp_path):
+    conf, _ = _blobs_job(tmp_path)
+    res = ray_train(cluster, conf, "--dry-run", *GROUP, *_o("cluster.nservers_per_group=2"))
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert "engine: ray (4 processes" in out and "2 node(s)" in out, out
+    nodes = re.findall(
+        r"worker process \d \(group 0, workers \d\) -> node 127\.0\.0\.1 \(node (\w+)\)", out
+    )
+    assert len(nodes) == 2 and nodes[0] != nodes[1], out
+    assert "server 1 of server group 0 holds" in out
+    assert "stores found on all 2 node(s)" in out
+
+
+def test_more_cpus_than_the_cluster_has_is_a_clean_error(cluster, tmp_path):
+    conf, _ = _blobs_job(tmp_path)
+    res = ray_train(cluster, conf, *_o("cluster.nworker_groups=3"))
+    assert res.returncode == 2
+    assert "needs 3 CPUs" in res.stderr and "has 2 on 2 node(s)" in res.stderr, res.stderr
+    assert "cpus_per_worker" in res.stderr and "Traceback" not in res.stderr
+    assert "ray: " not in res.stderr  # no actor was started
