@@ -117,3 +117,24 @@ def test_trains_until_the_held_out_perplexity_falls(installed, corpus, tmp_path)
     assert end < 0.6 * start, val
     assert end < unigram, (val, unigram)  # better than the training unigram distribution
     assert val[8135] > end  # still falling
+
+
+@pytest.mark.slow
+def test_resume_continues_exactly(installed, corpus, tmp_path):
+    """The kData cursor and slot 0 are checkpointed: stopping and resuming mid-corpus gives
+    the same parameters as an uninterrupted run."""
+    conf = tmp_path / "job.conf"
+    conf.write_text(job_text(corpus[0]))
+    env = env_of(installed)
+
+    def train(ws, steps, *extra):
+        args = ["-o", f"cluster.workspace={ws}", "-o", f"train_steps={steps}"]
+        res = run_singa("train", str(conf), "-q", *args, "-o", "validate_freq=0", "--seed", "3",
+                        *extra, env=env)  # fmt: skip
+        assert res.returncode == 0, res.stderr
+
+    train(tmp_path / "a", 1500)
+    train(tmp_path / "b", 737)
+    train(tmp_path / "b", 1500, "--resume")
+    straight = (tmp_path / "a" / "checkpoint" / "step1500-worker0").read_bytes()
+    assert (tmp_path / "b" / "checkpoint" / "step1500-worker0").read_bytes() == straight
