@@ -72,3 +72,30 @@ def test_shakespeare_sentences():
         ["before", "we", "proceed", "hear", "me", "speak"],
         ["i'll", "ne'er", "do't"],
     ]
+
+
+def test_singa_data_rnnlm_converts_rnnlm_0_4b_files(tmp_path):
+    from singa_core.datasets import prepare_dataset
+
+    src, out = tmp_path / "rnnlm-0.4b", tmp_path / "out"
+    src.mkdir()
+    (src / "train").write_text("b a b\nc b a\n")
+    (src / "valid").write_text("a b\n")
+    (src / "test").write_text("c q\n")
+    written = prepare_dataset(get_host().get("dataset", "rnnlm")(), out, src)
+    assert sorted(p.name for p in written) == [
+        "test_data.bin", "train_data.bin", "valid_data.bin", "vocab.txt"
+    ]  # fmt: skip
+    assert (out / "vocab.txt").read_text().splitlines() == [
+        "0 </s> 2 0", "1 b 3 1", "2 a 2 2", "3 c 1 3"  # 100 classes: one word each here
+    ]  # fmt: skip
+    store = get_host().get("store", "kvfile")()
+    store.open(str(out / "test_data.bin"), KREAD)
+    words = []
+    while (rec := store.read()) is not None:
+        words.append(rnnlm_pb2.WordRecord.FromString(rec[1]).word)
+    store.close()
+    assert words == ["c", "</s>"]  # "q" is unknown
+    (src / "valid").unlink()
+    with pytest.raises(SingaError, match="lacks valid"):
+        prepare_dataset(get_host().get("dataset", "rnnlm")(), out, src)
