@@ -94,6 +94,7 @@ class _App(typer.Typer):
 app = _App(
     cls=_Group,
     add_completion=False,
+    rich_markup_mode=None,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     help="singa: train SINGA 0.x job.conf files; extend it with pip-installable plugins.",
@@ -600,6 +601,63 @@ def new_plugin(
     if note:
         print(f"note: {note}", file=sys.stderr)
     print(f"next: pip install {root} && singa list-plugins; pytest {root / 'tests'}")
+
+
+@app.command(
+    "time",
+    epilog="""Examples:
+  singa time examples/mnist/job.conf
+  singa time examples/mnist/conv.conf --iterations 20 --json""",
+)
+def time_command(
+    job: JobArg,
+    iterations: Annotated[
+        int, typer.Option("--iterations", "-n", metavar="N", help="timed training steps")
+    ] = 10,
+    warmup: Annotated[
+        int, typer.Option("--warmup", metavar="N", help="untimed steps before them")
+    ] = 2,
+    as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+    override: OverrideOpt = None,
+    seed: Annotated[
+        int | None, typer.Option(metavar="N", help="random seed (overrides job.conf's seed)")
+    ] = None,
+) -> None:
+    """Time the train net's layers, forward and backward, like `caffe time`.
+
+    Runs N training steps on real batches in memory (nothing is written: no checkpoint,
+    no metrics) and prints per layer its type, output shape, forward and backward ms, its
+    share of the step and GFLOP/s where the layer knows its FLOPs, then the updater's and
+    the engine's share."""
+    import os
+
+    from singa_core.blas import set_blas_threads
+    from singa_core.config import load_job
+    from singa_core.job import prepare_job
+    from singa_core.timing import time_training_step
+
+    try:
+        if iterations < 1 or warmup < 0:
+            raise SingaError(
+                f"--iterations must be at least 1 and --warmup not negative "
+                f"(got {iterations}, {warmup})",
+                where="--iterations" if iterations < 1 else "--warmup",
+                help="e.g. --iterations 10",
+            )
+        host = _host()
+        cfg = load_job(job, override or [])
+        prepared = prepare_job(cfg, host, seed=seed)
+        j = prepared.job
+        n = j.num_openblas_threads if j.HasField("num_openblas_threads") else os.cpu_count()
+        set_blas_threads(n or 1)  # as the in-process engine runs it
+        timing = time_training_step(prepared, iterations, warmup)
+    except SingaError as err:
+        _fail(err)
+    if as_json:
+        print(json.dumps({"job": str(job), **timing.as_dict()}, indent=2))
+        return
+    for line in timing.table():
+        print(line)
 
 
 @app.command()

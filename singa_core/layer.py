@@ -126,6 +126,13 @@ class Layer:
         evaluation pass and at the end of a run; may be called again, and the layer may
         keep working (appending) afterwards."""
 
+    def flops(self, srcs: Sequence[Layer]) -> tuple[float, float] | None:
+        """Optional: the floating-point operations of one ``forward`` and one ``backward``
+        over the current batch, given the layer's sources (a multiply-add counts as two;
+        the gradient for a source whose ``grad_for`` is None is not computed). ``singa
+        time`` shows GFLOP/s from it; None (the default): the layer does not say."""
+        return None
+
     # -- helpers for subclasses ---------------------------------------------------------
     @property
     def shape(self) -> tuple[int, ...]:

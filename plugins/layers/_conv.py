@@ -110,6 +110,13 @@ class ConvolutionBase(NeuronLayer):
             win = self.win
             np.copyto(target, gxp[:, win.ph : win.ph + self.height, win.pw : win.pw + self.width])
 
+    def flops(self, srcs):
+        cols = self.out_h * self.out_w * self.batchsize
+        mm = 2.0 * self.num_filters * self._col2d.shape[0] * cols  # weight · column GEMM
+        bias = float(self.num_filters * cols)
+        src_grad = mm if srcs[0].grad_for(self) is not None else 0.0
+        return mm + bias, mm + bias + src_grad
+
     # -- forward / backward -------------------------------------------------------------
     def forward(self, phase, srcs):
         self._im2col(self._input_chwn(srcs[0].data))

@@ -109,6 +109,11 @@ class PoolingBase(NeuronLayer):
             for sl in slices[1:]:
                 np.maximum(out, xp[sl], out=out)
 
+    def flops(self, srcs):
+        # one comparison (max) or addition (average) per window element and output
+        ops = float(self.channels * self.out_h * self.out_w * self.batchsize * len(self._slices))
+        return ops, ops if srcs[0].grad_for(self) is not None else 0.0
+
     def backward(self, phase, srcs):
         buf = srcs[0].grad_for(self)
         if buf is None:

@@ -65,6 +65,12 @@ class InnerProductLayer(NeuronLayer):
         np.dot(x, w if self.transpose else w.T, out=self.data)
         self.data += self.bias.value
 
+    def flops(self, srcs):
+        mm = 2.0 * self.batchsize * self.vdim * self.hdim  # one (B x V)·(V x H) product
+        bias = float(self.batchsize * self.hdim)
+        src_grad = mm if srcs[0].grad_for(self) is not None else 0.0
+        return mm + bias, mm + bias + src_grad  # backward: weight and bias (+ source) grads
+
     def backward(self, phase, srcs):
         src = srcs[0]
         g = self.grad
