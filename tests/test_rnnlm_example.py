@@ -73,7 +73,8 @@ def test_listed_as_user_types_next_to_the_builtin_embedding(installed):
         "user_type": ["kData", "kEmbedding", "kHidden", "kLoss"]
     }
     assert rnnlm["types"]["dataset"] == ["rnnlm", "rnnlm-shakespeare"]
-    assert rnnlm["requires"] == "<1,>=0.1"
+    assert set(rnnlm["requires"].split(",")) == {">=0.1", "<1"}  # its dependency range
+    assert rnnlm["plugin_api"] == ">=1,<2"  # SINGA_PLUGIN_API in singa_rnnlm/plugin.py
     assert "kEmbedding" in plugins["singa-classic"]["types_by_field"]["layer"]["type"]
 
 
