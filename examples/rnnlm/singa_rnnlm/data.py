@@ -84,7 +84,6 @@ class RnnlmDataLayer(InputLayer):
         rows = self.max_window + 1
         self.alloc((rows, 4), grad=False)
         self.records = np.zeros((rows, 4), dtype=np.int64)
-        self.keys: list[bytes] = [b""] * rows
         self.window = 0
         self._word = rnnlm_pb2.WordRecord()
         self._first = True
@@ -103,7 +102,7 @@ class RnnlmDataLayer(InputLayer):
             "(or `singa data rnnlm-shakespeare`)",
         )
 
-    def _next(self) -> tuple[bytes, tuple[int, int, int, int]]:
+    def _next(self) -> tuple[int, int, int, int]:
         rec = self.store.read()
         if rec is None:
             self.store.seek_to_first()
@@ -125,20 +124,18 @@ class RnnlmDataLayer(InputLayer):
                 f"is inconsistent: word_index {fields[0]}, class_index {fields[1]}, class "
                 f"range [{fields[2]}, {fields[3]})",
             )
-        return key, fields
+        return fields
 
     def forward(self, phase, srcs):
-        rec, keys = self.records, self.keys
+        rec = self.records
         if self._first:  # slot 0 before the first window: the end of a sentence
             self._first = False
             rec[0] = (END_OF_SENTENCE, 0, 0, 0)
-            keys[0] = b""
         else:
             rec[0] = rec[self.window]
-            keys[0] = keys[self.window]
         self.window = self.max_window
         for t in range(1, self.max_window + 1):
-            keys[t], rec[t] = self._next()
+            rec[t] = self._next()
             if rec[t, 0] == END_OF_SENTENCE:
                 self.window = t
                 break
