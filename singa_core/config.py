@@ -253,8 +253,23 @@ def _split_code(line: str) -> tuple[str, str]:
     return line, ""
 
 
+# protobuf's text parser unescapes strings with a regex that takes quadratic time on a long
+# run of backslashes (40,000 take minutes); no job.conf needs more than a few in a row
+MAX_BACKSLASHES = 256
+_BACKSLASH_RUN = re.compile(r"\\{" + str(MAX_BACKSLASHES + 1) + ",}")
+
+
 def parse_job_text(text: str, path: str = "<job.conf>") -> JobConfig:
     job = job_pb2.JobProto()
+    run = _BACKSLASH_RUN.search(text)
+    if run:
+        line = text.count("\n", 0, run.start()) + 1
+        col = run.start() - (text.rfind("\n", 0, run.start()) + 1) + 1
+        raise SingaError(
+            f"{run.end() - run.start()} backslashes in a row (at most {MAX_BACKSLASHES})",
+            where=Location(path, line, col),
+            help="a string escapes a backslash as \\\\; this many is not a job configuration",
+        )
     expanded = _expand_short_extensions(text)
     try:
         text_format.Parse(expanded, job)
@@ -263,11 +278,23 @@ def parse_job_text(text: str, path: str = "<job.conf>") -> JobConfig:
     return JobConfig(job=job, path=path, text=text, locations=index_locations(text))
 
 
+MAX_CONF_BYTES = 1 << 20  # SINGA's largest example is 10 KB; parsing 8 MB takes seconds
+
+
+def _too_big(path, size: int) -> SingaError:
+    return SingaError(
+        f"{path} is {size:,} bytes; a job configuration is at most {MAX_CONF_BYTES:,}",
+        where=Location(str(path)),
+        help="job.conf describes the job; data belongs in store files (store_conf.path)",
+    )
+
+
 def load_job(path: str | Path, overrides: list[str] = ()) -> JobConfig:
     """Read and parse a job.conf, then apply ``-o key=value`` overrides."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        raw = p.read_bytes()
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise SingaError(
             f"job configuration file not found: {path}",
@@ -279,10 +306,17 @@ def load_job(path: str | Path, overrides: list[str] = ()) -> JobConfig:
             help="give the path of the job.conf inside it",
         ) from None
     except UnicodeDecodeError as exc:
+        if len(raw) > MAX_CONF_BYTES:
+            raise _too_big(path, len(raw)) from None
+        line = raw.count(b"\n", 0, exc.start) + 1
+        col = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
         raise SingaError(
             f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start})",
-            help="job.conf must be protobuf text format",
+            where=Location(str(path), line, col),
+            help="job.conf must be protobuf text format (UTF-8)",
         ) from None
+    if len(raw) > MAX_CONF_BYTES:
+        raise _too_big(path, len(raw))
     try:
         cfg = parse_job_text(text, str(path))
     except SingaError:

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 USER_ERROR_EXIT = 2
+MAX_LINE = 1000  # characters of one line of an error; the user's text may be huge
 
 
 @dataclass(frozen=True)
@@ -64,10 +65,17 @@ class SingaError(Exception):
         lines += [f"note: {n}" for n in self.notes]
         if self.help:
             lines.append(f"help: {self.help}")
-        return "\n".join(lines)
+        return "\n".join(_cut(line) for line in lines)
 
     def __str__(self) -> str:
         return self.format()
+
+
+def _cut(line: str) -> str:
+    """A line of at most about MAX_LINE characters (a 1 MB layer name is not echoed)."""
+    if len(line) <= MAX_LINE:
+        return line
+    return f"{line[:MAX_LINE]} ... ({len(line) - MAX_LINE} more characters)"
 
 
 def did_you_mean(name: str, candidates: Iterable[str], n: int = 3) -> str | None:

@@ -13,6 +13,19 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--fuzz-long",
+        action="store_true",
+        help="run the fuzz tests (tests/fuzz) 100 times longer; same as SINGA_FUZZ_LONG=1",
+    )
+
+
+def pytest_configure(config):
+    if config.getoption("--fuzz-long"):
+        os.environ["SINGA_FUZZ_LONG"] = "1"  # read by tests/fuzz/fuzzing.py at import
+
+
 def shared_data_dir() -> Path:
     """$SINGA_DATA, else ../shared/data next to the checkout (as CI sets it)."""
     env = os.environ.get("SINGA_DATA")

@@ -1,0 +1,56 @@
+"""What the fuzz suite (tests/fuzz) found, pinned as plain regression tests."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from conftest import REPO
+from typer.testing import CliRunner
+
+from singa_core import checkpoint as ckpt
+from singa_core.cli import app
+from singa_core.config import load_job
+from singa_core.errors import MAX_LINE, SingaError
+
+runner = CliRunner()
+MNIST = (REPO / "examples" / "mnist" / "job.conf").read_text()
+
+
+def test_non_utf8_job_conf_error_has_line_and_column(tmp_path):
+    conf = tmp_path / "job.conf"
+    conf.write_bytes(b'name: "a"\ntrain_steps: 1\n  \x80 bad\n')
+    with pytest.raises(SingaError) as exc:
+        load_job(conf)
+    assert str(exc.value.where) == f"{conf}:3:3"  # was: no location
+
+
+def test_a_long_run_of_backslashes_is_refused_quickly(tmp_path):
+    """protobuf's unescaping regex is quadratic in a run of backslashes: 40,000 took minutes."""
+    conf = tmp_path / "job.conf"
+    conf.write_text(MNIST.replace('name: "mlp"', 'name: "' + "\\\\" * 20_000 + '"'))
+    t0 = time.monotonic()
+    with pytest.raises(SingaError) as exc:
+        load_job(conf)
+    assert time.monotonic() - t0 < 5
+    assert "40000 backslashes in a row" in exc.value.message
+    assert str(exc.value.where) == f"{conf}:6:8"  # the first backslash
+
+
+def test_error_lines_do_not_echo_a_megabyte(tmp_path):
+    """A 1 MB layer name came back whole in the 'known layers' help (a 1 MB message)."""
+    conf = tmp_path / "job.conf"
+    conf.write_text(MNIST.replace('name: "data"', 'name: "' + "x" * 1_000_000 + '"', 1))
+    res = runner.invoke(app, ["train", str(conf), "--dry-run"])
+    assert res.exit_code == 2
+    assert "more characters)" in res.output
+    assert max(len(line) for line in res.output.splitlines()) < MAX_LINE + 100
+
+
+def test_empty_state_file_is_a_located_error(tmp_path):
+    """np.load raised a bare EOFError on an empty .state.npz."""
+    path = tmp_path / "step1-worker0.state.npz"
+    path.write_bytes(b"")
+    with pytest.raises(SingaError) as exc:
+        ckpt.read_state(path)
+    assert str(path) in exc.value.format()
