@@ -169,6 +169,18 @@ def _print_net(prepared, engine) -> None:
         print(line)
 
 
+def _write_graph(prepared, engine, path: Path, job: Path) -> None:
+    from singa_core.graph import net_graph, write_graph
+    from singa_core.net import PHASE_NAMES
+
+    title = f"{prepared.job.name or job.stem} ({job})"
+    text = net_graph(prepared.nets, PHASE_NAMES, engine.describe(), title)
+    written, note = write_graph(text, path)
+    if note:
+        print(note, file=sys.stderr)
+    print(f"wrote {written}")
+
+
 def _engine_options(*, extra: list[str], **given) -> dict[str, str]:
     """The engine options given on the command line (name -> text)."""
     out = {k: str(v) for k, v in given.items() if v is not None}
@@ -283,6 +295,16 @@ def train(
             "disp_freq steps",
         ),
     ] = False,
+    graph: Annotated[
+        Path | None,
+        typer.Option(
+            "--graph",
+            metavar="FILE",
+            help="with --dry-run: write the nets (after unrolling and partitioning) and the "
+            "placement as a Graphviz graph, FILE.dot (or .svg/.png/.pdf when Graphviz's dot "
+            "is installed)",
+        ),
+    ] = None,
 ) -> None:
     """Train the model a job.conf describes.
 
@@ -293,6 +315,14 @@ def train(
 
     if keep_checkpoints is not None:
         override = [*(override or []), f"keep_checkpoints={keep_checkpoints}"]
+    if graph is not None and not dry_run:
+        _fail(
+            SingaError(
+                "--graph writes the net of a dry run",
+                where="--graph",
+                help=f"add --dry-run: singa train {job} --dry-run --graph {graph}",
+            )
+        )
     try:
         run = Job.from_file(
             job,
@@ -314,6 +344,8 @@ def train(
             checked = run.dry_run()
             prepared, eng = checked.prepared, checked.engine
             _print_net(prepared, eng)
+            if graph is not None:
+                _write_graph(prepared, eng, graph, job)
             print(f"{job}: ok")
             return
         result = run.train(resume=resume, resume_from=resume_from)
