@@ -43,12 +43,19 @@ HISTOGRAM_SAMPLE = 1 << 16
 HISTOGRAM_BINS = 30
 
 
-def writer_available() -> bool:
+def writer_problem() -> str | None:
+    """None when tensorboardX imports, else the one-line note saying why there are no logs."""
     try:
-        import tensorboardX  # noqa: F401
+        from tensorboardX import SummaryWriter  # noqa: F401
     except ImportError:
-        return False
-    return True
+        return MISSING_NOTE
+    except Exception as exc:  # noqa: BLE001 - a broken install (e.g. of torch, which it tries)
+        return f"note: no TensorBoard logs for this run: tensorboardX failed to import ({exc})"
+    return None
+
+
+def writer_available() -> bool:
+    return writer_problem() is None
 
 
 class TensorBoardLog:
@@ -65,8 +72,9 @@ class TensorBoardLog:
     def create(cls, logdir: Path, *, histograms: bool = False, err=None):
         """A log writing to ``logdir``, or None (after a one-line note on ``err``) when
         tensorboardX is not installed."""
-        if not writer_available():
-            print(MISSING_NOTE, file=err or sys.stderr)
+        problem = writer_problem()
+        if problem is not None:
+            print(problem, file=err or sys.stderr)
             return None
         return cls(logdir, histograms=histograms)
 

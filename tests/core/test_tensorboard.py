@@ -93,9 +93,12 @@ def test_new_run_replaces_the_old_curves(small_job):
 
 def test_shm_engine_events_equal_metrics(small_job):
     conf, ws = small_job()
-    res = run_singa("train", str(conf), "--seed", "3", "--engine", "shm", "-q")
+    res = run_singa("train", str(conf), "--seed", "3", "--engine", "shm", "-q", "--histograms")
     assert res.returncode == 0, res.stderr
-    assert_events_equal_metrics(ws)
+    acc = assert_events_equal_metrics(ws)
+    # histograms come from the display worker's process through the launcher's Reporter
+    assert "grad/w2" in acc.Tags()["histograms"]
+    assert [h.step for h in acc.Histograms("param/w1")] == [0, 10, 20, 30, 40, 50]
 
 
 def test_missing_extra_is_one_note(small_job, monkeypatch):

@@ -223,6 +223,10 @@ class Launcher:
                 if self.prepared.resume
                 else {},
             )
+            # the display worker computes Param histograms only when the Reporter takes them
+            shared.extras["param_histograms"] = (
+                getattr(self.reporter, "param_histograms", False) is True
+            )
             self._signals.install()
             readers = {}
             for ps in topo.procs:

@@ -96,6 +96,8 @@ class _ReporterProxy:
 
     def __init__(self, ctx: ProcessContext) -> None:
         self.ctx = ctx
+        # the launcher's Reporter takes Param histograms (TrainingLoop asks before sending)
+        self.param_histograms = bool(ctx.shared.extras.get("param_histograms", False))
 
     def __getattr__(self, name):
         def call(*args, **kwargs):
