@@ -3,17 +3,22 @@
 * :func:`check_config`: a non-finite learning rate, momentum, weight decay (any float field
   of ``updater``) or Param ``lr_scale``/``wd_scale`` is a located error before step 0.
 * :class:`NumericGuard`: after every training step, the learning rate, the metrics the
-  layers accumulated (the loss), every gradient and every Param value the worker holds
-  must be finite. Otherwise :class:`NonFiniteError` stops the job at that step (exit status
-  :data:`NON_FINITE_EXIT`, 3), naming the first layer/Param in net order that went
-  non-finite. The loop writes no checkpoint after it, so the newest checkpoint is the last
-  good state and ``--resume`` continues from it.
+  layers accumulated (the loss) and every layer's output and output gradient must be
+  finite. Otherwise :class:`NonFiniteError` stops the job at that step (exit status
+  :data:`NON_FINITE_EXIT`, 3), naming the first layer/Param in net order that is
+  non-finite (outputs, metrics, Param gradients and values are all searched then). A NaN
+  or infinite Param gradient or value shows in these arrays at the step it appears,
+  except when a finite product overflows in the gradient or the update: then the next
+  step's outputs are non-finite, and the checkpoint writer refuses such values anyway.
+  The loop writes no checkpoint after the error, so the newest checkpoint is the last good
+  state and ``--resume`` continues from it.
 * :func:`check_checkpoint_values`: the last line of defence in
   :func:`singa_core.checkpoint.write_checkpoint`; a non-finite value is never written.
 
-Cost: one summation per array and step (a sum is finite iff every element is, unless a
-finite array overflows; only then the exact ``isfinite`` pass runs). On the MNIST MLP that
-is measured in ``benchmarks/numeric_guard.py`` (docs/performance.md).
+Cost: one summation per output/gradient array and step (a sum is finite iff every
+element is, unless a finite array overflows; only then the exact ``isfinite`` pass runs):
+O(batch x units), not O(Params). Measured on the MNIST MLP with
+``benchmarks/numeric_guard.py`` (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -128,37 +133,61 @@ class NumericGuard:
             math.isfinite(v) for layer in self.net.layers for v in layer.peek_metrics().values()
         )
         if ok:
-            # values are re-read each time: an engine may have swapped a Param's array
-            ok = all(all_finite(a) for a in self._current_arrays())
+            ok = all(all_finite(a) for a in self._activations())
         if not ok:
             self._raise(step)
 
-    def _current_arrays(self) -> Iterable[np.ndarray]:
-        seen: set[int] = set()
+    def check_start(self, step: int) -> None:
+        """Before the first step: every Param value (from its init or a checkpoint) must be
+        finite (one full pass, once)."""
         for layer in self.net.layers:
             for p in layer.params:
-                for a in (p.value, p.grad if p.grad_owner is p else None):
-                    if a is not None and id(a) not in seen:
-                        seen.add(id(a))
-                        yield a
+                if p.is_owner and not all_finite(p.value):
+                    raise NonFiniteError(
+                        f"Param '{p.name}' of layer '{layer.name}' is non-finite before step "
+                        f"{step} ({_describe(p.value)})",
+                        step=step,
+                        help="check the Param's init in job.conf, or the checkpoint it was "
+                        "loaded from",
+                    )
+
+    def _activations(self) -> Iterable[np.ndarray]:
+        """Every layer's output and output gradient (re-read each step: layers may
+        re-allocate them), floating-point ones only."""
+        for layer in self.net.layers:
+            for a in (layer.data, layer.grad):
+                if isinstance(a, np.ndarray) and a.dtype.kind == "f":
+                    yield a
 
     def findings(self) -> list[str]:
-        """Everything non-finite, in net order (outputs, metrics, gradients, values)."""
+        """Everything non-finite, in the order a step computes it: Param values (the step's
+        inputs) and layer outputs in net order, metrics, then output and Param gradients in
+        backward (reverse net) order. The first is where the step went wrong."""
+
+        def bad(a) -> bool:
+            return isinstance(a, np.ndarray) and a.dtype.kind == "f" and not all_finite(a)
+
+        layers = self.net.layers
         out = []
-        for layer in self.net.layers:
-            if layer.data is not None and not all_finite(layer.data):
+        for layer in layers:
+            for p in layer.params:
+                if p.is_owner and bad(p.value):
+                    out.append(f"Param '{p.name}' of layer '{layer.name}' ({_describe(p.value)})")
+            if bad(layer.data):
                 out.append(f"the output of layer '{layer.name}' ({_describe(layer.data)})")
+        for layer in layers:
             for k, v in layer.peek_metrics().items():
                 if not math.isfinite(v):
                     out.append(f"metric '{k}' of layer '{layer.name}' ({v})")
+        for layer in reversed(layers):
+            if bad(layer.grad):
+                out.append(f"the output gradient of layer '{layer.name}' ({_describe(layer.grad)})")
             for p in layer.params:
-                if p.grad_owner is p and not all_finite(p.grad):
+                if p.grad_owner is p and bad(p.grad):
                     out.append(
                         f"the gradient of Param '{p.name}' of layer '{layer.name}' "
                         f"({_describe(p.grad)})"
                     )
-                if not all_finite(p.value):
-                    out.append(f"Param '{p.name}' of layer '{layer.name}' ({_describe(p.value)})")
         return out
 
     def _raise(self, step: int) -> None:

@@ -139,6 +139,8 @@ class TrainingLoop:
         self.reporter.start(start_step, job.train_steps, seed=int(job.seed), resumed=resumed)
         prev_handler = self._install_sigint()
         try:
+            if step < job.train_steps:
+                self.guard.check_start(step)
             while step < job.train_steps:
                 evaluated = []
                 for phase, name, freq, after, steps in (

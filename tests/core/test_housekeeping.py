@@ -145,3 +145,18 @@ def test_a_deeply_nested_config_error_is_short(tmp_path):
     assert res.exit_code == 2 and f"{conf}:2:" in res.output
     assert len(res.output) < 1000, len(res.output)
     assert "more characters" in res.output
+
+
+def test_the_shm_engine_resumes_without_repeating_an_evaluation(small_job, tmp_path):
+    conf, ws = small_job(steps=40, checkpoint_freq=10)
+    lines, records = _uninterrupted(conf, tmp_path)  # in-process: the shm engine matches it
+    ok("train", conf, "--seed", "7", "--engine", "shm")
+    for s, files in ck.checkpoint_steps(ws).items():  # as if killed right after step 30's
+        if s > 30:
+            for f in files:
+                for g in f.parent.glob(f.name + "*"):
+                    g.unlink()
+    res = ok("train", conf, "--resume", "--engine", "shm")
+    assert "resuming at step 30" in res.output and "Test step-30" not in res.stdout
+    assert printed(res) == [x for x in lines if int(x.split("-")[1].split(",")[0]) >= 30][1:]
+    assert metric_records(ws) == records

@@ -13,7 +13,13 @@ from typer.testing import CliRunner
 
 from singa_core import checkpoint as ck
 from singa_core.cli import app
-from singa_core.numeric import NON_FINITE_EXIT, NumericGuard, all_finite
+from singa_core.numeric import (
+    NON_FINITE_EXIT,
+    NonFiniteError,
+    NumericGuard,
+    all_finite,
+    check_checkpoint_values,
+)
 from singa_core.reporting import Reporter, json_record
 
 runner = CliRunner()
@@ -60,7 +66,8 @@ def test_exploding_training_stops_at_the_first_non_finite_step(small_job, tmp_pa
     assert "Traceback" not in res.output
     out = res.output
     step = int(out.split("training went non-finite at step ")[1].split(":")[0])
-    assert "first Param 'w1' of layer 'ip1'" in out
+    # w1 overflowed in the update of the step before: the step's first non-finite input
+    assert "first Param 'w1' of layer 'ip1'" in out and "also the output of layer 'ip1'" in out
     step_ckpt = ws / "checkpoint" / f"step{step - step % 5}-worker0"
     assert f"the newest good checkpoint is {step_ckpt}" in out
     # nothing after the bad step was written, and what is there is intact and finite
@@ -79,26 +86,37 @@ def test_exploding_training_stops_at_the_first_non_finite_step(small_job, tmp_pa
     assert event["step"] == step and event["checkpoint"].startswith(str(step_ckpt))
 
 
-def test_nan_at_a_display_step_is_logged_as_null_with_the_reason(small_job):
+def test_a_nan_init_stops_before_step_0(small_job):
     conf, ws = small_job(steps=60, checkpoint_freq=5)
-    # a NaN init: the step-0 checkpoint refuses to save it
     conf.write_text(conf.read_text().replace("kGaussian std: 0.1", "kGaussian std: nan"))
     res = invoke("train", conf, "--seed", "1")
     assert res.exit_code == 3, res.output
-    assert "is non-finite at step 0" in res.output
-    assert "the checkpoint was not written" in res.output
+    assert "Param 'w2' of layer 'ip2' is non-finite before step 0 (48 NaN of 48 values)" in (
+        res.output
+    )
     assert "no good checkpoint was written" in res.output
     assert not ck.checkpoint_steps(ws)
-    # without checkpoints, training step 0 (a display step) shows it and then stops
-    res = invoke("train", conf, "--seed", "1", "-o", "checkpoint_freq=0")
+    event = strict_json_lines(ws / "metrics.jsonl")[-1]
+    assert event["event"] == "non_finite" and event["step"] == 0 and event["checkpoint"] is None
+
+
+def test_a_nan_display_step_is_shown_and_logged_as_null(small_job):
+    conf, ws = small_job(steps=60)
+    # NaN data: the first training step goes non-finite, and it is a display step
+    data = next(ws.parent.glob("blobs.csv"))
+    rows = data.read_text().splitlines()
+    rows[3] = ",".join(rows[3].split(",")[:-1] + ["nan"])
+    data.write_text("\n".join(rows) + "\n")
+    res = invoke("train", conf, "--seed", "1", "-o", "test_freq=0", "-o", "disp_freq=1")
     assert res.exit_code == 3, res.output
-    assert "Train step-0, loss = nan" in res.output
-    assert "training went non-finite at step 0: first the gradient of Param 'w1'" in res.output
-    assert "also the output of layer 'ip2' (60 NaN of 60 values)" in res.output
+    step = int(res.output.split("training went non-finite at step ")[1].split(":")[0])
+    assert f"Train step-{step}, loss = nan" in res.output
+    assert f"at step {step}: first the output of layer 'data'" in res.output
     records = strict_json_lines(ws / "metrics.jsonl")
-    test, train = (next(r for r in records if r.get("phase") == p) for p in ("test", "train"))
-    assert test["loss"] is None and test["non_finite"]["loss"] == "nan"
-    assert train["loss"] is None and train["non_finite"]["loss"] == "nan"
+    train = [r for r in records if r.get("phase") == "train"]
+    assert train[-1]["step"] == step and train[-1]["loss"] is None
+    assert train[-1]["non_finite"]["loss"] == "nan"
+    assert all(r["loss"] is not None for r in train[:-1])
 
 
 def test_the_shm_engine_stops_with_exit_3_too(small_job):
@@ -154,7 +172,15 @@ def test_guard_names_the_first_layer_in_net_order(small_job):
     net = prepared.nets[kTrain]
     guard = NumericGuard(net)
     guard.check(0)  # freshly initialised: fine
-    p2 = next(p for layer in net.layers for p in layer.params if p.name.endswith("b2"))
-    p2.grad[1] = np.inf
-    with pytest.raises(Exception, match="at step 7: first the gradient of Param '.*b2'"):
+    tanh = next(layer for layer in net.layers if layer.name == "tanh")
+    tanh.grad[3, 1] = np.inf  # the gradient flowing back into ip1
+    with pytest.raises(
+        NonFiniteError, match="at step 7: first the output gradient of layer 'tanh'"
+    ):
         guard.check(7)
+    tanh.grad[3, 1] = 0
+    p2 = next(p for layer in net.layers for p in layer.params if p.name.endswith("w2"))
+    p2.value[0, 0] = np.nan  # a Param alone: found by the checkpoint writer
+    guard.check(8)
+    with pytest.raises(NonFiniteError, match="Param '.*w2' is non-finite at step 8"):
+        check_checkpoint_values([ck.ParamRecord("0#w2", 8, p2.value)], 8)
