@@ -30,6 +30,7 @@ class Curves:
     """The newest run of one workspace."""
 
     label: str
+    path: Path | None = None  # the metrics.jsonl read
     series: dict[tuple[str, str], list[tuple[int, float]]] = field(default_factory=dict)
 
     @property
@@ -84,7 +85,7 @@ def read_curves(workspace: Path, label: str | None = None) -> Curves:
     for k, (_, rec) in enumerate(records):
         if rec.get("event") == "start" and not rec.get("resumed"):
             begin = k
-    curves = Curves(label or _label(path))
+    curves = Curves(label or _label(path), path)
     for _, rec in records[begin:]:
         phase, step = rec.get("phase"), rec.get("step")
         if phase is None or not isinstance(step, int):
@@ -124,7 +125,7 @@ def choose_metrics(runs: list[Curves], wanted: list[str] | None) -> list[str]:
     if not chosen:
         raise SingaError(
             "the runs have no metrics to plot yet",
-            where=", ".join(str(metrics_file(Path(r.label))) for r in runs[:1]),
+            where=", ".join(str(r.path) for r in runs),
             help="plot after the first display step (disp_freq) of `singa train`",
         )
     return chosen

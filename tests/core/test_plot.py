@@ -105,5 +105,11 @@ def test_errors_are_located(tmp_path, two_runs):
     res = runner.invoke(app, ["plot", str(bad), "--terminal"])
     assert res.exit_code == 2
     assert f"{bad / 'metrics.jsonl'}:2: error: not a JSON record" in res.output
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / "metrics.jsonl").write_text(lines[0] + "\n")  # started, nothing displayed yet
+    res = runner.invoke(app, ["plot", str(fresh), "--terminal"])
+    assert res.exit_code == 2
+    assert f"{fresh / 'metrics.jsonl'}: error: the runs have no metrics to plot yet" in res.output
     res = runner.invoke(app, ["plot", str(two_runs[0]), "--terminal", "--metric", "perplexity"])
     assert res.exit_code == 2 and "the runs have: loss, accuracy, lr" in res.output
