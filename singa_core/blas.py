@@ -143,12 +143,65 @@ def _find_sgemm():
 
 def _blas_operand(x):
     """(transposed?, leading dimension) of a 2-D float32 array for row-major BLAS, or None
-    when its memory layout is neither row- nor column-contiguous."""
+    when its memory layout is neither row- nor column-major with a leading dimension.
+
+    Views into a larger array qualify as long as one axis has unit stride (a block of rows
+    of ``x[:, a:b]`` in a wider matrix, say)."""
+    item = x.itemsize
+    rows, cols = x.shape
+    s0, s1 = x.strides
+    if (s1 == item or cols <= 1) and s0 % item == 0 and s0 // item >= max(cols, 1):
+        return False, s0 // item
+    if (s0 == item or rows <= 1) and s1 % item == 0 and s1 // item >= max(rows, 1):
+        return True, s1 // item
     if x.flags.c_contiguous:
-        return False, x.shape[1]
+        return False, max(cols, 1)
     if x.flags.f_contiguous:
-        return True, x.shape[0]
+        return True, max(rows, 1)
     return None
+
+
+def _call_sgemm(a, b, c, alpha: float, beta: float) -> bool:
+    """``c = alpha·a@b + beta·c`` through cblas_sgemm when the layouts allow; False if not."""
+    import numpy as np
+
+    global _sgemm
+    if _sgemm is None:
+        _sgemm = _find_sgemm()
+    if not (
+        _sgemm
+        and a.ndim == 2
+        and b.ndim == 2
+        and c.ndim == 2
+        and a.dtype == b.dtype == c.dtype == np.float32
+        and c.shape == (a.shape[0], b.shape[1])
+        and a.shape[1] == b.shape[0]
+    ):
+        return False
+    la, lb, lc = _blas_operand(a), _blas_operand(b), _blas_operand(c)
+    if la is None or lb is None or lc is None or lc[0]:
+        return False
+    m, k = a.shape
+    n = b.shape[1]
+    if m == 0 or n == 0:
+        return True
+    _sgemm(
+        _ROW_MAJOR,
+        _TRANS if la[0] else _NO_TRANS,
+        _TRANS if lb[0] else _NO_TRANS,
+        m,
+        n,
+        k,
+        alpha,
+        a.ctypes.data,
+        max(la[1], 1),
+        b.ctypes.data,
+        max(lb[1], 1),
+        beta,
+        c.ctypes.data,
+        max(lc[1], 1),
+    )
+    return True
 
 
 def gemm_acc(a, b, c) -> None:
@@ -158,39 +211,25 @@ def gemm_acc(a, b, c) -> None:
     Layers accumulating parameter gradients over unrolled time steps (``kAggGrad``) use it.
     Falls back to numpy when the layout or dtype does not allow a direct call.
     """
-    import numpy as np
-
-    global _sgemm
-    if _sgemm is None:
-        _sgemm = _find_sgemm()
-    if (
-        _sgemm
-        and a.ndim == 2
-        and b.ndim == 2
-        and a.dtype == b.dtype == c.dtype == np.float32
-        and c.flags.c_contiguous
-        and c.shape == (a.shape[0], b.shape[1])
-        and a.shape[1] == b.shape[0]
-    ):
-        la, lb = _blas_operand(a), _blas_operand(b)
-        if la is not None and lb is not None:
-            m, k = a.shape
-            n = b.shape[1]
-            _sgemm(
-                _ROW_MAJOR,
-                _TRANS if la[0] else _NO_TRANS,
-                _TRANS if lb[0] else _NO_TRANS,
-                m,
-                n,
-                k,
-                1.0,
-                a.ctypes.data,
-                max(la[1], 1),
-                b.ctypes.data,
-                max(lb[1], 1),
-                1.0,
-                c.ctypes.data,
-                max(n, 1),
-            )
-            return
+    if c.flags.c_contiguous and _call_sgemm(a, b, c, 1.0, 1.0):
+        return
     c += a @ b
+
+
+def gemm(a, b, c, *, beta: float = 0.0) -> None:
+    """``c = a @ b + beta·c`` in place, with numpy's own BLAS, on strided 2-D views.
+
+    Unlike ``np.dot(out=)``, every operand may be a block of a larger array as long as one
+    of its axes has unit stride (BLAS's leading dimension): the convolutions multiply
+    shifted windows of their column buffers and accumulate into them this way, without
+    copies. ``beta`` is 0 (overwrite) or 1 (accumulate) in practice. Falls back to numpy
+    (with a temporary) when the layout or dtype does not allow a direct call.
+    """
+    if _call_sgemm(a, b, c, 1.0, beta):
+        return
+    if beta == 0.0:
+        c[...] = a @ b
+    else:
+        if beta != 1.0:
+            c *= beta
+        c += a @ b

@@ -11,11 +11,27 @@ Input ``[B, C, H, W]`` (a 3-D ``[B, H, W]`` input is one channel); ``num_filters
   the source takes none (an input layer), which saves the most expensive part of the first
   convolution's backward.
 
-Implementation: with the batch innermost (see ``_window.py``) im2col builds one
-``(C·kh·kw, oH·oW·B)`` matrix for the whole batch, so forward and each backward product is
-a single GEMM. im2col copies one strided block per kernel offset; col2im adds them back
-one kernel offset at a time into a padded buffer. All buffers are allocated in ``setup``;
-the column buffer is reused for ``Wᵀ·g``.
+Implementation (batch innermost, see ``_window.py``). With a vertical stride of 1 and
+``C·kw >= ROW_COLUMNS_MIN_K`` (every convolution of the shipped examples but the first) the
+layer builds *row columns* instead of a full im2col: ``xcol[c, j, hp,
+ow, b] = xpad[c, hp, j + sw·ow, b]`` holds the kw horizontal shifts of every padded input
+row, and the rows ``i .. i + oH`` of that buffer are, for kernel row ``i``, a
+``(C·kw, oH·oW·B)`` matrix with a leading dimension (no copy). So
+
+* forward is kh GEMMs ``y += W_i · xcol_i`` (``W_i = W[:, :, i, :]``, K = C·kw), with the
+  bias written first so that no separate pass adds it;
+* the weight gradient is kh GEMMs ``gW_i = g · xcol_iᵀ``;
+* the input gradient is kh GEMMs accumulating ``W_iᵀ · g`` into the rows of the same
+  buffer (free after the weight gradient), then kw strided adds back into the input rows.
+
+The buffer is kh times smaller than a full im2col matrix (C·kw·Hp·oW·B against
+C·kh·kw·oH·oW·B floats), and so is the memory traffic of building and reading it; the
+padding positions are written once at set-up and stay zero, so the padded input is never
+copied. The GEMMs run on strided views through :func:`singa_core.blas.gemm` (cblas with a
+leading dimension, beta 0 or 1). A vertical stride above 1 takes the general path: one
+``(C·kh·kw, oH·oW·B)`` im2col matrix per batch, one GEMM per product, col2im by kernel
+offset. So does a layer with few input channels, whose K = C·kw would be too small for
+efficient GEMMs (CIFAR-10's first convolution: C·kw = 15).
 """
 
 from __future__ import annotations
@@ -30,8 +46,13 @@ from singa_builtins.layers._window import (
     window_slice,
 )
 
+from singa_core.blas import gemm
 from singa_core.layer import NeuronLayer, kAggGrad
 from singa_core.param import DTYPE
+
+#: the row-column path needs GEMMs with K = C·kw; below this, the full im2col (K = C·kh·kw)
+#: is faster (measured: CIFAR-10's conv1, C·kw = 15, and LeNet's first, 5, lose 40-80%)
+ROW_COLUMNS_MIN_K = 64
 
 
 class ConvolutionBase(NeuronLayer):
@@ -67,20 +88,114 @@ class ConvolutionBase(NeuronLayer):
         self.weight = self.create_param(0, (nf, ckk), "weight")
         self.bias = self.create_param(1, (nf,), "bias")
 
+        self._out2d = self._out.reshape(nf, oh * ow * b)
+        self._gout2d = self._gout.reshape(nf, oh * ow * b)
+        self._ones = np.ones(oh * ow * b, dtype=DTYPE)
+        self._gw_tmp: np.ndarray | None = None
+        self._rows = win.sh == 1 and c * win.kw >= ROW_COLUMNS_MIN_K
+        if self._rows:
+            self._setup_rows()
+        else:
+            self._setup_im2col()
+
+    # -- row columns (vertical stride 1) ------------------------------------------------
+    def _setup_rows(self) -> None:
+        win, c, h, w, b = self.win, self.channels, self.height, self.width, self.batchsize
+        oh, ow, nf = self.out_h, self.out_w, self.num_filters
+        hp = h + 2 * win.ph
+        # xcol[c, j, hp, ow, b]; padding positions are never written and stay zero
+        self._xcol = np.zeros((c, win.kw, hp, ow, b), dtype=DTYPE)
+        self._xcol2d = self._xcol.reshape(c * win.kw, hp * ow * b)
+        run = ow * b  # columns of one output row
+        self._blocks = [self._xcol2d[:, i * run : (i + oh) * run] for i in range(win.kh)]
+        # the weight (and its gradient) regrouped as (kh, F, C·kw), one 2-D block per row
+        self._wrows = np.empty((win.kh, nf, c * win.kw), dtype=DTYPE)
+        self._gwrows = np.empty((win.kh, nf, c * win.kw), dtype=DTYPE)
+        # for each kernel column j: the output columns that read real (unpadded) input,
+        # and the input columns they read
+        self._colmap = []
+        for j in range(win.kw):
+            lo = max(0, -((j - win.pw) // win.sw))  # first ow with j + sw·ow - pw >= 0
+            hi = min(ow, (w - 1 + win.pw - j) // win.sw + 1) if w - 1 + win.pw - j >= 0 else 0
+            if hi <= lo:
+                continue
+            first = j + win.sw * lo - win.pw
+            src = slice(first, first + win.sw * (hi - lo - 1) + 1, win.sw)
+            self._colmap.append((j, slice(lo, hi), src))
+        self._hrows = slice(win.ph, win.ph + h)
+
+    def _weight_rows(self) -> np.ndarray:
+        """The weight as (kh, F, C·kw) (a copy, refreshed every step: values change)."""
+        win = self.win
+        w4 = self.weight.value.reshape(self.num_filters, self.channels, win.kh, win.kw)
+        wr = self._wrows.reshape(win.kh, self.num_filters, self.channels, win.kw)
+        np.copyto(wr, w4.transpose(2, 0, 1, 3))
+        return self._wrows
+
+    def _fill_rows(self, x: np.ndarray) -> None:
+        xc = as_chwn(x, self.batchsize, self.channels, self.height, self.width)
+        col, hr = self._xcol, self._hrows
+        for j, outs, src in self._colmap:
+            np.copyto(col[:, j, hr, outs], xc[:, :, src])
+
+    def _forward_rows(self, x: np.ndarray) -> None:
+        self._fill_rows(x)
+        wr, out = self._weight_rows(), self._out2d
+        np.copyto(out, self.bias.value[:, None])
+        for i, block in enumerate(self._blocks):
+            gemm(wr[i], block, out, beta=1.0)
+
+    def _weight_grad_rows(self, g: np.ndarray, target: np.ndarray) -> None:
+        """``target (F, C·kh·kw) = Σ_n g[n]·im2col(x[n])ᵀ`` from the row columns."""
+        win, gwr = self.win, self._gwrows
+        for i, block in enumerate(self._blocks):
+            gemm(g, block.T, gwr[i])
+        g4 = gwr.reshape(win.kh, self.num_filters, self.channels, win.kw)
+        np.copyto(
+            target.reshape(self.num_filters, self.channels, win.kh, win.kw),
+            g4.transpose(1, 2, 0, 3),
+        )
+
+    def _input_grad_rows(self, g: np.ndarray, buf: np.ndarray) -> None:
+        """The source gradient: ``Wᵢᵀ·g`` accumulated into the rows of the column buffer
+        (its values are no longer needed), then added back column shift by column shift."""
+        win, wr, col2d = self.win, self._wrows, self._xcol2d
+        run = self.out_w * self.batchsize
+        # rows not covered by kernel row 0 start from zero; row 0 overwrites the others
+        col2d[:, self.out_h * run :] = 0.0
+        for i, block in enumerate(self._blocks):
+            gemm(wr[i].T, g, block, beta=0.0 if i == 0 else 1.0)
+        target = as_chwn(buf, self.batchsize, self.channels, self.height, self.width)
+        target.fill(0.0)
+        col, hr = self._xcol, self._hrows
+        for j, outs, src in self._colmap:
+            target[:, :, src] += col[:, j, hr, outs]
+        # the padding positions must be zero again for the next forward
+        if win.ph > 0:
+            col[:, :, : win.ph] = 0.0
+            col[:, :, win.ph + self.height :] = 0.0
+        if win.pw > 0 or win.sw > 1:
+            for j, outs, _ in self._colmap:
+                if outs.start > 0:
+                    col[:, j, :, : outs.start] = 0.0
+                if outs.stop < self.out_w:
+                    col[:, j, :, outs.stop :] = 0.0
+            for j in set(range(win.kw)) - {j for j, _, _ in self._colmap}:
+                col[:, j] = 0.0
+
+    # -- general path: full im2col (vertical stride > 1) -------------------------------
+    def _setup_im2col(self) -> None:
+        win, c, h, w, b = self.win, self.channels, self.height, self.width, self.batchsize
+        oh, ow = self.out_h, self.out_w
         hp, wp = h + 2 * win.ph, w + 2 * win.pw
         self._padded = win.ph > 0 or win.pw > 0
         # padded input (borders stay zero) and padded input gradient, both CHWN
         self._xp = np.zeros((c, hp, wp, b), dtype=DTYPE) if self._padded else None
         self._gxp = np.zeros((c, hp, wp, b), dtype=DTYPE) if self._padded else None
         self._col = np.empty((c, win.kh, win.kw, oh, ow, b), dtype=DTYPE)
-        self._col2d = self._col.reshape(ckk, oh * ow * b)
-        self._out2d = self._out.reshape(nf, oh * ow * b)
-        self._gout2d = self._gout.reshape(nf, oh * ow * b)
-        self._ones = np.ones(oh * ow * b, dtype=DTYPE)
+        self._col2d = self._col.reshape(c * win.kh * win.kw, oh * ow * b)
         self._slices = [(i, j, window_slice(win, i, j, oh, ow)) for i, j in win.positions]
-        self._gw_tmp: np.ndarray | None = None
 
-    # -- im2col / col2im ----------------------------------------------------------------
     def _input_chwn(self, x: np.ndarray) -> np.ndarray:
         """The input as a contiguous, padded CHWN array (copied unless the source is
         already batch-innermost and no padding is needed)."""
@@ -112,13 +227,17 @@ class ConvolutionBase(NeuronLayer):
 
     def flops(self, srcs):
         cols = self.out_h * self.out_w * self.batchsize
-        mm = 2.0 * self.num_filters * self._col2d.shape[0] * cols  # weight · column GEMM
+        ckk = self.channels * self.win.kh * self.win.kw
+        mm = 2.0 * self.num_filters * ckk * cols  # weight · column GEMM
         bias = float(self.num_filters * cols)
         src_grad = mm if srcs[0].grad_for(self) is not None else 0.0
         return mm + bias, mm + bias + src_grad
 
     # -- forward / backward -------------------------------------------------------------
     def forward(self, phase, srcs):
+        if self._rows:
+            self._forward_rows(srcs[0].data)
+            return
         self._im2col(self._input_chwn(srcs[0].data))
         np.dot(self.weight.value, self._col2d, out=self._out2d)
         self._out2d += self.bias.value[:, None]
@@ -126,17 +245,24 @@ class ConvolutionBase(NeuronLayer):
     def backward(self, phase, srcs):
         wp, bp = self.weight, self.bias
         g = self._gout2d
-        if phase & kAggGrad:
-            if self._gw_tmp is None:
-                self._gw_tmp = np.empty(wp.shape, dtype=DTYPE)
-            np.dot(g, self._col2d.T, out=self._gw_tmp)
-            wp.grad += self._gw_tmp
+        agg = bool(phase & kAggGrad)
+        if agg and self._gw_tmp is None:
+            self._gw_tmp = np.empty(wp.shape, dtype=DTYPE)
+        gw = self._gw_tmp if agg else wp.grad
+        if self._rows:
+            self._weight_grad_rows(g, gw)
+        else:
+            np.dot(g, self._col2d.T, out=gw)
+        if agg:
+            wp.grad += gw
             bp.grad += np.dot(g, self._ones)
         else:
-            np.dot(g, self._col2d.T, out=wp.grad)
             np.dot(g, self._ones, out=bp.grad)
         buf = srcs[0].grad_for(self)
         if buf is None:
+            return
+        if self._rows:
+            self._input_grad_rows(g, buf)
             return
         np.dot(wp.value.T, g, out=self._col2d)  # the column buffer is free again
         self._col2im(buf)

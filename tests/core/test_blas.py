@@ -55,3 +55,35 @@ def test_gemm_acc_adds_the_product_in_place(trans_a, trans_b, mkn):
     c2 = c.copy()
     gemm_acc(strided, b, c2)
     np.testing.assert_allclose(c2, expected + a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("beta", [0.0, 1.0])
+def test_gemm_on_blocks_of_larger_arrays(beta):
+    """Operands that are column blocks of wider matrices (a leading dimension) and their
+    transposes, as the convolutions use them; the numpy path for other layouts."""
+    from singa_core.blas import gemm
+
+    rng = np.random.default_rng(1)
+    big_a = rng.standard_normal((6, 40)).astype(np.float32)
+    big_b = rng.standard_normal((9, 50)).astype(np.float32)
+    big_c = rng.standard_normal((6, 70)).astype(np.float32)
+    a = big_a[:, 3:12]  # 6 x 9, leading dimension 40
+    b = big_b[:, 5:25]  # 9 x 20, leading dimension 50
+    c = big_c[:, 10:30]  # 6 x 20, leading dimension 70
+    before = big_c.copy()
+    expected = a.astype(np.float64) @ b + beta * c
+    gemm(a, b, c, beta=beta)
+    np.testing.assert_allclose(c, expected, rtol=1e-5, atol=1e-5)
+    outside = np.ones(big_c.shape, bool)
+    outside[:, 10:30] = False
+    np.testing.assert_array_equal(big_c[outside], before[outside])  # nothing else touched
+    # transposed blocks: (9 x 6).T and (20 x 9).T
+    at, bt = big_a[:, 3:12].T.copy().T, big_b[:, 5:25].T.copy().T
+    c2 = np.zeros((6, 20), np.float32)
+    gemm(at, bt, c2, beta=beta)
+    np.testing.assert_allclose(c2, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+    # neither axis of unit stride: the numpy fallback gives the same
+    c3 = np.ones((6, 20), np.float32)
+    gemm(big_a[:, ::4][:, :9], b, c3, beta=beta)
+    exp3 = big_a[:, ::4][:, :9].astype(np.float64) @ b + beta
+    np.testing.assert_allclose(c3, exp3, rtol=1e-5, atol=1e-5)

@@ -31,6 +31,15 @@ GEOMETRIES = [
 ]
 
 
+@pytest.fixture(params=["rows", "im2col"])
+def conv_path(request, monkeypatch):
+    """Both implementations: row columns (vertical stride 1, any C·kw) and full im2col."""
+    from singa_builtins.layers import _conv
+
+    monkeypatch.setattr(_conv, "ROW_COLUMNS_MIN_K", 0 if request.param == "rows" else 10**9)
+    return request.param
+
+
 def test_registered_names():
     assert CConvolutionLayer.type_names == ("kCConvolution", "kCudnnConv")
 
@@ -62,11 +71,12 @@ def test_three_d_source_is_one_channel():
 
 @pytest.mark.parametrize("strided", [False, True])
 @pytest.mark.parametrize(("text", "geom"), GEOMETRIES)
-def test_forward_backward_against_reference(text, geom, strided):
+def test_forward_backward_against_reference(text, geom, strided, conv_path):
     rng = np.random.default_rng(1)
     x = rng.standard_normal((3, 2, 7, 6)).astype(np.float32)
     src = strided_source(x) if strided else SourceLayer(x)
     layer = conv([src], text)
+    assert layer._rows == (conv_path == "rows" and geom[4] == 1)
     layer.forward(kTrain | kForward, [src])
     w, b = (p.value.astype(np.float64) for p in layer.params)
     np.testing.assert_allclose(layer.data, conv_forward(x, w, b, *geom), rtol=1e-4, atol=1e-4)
@@ -77,6 +87,20 @@ def test_forward_backward_against_reference(text, geom, strided):
     np.testing.assert_allclose(src.grad, gx, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(layer.params[0].grad, gw, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(layer.params[1].grad, gb, rtol=1e-4, atol=1e-4)
+    # the row path reuses its column buffer for the input gradient: the next forward must
+    # see zero padding again, and a second backward must give the same gradients
+    y1 = layer.data.copy()
+    layer.forward(kTrain | kForward, [src])
+    np.testing.assert_array_equal(layer.data, y1)
+    layer.grad[...] = g
+    layer.backward(kTrain | kBackward, [src])
+    np.testing.assert_allclose(src.grad, gx, rtol=1e-4, atol=1e-4)
+
+
+def test_cifar_layers_pick_the_path_by_gemm_depth():
+    c1 = conv([SourceLayer(np.zeros((2, 3, 32, 32)))], "num_filters: 32 kernel: 5 pad: 2")
+    c2 = conv([c1], "num_filters: 32 kernel: 5 pad: 2")
+    assert not c1._rows and c2._rows  # C·kw = 15 against 160
 
 
 def test_output_is_a_batch_innermost_view():
@@ -150,7 +174,7 @@ def test_source_must_be_spatial():
     assert exc.value.where == "job.conf:srclayers"
 
 
-def test_no_allocation_per_step():
+def test_no_allocation_per_step(conv_path):
     from singa_core.testing import peak_bytes
 
     src = SourceLayer(np.random.default_rng(0).standard_normal((64, 4, 12, 12)))
@@ -166,12 +190,20 @@ def test_no_allocation_per_step():
 
 
 def _cases(tmp_path):
+    from singa_builtins.layers import _conv
+
     cases = []
     rng = np.random.default_rng(7)
-    for text, _ in GEOMETRIES:
-        x = rng.standard_normal((2, 2, 6, 5))
-        for src in (SourceLayer(x), strided_source(x)):
-            cases.append(GradCase(conv([src], text), [src]))
+    default = _conv.ROW_COLUMNS_MIN_K
+    try:
+        for min_k in (0, 10**9):  # both implementations: row columns and full im2col
+            _conv.ROW_COLUMNS_MIN_K = min_k
+            for text, _ in GEOMETRIES:
+                x = rng.standard_normal((2, 2, 6, 5))
+                for src in (SourceLayer(x), strided_source(x)):
+                    cases.append(GradCase(conv([src], text), [src]))
+    finally:
+        _conv.ROW_COLUMNS_MIN_K = default
     return cases
 
 
