@@ -305,15 +305,16 @@ class Launcher:
             getattr(self.reporter, method)(*args, **kwargs)
         elif kind == "done":
             pending_workers.discard(tuple(msg[1]))
+        elif kind == "non_finite" and self._non_finite is None:  # a NaN/inf stopped a worker
+            _, role, info = msg
+            self._non_finite = NonFiniteError(
+                info["message"],
+                step=info["step"],
+                notes=[*info["notes"], f"seen by {role}"],
+                help=info["help"],
+            )
         elif kind == "error":
-            _, role, text = msg[:3]
-            if len(msg) > 3 and self._non_finite is None:  # a NaN/inf stopped a worker
-                self._non_finite = NonFiniteError(
-                    msg[3]["message"],
-                    step=msg[3]["step"],
-                    notes=[*msg[3]["notes"], f"seen by {role}"],
-                    help=msg[3]["help"],
-                )
+            _, role, text = msg
             return f"{role} failed:\n{text.rstrip()}"
         return None
 

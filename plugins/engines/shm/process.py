@@ -47,11 +47,11 @@ def _report(ctrl, role: str, exc: BaseException) -> None:
     if isinstance(exc, Aborted):
         return
     text = exc.format() if isinstance(exc, SingaError) else traceback.format_exc()
-    msg: tuple = ("error", role, text)
-    if getattr(exc, "exit_code", None) == 3:  # numeric.NonFiniteError: the launcher re-raises it
-        msg += ({"message": exc.message, "step": exc.step, "notes": exc.notes, "help": exc.help},)
     try:
-        ctrl.send(msg)
+        if getattr(exc, "exit_code", None) == 3:  # NonFiniteError: the launcher re-raises it
+            info = {"message": exc.message, "step": exc.step, "notes": exc.notes, "help": exc.help}
+            ctrl.send(("non_finite", role, info))
+        ctrl.send(("error", role, text))
     except (OSError, ValueError):
         pass
 
