@@ -108,6 +108,9 @@ def test_empty_checkpoint_is_refused_everywhere(trained, tmp_path):
     assert res.exit_code == 2 and "holds no Param (the file is empty)" in res.output
     res = invoke("train", conf, "--workspace", tmp_path / "ft", "-o", f"checkpoint_path={empty}")
     assert res.exit_code == 2 and str(empty) in res.output and "holds no Param" in res.output
+    other_ws = f"cluster.workspace={tmp_path / 'none'}"  # no checkpoint there: checkpoint_path
+    res = invoke("test", conf, "-o", other_ws, "-o", f"checkpoint_path={empty}")
+    assert res.exit_code == 2 and str(empty) in res.output and "holds no Param" in res.output
     (ws / "checkpoint" / "step20-worker0").write_bytes(b"")  # the newest, state file intact
     res = invoke("train", conf, "--resume", "-o", "train_steps=30")
     assert res.exit_code == 2 and "resuming at step" not in res.output
