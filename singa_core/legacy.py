@@ -24,8 +24,7 @@ _DROPPED = {
     "-singa_conf": "SINGA 0.3's cluster-wide settings file (ZooKeeper address, log folder); "
     "singa needs none",
     "-singa_job": "SINGA 0.3's job id (given by singa-run.sh); singa needs none",
-    "-host": "SINGA 0.3's host of this process (given by singa-run.sh); singa runs on this "
-    "machine",
+    "-host": "SINGA 0.3's host of this process (given by singa-run.sh); singa runs on this machine",
 }
 
 
