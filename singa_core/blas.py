@@ -44,6 +44,26 @@ def _openblas_libs() -> list[ctypes.CDLL]:
     return libs
 
 
+#: environment variables that set the BLAS thread count, in the order they are honoured
+THREAD_ENV_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")
+
+
+def blas_threads_for(job, default: int, environ=None) -> int:
+    """The BLAS threads of one SINGA process: job.conf's ``num_openblas_threads`` when it
+    is set; else the user's ``OPENBLAS_NUM_THREADS``, else ``OMP_NUM_THREADS`` (as numpy
+    and PyTorch honour them; a value that is not a positive integer, such as OpenMP's
+    ``"4,2"`` lists, counts as unset); else ``default`` (the engine's choice: all cores for
+    the in-process engine, a share of them per process for the others)."""
+    if job is not None and job.HasField("num_openblas_threads"):
+        return max(1, int(job.num_openblas_threads))
+    env = os.environ if environ is None else environ
+    for name in THREAD_ENV_VARS:
+        value = env.get(name, "").strip()
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return max(1, int(default))
+
+
 def set_blas_threads(n: int) -> bool:
     """Set OpenBLAS's thread count; True if an OpenBLAS was found and set."""
     n = max(1, int(n))

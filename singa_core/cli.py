@@ -663,7 +663,7 @@ def time_command(
     the engine's share."""
     import os
 
-    from singa_core.blas import set_blas_threads
+    from singa_core.blas import blas_threads_for, set_blas_threads
     from singa_core.config import load_job
     from singa_core.job import prepare_job
     from singa_core.timing import time_training_step
@@ -679,9 +679,8 @@ def time_command(
         host = _host()
         cfg = load_job(job, override or [])
         prepared = prepare_job(cfg, host, seed=seed)
-        j = prepared.job
-        n = j.num_openblas_threads if j.HasField("num_openblas_threads") else os.cpu_count()
-        set_blas_threads(n or 1)  # as the in-process engine runs it
+        # as the in-process engine runs it (job.conf, else the environment, else all cores)
+        set_blas_threads(blas_threads_for(prepared.job, os.cpu_count() or 1))
         timing = time_training_step(prepared, iterations, warmup)
     except SingaError as err:
         _fail(err)
@@ -692,35 +691,21 @@ def time_command(
         print(line)
 
 
-@app.command(
-    epilog="""Examples:
-  singa plot examples/mnist
-  singa plot examples/mnist --terminal
-  singa plot runs/lr-0.01 runs/lr-0.001 --out compare.png --metric loss"""
-)
+@app.command()
 def plot(
     workspaces: Annotated[
-        list[Path],
-        typer.Argument(metavar="WORKSPACE", help="workspaces written by `singa train` (overlaid)"),
+        list[Path], typer.Argument(help="workspaces written by `singa train` (overlaid)")
     ],
     out: Annotated[
         Path | None,
-        typer.Option(
-            "--out",
-            metavar="FILE.png",
-            help="the PNG to write (default: FIRST_WORKSPACE/plot.png)",
-        ),
+        typer.Option("--out", help="the PNG to write (default: FIRST_WORKSPACE/plot.png)"),
     ] = None,
     terminal: Annotated[
         bool, typer.Option("--terminal", help="draw in the terminal instead (no matplotlib)")
     ] = False,
     metric: Annotated[
         list[str] | None,
-        typer.Option(
-            "--metric",
-            metavar="NAME",
-            help="plot this metric (repeatable; default: loss, accuracy)",
-        ),
+        typer.Option("--metric", help="plot this metric (repeatable; default: loss, accuracy)"),
     ] = None,
 ) -> None:
     """Plot loss and accuracy against step (train, test, validation) from metrics.jsonl."""

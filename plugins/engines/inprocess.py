@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 
 from singa_core import checkpoint as ckpt
-from singa_core.blas import set_blas_threads
+from singa_core.blas import blas_threads_for, set_blas_threads
 from singa_core.engine import Engine, TrainResult
 from singa_core.job import updater_type_name
 from singa_core.layer import kTest, kTrain
@@ -77,8 +77,10 @@ class InProcessEngine(Engine):
         n = self.train_net.num_param_values()
         k = self.train_net.num_partitions
         workers = "worker 0" if k == 1 else f"workers 0-{k - 1} (one partition each)"
+        threads = blas_threads_for(self.job, os.cpu_count() or 1)
         return [
-            f"engine: inprocess (1 process: {workers} of group 0 and server 0 of group 0)",
+            f"engine: inprocess (1 process: {workers} of group 0 and server 0 of group 0; "
+            f"{threads} BLAS thread(s))",
             f"server 0 holds all {len(self.train_net.owner_params)} params ({n:,} values) unsliced",
         ]
 
@@ -161,11 +163,10 @@ class InProcessEngine(Engine):
         )
 
     def _pin_threads(self) -> None:
-        # SINGA's num_openblas_threads when set; otherwise the whole machine, since this
-        # engine runs a single worker process.
-        j = self.job
-        n = j.num_openblas_threads if j.HasField("num_openblas_threads") else os.cpu_count()
-        set_blas_threads(n or 1)
+        # SINGA's num_openblas_threads when set, else the user's OPENBLAS_NUM_THREADS /
+        # OMP_NUM_THREADS; otherwise the whole machine, since this engine runs a single
+        # worker process.
+        set_blas_threads(blas_threads_for(self.job, os.cpu_count() or 1))
 
     def train(self) -> TrainResult:
         self._pin_threads()

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from singa_builtins.engines.ray.runtime import PIP_COMMAND, ray_installed
 from singa_builtins.engines.shared_memory import SharedMemoryEngine
 
+from singa_core.blas import blas_threads_for
 from singa_core.engine import TrainResult
 from singa_core.errors import SingaError
 
@@ -93,11 +94,9 @@ class RayEngine(SharedMemoryEngine):
         self.ray_options = o
 
     def process_blas_threads(self, request) -> int:
-        """BLAS threads of one SINGA process: num_openblas_threads, else its CPUs."""
-        job = self.prepared.job
-        if job.HasField("num_openblas_threads"):
-            return max(1, job.num_openblas_threads)
-        return max(1, int(request.cpus))
+        """BLAS threads of one SINGA process: num_openblas_threads, else the driver's
+        OPENBLAS_NUM_THREADS / OMP_NUM_THREADS, else its CPUs."""
+        return blas_threads_for(self.prepared.job, int(request.cpus))
 
     def describe(self) -> list[str]:
         from singa_builtins.engines.ray.dryrun import placement_lines

@@ -26,6 +26,7 @@ from singa_builtins.engines.shm.layout import ParamLayout
 from singa_builtins.engines.shm.topology import build_topology
 
 from singa_core import checkpoint as ckpt
+from singa_core.blas import blas_threads_for
 from singa_core.engine import Engine, TrainResult
 from singa_core.errors import SingaError
 from singa_core.layer import kTrain
@@ -90,10 +91,10 @@ class SharedMemoryEngine(Engine):
         return net
 
     def blas_threads(self) -> int:
-        job = self.prepared.job
-        if job.HasField("num_openblas_threads"):
-            return max(1, job.num_openblas_threads)
-        return max(1, (os.cpu_count() or 1) // len(self.topology.procs))
+        # num_openblas_threads, else OPENBLAS_NUM_THREADS / OMP_NUM_THREADS, else the
+        # cores shared out among the processes
+        share = (os.cpu_count() or 1) // len(self.topology.procs)
+        return blas_threads_for(self.prepared.job, share)
 
     def describe(self) -> list[str]:
         topo = self.topology
