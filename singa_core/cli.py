@@ -691,21 +691,35 @@ def time_command(
         print(line)
 
 
-@app.command()
+@app.command(
+    epilog="""Examples:
+  singa plot examples/mnist
+  singa plot examples/mnist --terminal
+  singa plot runs/lr-0.01 runs/lr-0.001 --out compare.png --metric loss"""
+)
 def plot(
     workspaces: Annotated[
-        list[Path], typer.Argument(help="workspaces written by `singa train` (overlaid)")
+        list[Path],
+        typer.Argument(metavar="WORKSPACE", help="workspaces written by `singa train` (overlaid)"),
     ],
     out: Annotated[
         Path | None,
-        typer.Option("--out", help="the PNG to write (default: FIRST_WORKSPACE/plot.png)"),
+        typer.Option(
+            "--out",
+            metavar="FILE.png",
+            help="the PNG to write (default: FIRST_WORKSPACE/plot.png)",
+        ),
     ] = None,
     terminal: Annotated[
         bool, typer.Option("--terminal", help="draw in the terminal instead (no matplotlib)")
     ] = False,
     metric: Annotated[
         list[str] | None,
-        typer.Option("--metric", help="plot this metric (repeatable; default: loss, accuracy)"),
+        typer.Option(
+            "--metric",
+            metavar="NAME",
+            help="plot this metric (repeatable; default: loss, accuracy)",
+        ),
     ] = None,
 ) -> None:
     """Plot loss and accuracy against step (train, test, validation) from metrics.jsonl."""
