@@ -7,7 +7,10 @@ a final checkpoint is written at ``train_steps``. A checkpoint ``step<S>`` alway
 parameters after exactly S updates.
 
 The first Ctrl-C finishes the current step, writes a checkpoint and stops (resume with
-``--resume``); a second one stops at once.
+``--resume``); a second one stops at once. A Ctrl-C during a validation or test pass ends
+the pass after its current batch: the pass is dropped (no metrics; its data cursors are
+rewound, so a resumed run repeats it exactly) and the job stops before the step's training,
+with a checkpoint of the steps finished.
 
 After every training step a :class:`~singa_core.numeric.NumericGuard` checks the learning
 rate, the layers' metrics, gradients and Param values; a NaN or infinity raises
@@ -31,6 +34,10 @@ from singa_core.partition import split_replica_name
 from singa_core.stub import ParamStub
 from singa_core.tensorboard import GradientHistograms, param_histograms
 from singa_core.unrolling import base_layer_name
+
+
+class EvaluationStopped(Exception):
+    """A stop request cut an evaluation pass short (internal to :class:`TrainingLoop`)."""
 
 
 def fires(step: int, freq: int, after: int) -> bool:
@@ -115,7 +122,13 @@ class TrainingLoop:
         self.stub.collect_all(self.train_net.owner_params)
         pop_net_metrics(net)  # drop anything left over
         self.worker.start_evaluation(phase, net)
+        before = {layer.name: layer.state_dict() for layer in net.layers}
         for _ in range(steps):
+            if self._stop_requested:  # Ctrl-C / SIGTERM: end the pass after its last batch
+                for layer in net.layers:  # as if it had not started: a resume repeats it
+                    layer.load_state_dict(before[layer.name])
+                pop_net_metrics(net)
+                raise EvaluationStopped
             self.worker.test_one_batch(phase, net)
         metrics = pop_net_metrics(net)
         close_layers(net)
@@ -188,6 +201,13 @@ class TrainingLoop:
                 last_ckpt = self._checkpoint(step, [])
             # an interruption is told once, by whoever ran the job (the CLI's last line)
             return step, last_ckpt, interrupted
+        except EvaluationStopped:
+            # stopped during an evaluation of `step`, before its training: checkpoint the
+            # `step` steps finished, with the evaluations of `step` that completed
+            if self.checkpoint:
+                self.stub.collect_all(self.train_net.owner_params)
+                last_ckpt = self.checkpoint(step, evaluated=list(evaluated))
+            return step, last_ckpt, True
         finally:
             for net in {id(n): n for n in (self.train_net, *self.nets.values())}.values():
                 close_layers(net)

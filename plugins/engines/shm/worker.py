@@ -122,6 +122,10 @@ class _StopAware:
         self.inner.train_one_batch(step, net, stub)
         self.rt.after_step(step)
 
+    def test_one_batch(self, phase, net) -> None:
+        self.inner.test_one_batch(phase, net)
+        self.rt.after_test_batch()
+
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
@@ -329,6 +333,14 @@ class WorkerThread:
         at = self.stop_at()
         if at >= 0 and step >= at and self.loop is not None:
             self.loop.request_stop(sig or None)
+
+    def after_test_batch(self) -> None:
+        """A stop request reaches the display worker's evaluation pass after each batch, so
+        the pass ends there (TrainingLoop.evaluate). The workers of a partitioned group
+        train each step together, so there the pass is finished and they stop after it."""
+        sig = self.stop_signal()
+        if sig and self.topo.nworkers_per_group == 1 and self.loop is not None:
+            self.loop.request_stop(sig)
 
     @property
     def _checkpoint_part(self):
