@@ -54,7 +54,7 @@ def main() -> None:
     alone = median_ms(checks)
     base = median_ms(times["without guard"])
     diff = median_ms(times["with guard"]) - base
-    print(f"guard alone:   median {alone:7.3f} ms per check ({100 * alone / base:.1f}% of a step)")
+    print(f"guard alone:   median {alone:7.3f} ms per check ({100 * alone / base:.2f}% of a step)")
     print(f"difference:    {diff:+.2f} ms/step ({100 * diff / base:+.1f}%)")
 
 
