@@ -5,7 +5,6 @@ them, and that nothing is written."""
 from __future__ import annotations
 
 import json
-import statistics
 
 import pytest
 from conftest import REPO, mnist_example_args
@@ -87,9 +86,11 @@ def test_lenet_table(mnist_stores, tmp_path):
 
 @pytest.mark.slow
 def test_table_sum_matches_a_measured_training_step(mnist_stores, tmp_path):
-    """The table's total (layers + updater + engine) against the step time the in-process
-    engine's training loop measures for the same job, alternating to share the machine's
-    drift. Generous tolerance (shared 2-core machines); no absolute timing is asserted."""
+    """The table's total (layers + updater + engine, which add up to each timed step)
+    against the step time the in-process engine's training loop measures for the same job,
+    alternating to share the machine's drift. Each side's fastest step is compared (noise
+    from other processes only adds time), with a generous tolerance for shared 2-core
+    machines; no absolute timing is asserted."""
     host = get_host()
 
     def prepared(ws):
@@ -102,13 +103,15 @@ def test_table_sum_matches_a_measured_training_step(mnist_stores, tmp_path):
     tables, trained = [], []
     for r in range(3):
         t = time_training_step(prepared(tmp_path / "t"), iterations=5, warmup=1)
-        tables.append(t.as_dict()["step_ms_median"])
+        d = t.as_dict()
+        assert d["sum_ms"] == pytest.approx(d["step_ms"], rel=1e-9)
+        tables.append(1000 * min(t.step))
         p = prepared(tmp_path / f"w{r}")
         p.job.train_steps = 7
         p.job.checkpoint_freq = 0
         reporter = Reporter(quiet=True, live=False)
         engine = host.get("engine", "inprocess")(p, reporter)
         engine.train()
-        trained.append(statistics.median(reporter._step_times[2:]) * 1000)
-    table_ms, train_ms = statistics.median(tables), statistics.median(trained)
-    assert table_ms == pytest.approx(train_ms, rel=0.3), (tables, trained)
+        trained.append(1000 * min(reporter._step_times[1:]))
+    table_ms, train_ms = min(tables), min(trained)
+    assert table_ms == pytest.approx(train_ms, rel=0.25), (tables, trained)
