@@ -131,6 +131,11 @@ class Attempt:
             stop_at=None,
             ready=None,
         )
+        prepared = engine.prepared
+        if prepared.resume:  # the evaluations the checkpoint's step already did
+            shared.extras["evaluated"] = list(prepared.resume_meta.get("evaluated", ()))
+        # group 0 worker 0 sends Param histograms when the Reporter takes them
+        shared.extras["param_histograms"] = getattr(engine.reporter, "param_histograms", False)
         try:
             self.pg = create_placement_group(requests, self.options.placement)
             placed = bundle_nodes(self.pg)
@@ -230,9 +235,11 @@ class Attempt:
                         getattr(reporter, method)(*args, **kwargs)
                     elif kind == "checkpoint":
                         _, step, records, state = msg
+                        prepared = self.engine.prepared
                         path = ckpt.write_checkpoint(
-                            self.engine.prepared.workspace, step, 0, records, state
-                        )
+                            prepared.workspace, step, 0, records, state,
+                            keep=prepared.job.keep_checkpoints,
+                        )  # fmt: skip
                         self.actors[i].deliver.remote(("checkpoint", step), str(path))
                     elif kind == "done":
                         pending.discard(tuple(msg[1]))
