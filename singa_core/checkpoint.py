@@ -33,6 +33,7 @@ import io
 import json
 import re
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -381,7 +382,16 @@ def _load_state(path: str | Path, with_arrays: bool) -> tuple[dict, dict[str, np
             if not isinstance(meta, dict) or not isinstance(meta.get("step"), int):
                 raise ValueError("its metadata has no step")
             arrays = {k[2:]: z[k] for k in z.files if k.startswith("a/")} if with_arrays else {}
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+    except (
+        OSError,
+        ValueError,
+        KeyError,
+        EOFError,
+        zipfile.BadZipFile,
+        zlib.error,
+        NotImplementedError,  # zipfile: an unsupported compression, version or flag
+        RuntimeError,  # zipfile: "is encrypted, password required"
+    ) as exc:
         raise SingaError(
             f"corrupt training-state file: {exc}",
             where=str(path),

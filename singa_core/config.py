@@ -393,7 +393,8 @@ def _parse_error(exc: text_format.ParseError, path: str) -> SingaError:
 # -- overrides ---------------------------------------------------------------------------
 def apply_override(cfg: JobConfig, override: str) -> None:
     """Apply ``dotted.path[=index].field=value`` to the JobProto (``-o`` on the CLI)."""
-    where = f"command line: -o {override}"
+    shown = override if override.isprintable() else override.encode("unicode_escape").decode()
+    where = f"command line: -o {shown}"
     if "=" not in override:
         raise SingaError(
             "an override must look like FIELD=VALUE",

@@ -35,6 +35,9 @@ from singa_core.errors import SingaError
 from singa_core.schema import job_pb2
 
 _PREFIX = re.compile(r"^(\d+)#")
+#: the most layer copies an unrolled net may have (SINGA's char-rnn: 6 layers x 50 steps);
+#: building a net costs time and memory per copy, and 2**31 steps would never finish
+MAX_UNROLLED_LAYERS = 2048
 
 _CONN_HELP = {
     job_pb2.kUnrollOneToOne: "kUnrollOneToOne",
@@ -73,6 +76,18 @@ def unroll(specs, phase, job, get_plugin, locate, **_):
     for s in specs:
         _check_unroll_fields(s, locate)
         length[s.conf.name] = max(int(s.conf.unroll_len), 1)
+    total = sum(length.values())
+    if total > MAX_UNROLLED_LAYERS:
+        big = max(specs, key=lambda s: length[s.conf.name])
+        own = big.conf_index is not None and job.neuralnet.layer[big.conf_index].HasField(
+            "unroll_len"
+        )
+        raise SingaError(
+            f"unrolling makes {total:,} layers (at most {MAX_UNROLLED_LAYERS:,}): layer "
+            f"'{big.conf.name}' has unroll_len {length[big.conf.name]:,}",
+            where=_where(locate, big, "unroll_len") if own else locate("neuralnet.unroll_len"),
+            help="unroll over fewer time steps (SINGA's char-rnn unrolls 50)",
+        )
 
     out = []
     for spec in specs:

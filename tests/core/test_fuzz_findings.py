@@ -54,3 +54,46 @@ def test_empty_state_file_is_a_located_error(tmp_path):
     with pytest.raises(SingaError) as exc:
         ckpt.read_state(path)
     assert str(path) in exc.value.format()
+
+
+def test_a_huge_unroll_len_is_refused_before_building(tmp_path):
+    """unroll_len 5000 built for minutes; 2**31 - 1 would never have finished."""
+    text = (REPO / "examples" / "char-rnn" / "job.conf").read_text()
+    conf = tmp_path / "job.conf"
+    conf.write_text(text.replace("unroll_len: 50", "unroll_len: 2147483647", 1))
+    t0 = time.monotonic()
+    res = runner.invoke(app, ["train", str(conf), "--dry-run"])
+    assert time.monotonic() - t0 < 5
+    assert res.exit_code == 2, res.output
+    assert "unrolling makes 10,737,418,236 layers (at most 2,048)" in res.output
+    assert f"{conf}:38:3: error:" in res.output  # neuralnet.unroll_len
+
+
+def test_an_override_with_a_newline_is_located_on_one_line(tmp_path):
+    conf = tmp_path / "job.conf"
+    conf.write_text(MNIST)
+    res = runner.invoke(app, ["train", str(conf), "--dry-run", "-o", "\n"])
+    assert res.exit_code == 2
+    assert res.output.startswith("command line: -o \\n: error: an override must look like")
+
+
+@pytest.mark.parametrize(
+    ("offset", "value"),
+    [(8, 0x41), (8, 0x01), (6, 0x63)],  # flags: strong encryption, encrypted; version 9.9
+    ids=["strong-encryption", "encrypted", "zip-version"],
+)
+def test_zip_features_numpy_cannot_read_are_a_located_error(tmp_path, offset, value):
+    """zipfile raised NotImplementedError / RuntimeError for these headers."""
+    import numpy as np
+
+    data = bytearray(
+        ckpt.encode_state(ckpt.TrainingState(step=1, arrays={"w": np.ones(2, np.float32)}))
+    )
+    for at in range(len(data) - 4):  # every central directory entry
+        if data[at : at + 4] == b"PK\x01\x02":
+            data[at + offset] = value
+    path = tmp_path / "step1-worker0.state.npz"
+    path.write_bytes(bytes(data))
+    with pytest.raises(SingaError) as exc:
+        ckpt.read_state(path)
+    assert str(path) in exc.value.format()
