@@ -11,9 +11,13 @@ OOM killer, for a lazily committed ``np.zeros``).
 
 The available memory is ``MemAvailable`` of ``/proc/meminfo``, or the environment variable
 ``SINGA_MEMORY_AVAILABLE`` (bytes, or with a K/M/G/T suffix: ``512M``) when set; on a system
-without either, nothing is checked. Scratch arrays layers allocate for themselves are not
-in the estimate (they are at most a few times the data buffers); a ``MemoryError`` they
-raise is still reported as a located error by the net.
+without either, nothing is checked.
+
+A layer that allocates large work buffers of its own charges them with :func:`charge` as
+``"scratch"`` (the convolutions' column buffers, padded inputs) and its buffers outside the
+helpers as ``"data"``/``"grad"`` (the spatial layers' batch-innermost outputs). Small scratch
+arrays are not in the estimate; a ``MemoryError`` they raise is still reported as a located
+error by the net. This is the contract for layer plugins: charge before allocating.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from singa_core.errors import SingaError
 ENV_AVAILABLE = "SINGA_MEMORY_AVAILABLE"
 
 #: what a charge is for; the columns of ``singa train --dry-run``'s memory table
-KINDS = ("data", "grad", "params", "updater")
+KINDS = ("data", "grad", "params", "updater", "scratch")
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
@@ -125,7 +129,10 @@ class MemoryEstimate:
 
     def table(self) -> list[str]:
         """Per layer and kind, then the total and what is available (for --dry-run)."""
-        lines = ["memory estimate (allocated at set-up; scratch arrays not included):"]
+        lines = [
+            "memory estimate (allocated at set-up; scratch: the large work buffers layers "
+            "declare, e.g. convolution columns):"
+        ]
         w = max([len(f"{r.phase} {r.layer}") for r in self.rows.values()] + [5])
         lines.append(
             f"  {'layer':<{w}}  " + "  ".join(f"{k:>10}" for k in KINDS) + f"  {'total':>10}"

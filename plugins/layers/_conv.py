@@ -48,6 +48,7 @@ from singa_builtins.layers._window import (
 
 from singa_core.blas import gemm
 from singa_core.layer import NeuronLayer, kAggGrad
+from singa_core.memory import charge as charge_memory
 from singa_core.param import DTYPE
 
 #: the row-column path needs GEMMs with K = C·kw; below this, the full im2col (K = C·kh·kw)
@@ -82,8 +83,8 @@ class ConvolutionBase(NeuronLayer):
         self.batchsize, self.channels, self.height, self.width = b, c, h, w
         self.num_filters, self.out_h, self.out_w = nf, oh, ow
 
-        self._out, self.data = batch_innermost(nf, oh, ow, b)
-        self._gout, self.grad = batch_innermost(nf, oh, ow, b)
+        self._out, self.data = batch_innermost(nf, oh, ow, b, layer=self)
+        self._gout, self.grad = batch_innermost(nf, oh, ow, b, layer=self, kind="grad")
         ckk = c * win.kh * win.kw
         self.weight = self.create_param(0, (nf, ckk), "weight")
         self.bias = self.create_param(1, (nf,), "bias")
@@ -104,6 +105,7 @@ class ConvolutionBase(NeuronLayer):
         oh, ow, nf = self.out_h, self.out_w, self.num_filters
         hp = h + 2 * win.ph
         # xcol[c, j, hp, ow, b]; padding positions are never written and stay zero
+        charge_memory(self, "scratch", (c, win.kw, hp, ow, b), what="column buffer")
         self._xcol = np.zeros((c, win.kw, hp, ow, b), dtype=DTYPE)
         self._xcol2d = self._xcol.reshape(c * win.kw, hp * ow * b)
         run = ow * b  # columns of one output row
@@ -190,6 +192,9 @@ class ConvolutionBase(NeuronLayer):
         hp, wp = h + 2 * win.ph, w + 2 * win.pw
         self._padded = win.ph > 0 or win.pw > 0
         # padded input (borders stay zero) and padded input gradient, both CHWN
+        if self._padded:
+            charge_memory(self, "scratch", (2, c, hp, wp, b), what="padded input buffers")
+        charge_memory(self, "scratch", (c, win.kh, win.kw, oh, ow, b), what="column buffer")
         self._xp = np.zeros((c, hp, wp, b), dtype=DTYPE) if self._padded else None
         self._gxp = np.zeros((c, hp, wp, b), dtype=DTYPE) if self._padded else None
         self._col = np.empty((c, win.kh, win.kw, oh, ow, b), dtype=DTYPE)

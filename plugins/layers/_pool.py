@@ -31,6 +31,7 @@ from singa_builtins.layers._window import (
 )
 
 from singa_core.layer import NeuronLayer, kTrain
+from singa_core.memory import charge as charge_memory
 from singa_core.param import DTYPE
 from singa_core.schema import job_pb2
 
@@ -56,11 +57,13 @@ class PoolingBase(NeuronLayer):
         oh, ow = check_output_size(self, win, h, w, "pooling_conf")
         self.batchsize, self.channels, self.height, self.width = b, c, h, w
         self.out_h, self.out_w = oh, ow
-        self._out, self.data = batch_innermost(c, oh, ow, b)
-        self._gout, self.grad = batch_innermost(c, oh, ow, b)
+        self._out, self.data = batch_innermost(c, oh, ow, b, layer=self)
+        self._gout, self.grad = batch_innermost(c, oh, ow, b, layer=self, kind="grad")
         self._padded = win.ph > 0 or win.pw > 0
         fill = -np.inf if self.method == MAX else 0.0
         hp, wp = h + 2 * win.ph, w + 2 * win.pw
+        if self._padded:
+            charge_memory(self, "scratch", (2, c, hp, wp, b), what="padded input buffers")
         self._xp = np.full((c, hp, wp, b), fill, dtype=DTYPE) if self._padded else None
         self._gxp = np.zeros((c, hp, wp, b), dtype=DTYPE) if self._padded else None
         self._slices = [window_slice(win, i, j, oh, ow) for i, j in win.positions]

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from singa_core.memory import charge as charge_memory
 from singa_core.param import DTYPE
 
 
@@ -94,8 +95,13 @@ def check_output_size(layer, win: Window, h: int, w: int, conf_field: str) -> tu
     return oh, ow
 
 
-def batch_innermost(c: int, h: int, w: int, b: int) -> tuple[np.ndarray, np.ndarray]:
-    """A zeroed ``(C, H, W, B)`` buffer and its NCHW view."""
+def batch_innermost(
+    c: int, h: int, w: int, b: int, *, layer=None, kind: str = "data"
+) -> tuple[np.ndarray, np.ndarray]:
+    """A zeroed ``(C, H, W, B)`` buffer and its NCHW view (charged to the job's memory
+    estimate as ``layer``'s ``kind`` first, when a layer is given)."""
+    if layer is not None:
+        charge_memory(layer, kind, (c, h, w, b))
     buf = np.zeros((c, h, w, b), dtype=DTYPE)
     return buf, buf.transpose(3, 0, 1, 2)
 

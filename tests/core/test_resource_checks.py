@@ -45,13 +45,20 @@ def test_estimate_per_layer_is_exact_for_the_small_mlp(small_job):
     conf, _ = small_job(batch=20, hidden=16)
     prepared = prepare_job(load_job(conf), get_host())
     rows = prepared.memory.rows
-    assert rows[("kTrain", "data")].bytes == {"data": 320, "grad": 0, "params": 0, "updater": 0}
+    assert rows[("kTrain", "data")].bytes == {
+        "data": 320,
+        "grad": 0,
+        "params": 0,
+        "updater": 0,
+        "scratch": 0,
+    }
     # ip1: out 20x16; w1 16x4 and b1 16 (value + gradient); momentum history of both
     assert rows[("kTrain", "ip1")].bytes == {
         "data": 1280,
         "grad": 1280,
         "params": 2 * 4 * (64 + 16),
         "updater": 4 * (64 + 16),
+        "scratch": 0,
     }
     assert rows[("kTrain", "ip2")].bytes["updater"] == 4 * (48 + 3)
     assert rows[("kTest", "ip1")].bytes["updater"] == 0  # the servers update train params only
@@ -151,3 +158,22 @@ def test_output_store_path_that_is_a_folder(small_job, tmp_path):
         f'store_conf {{ path: "{out}" }} include: kTest }}'
     )
     _user_error(_dry(str(conf)), f"cannot write {out}: is a folder, not a file")
+
+
+def test_estimate_matches_the_buffers_of_a_convolutional_net(mnist_stores):
+    """Every layer's data and gradient buffers, the spatial layers' batch-innermost ones
+    included, are in the estimate with their real sizes; the convolutions declare their
+    column buffers as scratch."""
+    from singa_core.net import PHASE_NAMES
+
+    overrides = [a for a in mnist_example_args(mnist_stores) if a != "-o"]
+    cfg = load_job(REPO / "examples" / "mnist" / "conv.conf", overrides)
+    prepared = prepare_job(cfg, get_host())
+    rows = prepared.memory.rows
+    for phase, net in prepared.nets.items():
+        for layer in net.layers:
+            row = rows[(PHASE_NAMES[phase], layer.name)].bytes
+            assert row["data"] == layer.data.nbytes, layer.name
+            assert row["grad"] == (layer.grad.nbytes if layer.grad is not None else 0)
+            if type(layer).__name__.endswith("Convolution"):
+                assert row["scratch"] > 0
