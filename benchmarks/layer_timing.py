@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from _common import REPO, mnist_stores, standard_args
-from tensorboard_logging import machine_facts
+from tensorboard_logging import FACTS_PRINTED, machine_facts
 
 
 def main() -> None:
@@ -30,7 +30,8 @@ def main() -> None:
     from singa_core.reporting import Reporter
     from singa_core.timing import time_training_step
 
-    print(machine_facts(args.threads))
+    if not FACTS_PRINTED:
+        print(machine_facts(args.threads))
     stores = mnist_stores()
     host = get_host()
     set_blas_threads(args.threads)

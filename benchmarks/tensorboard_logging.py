@@ -24,6 +24,13 @@ from pathlib import Path
 
 from _common import REPO, interleaved, mnist_stores, standard_args
 
+try:  # a _common whose standard_args prints the machine facts itself
+    from _common import print_machine_facts  # noqa: F401
+
+    FACTS_PRINTED = True
+except ImportError:
+    FACTS_PRINTED = False
+
 
 def machine_facts(threads: int) -> str:
     import numpy as np
@@ -52,7 +59,8 @@ def main() -> None:
     from singa_core.tensorboard import GradientHistograms, TensorBoardLog, param_histograms
     from singa_core.training import pop_net_metrics
 
-    print(machine_facts(args.threads))
+    if not FACTS_PRINTED:
+        print(machine_facts(args.threads))
     stores = mnist_stores()
     ws = Path(tempfile.mkdtemp(prefix="singa-bench-tb-"))
     cfg = load_job(
