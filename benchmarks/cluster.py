@@ -1,6 +1,7 @@
-"""The shared-memory parameter-server engine against the in-process engine, in one run.
+"""The parameter-server engines (shm, and ray when installed) against the in-process
+engine, in one run.
 
-    python benchmarks/cluster.py [--rounds 3] [--part a|b|c|all]
+    python benchmarks/cluster.py [--rounds 3] [--part a|b|c|all] [--no-ray]
 
 (a) overhead: SINGA's MNIST MLP (examples/mnist/job.conf, batch 64) with 1 worker process
     + 1 server process (``--engine shm``) against the in-process engine, same BLAS threads;
@@ -12,6 +13,13 @@
     gradient to the server and the update back — next to the memcpy bandwidth of the same
     number of bytes measured in the same run.
 
+With Ray installed, every part also runs on the ``ray`` engine, on a 2-node Ray cluster
+(``ray.cluster_utils.Cluster``, 1 CPU per node) on this machine: the script re-runs itself
+in a private network namespace (``unshare -n``, only loopback up; needs root) so that Ray
+listens on 127.0.0.1 alone, and starts and shuts down that cluster itself. Ray rows: (a) 1
+worker actor + 1 server actor on the two nodes (and on one node: ``--placement pack``);
+(b) 1 worker vs 2 synchronous workers on the 2 nodes; (c) as (a) for the 64 MiB net.
+
 Every figure is ``singa train``'s own ms/step (the mean over the training steps, start-up
 excluded), from runs alternating A B A B; medians are printed.
 """
@@ -19,7 +27,11 @@ excluded), from runs alternating A B A B; medians are printed.
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
 import re
+import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -30,12 +42,18 @@ from pathlib import Path
 import numpy as np
 from _common import REPO, cifar10_stores, mnist_stores
 
-STEP = re.compile(r"finished at step \d+ \(([\d.]+) ms/step\)")
+STEP = re.compile(r"finished at step \d+ .*?([\d.]+) ms/step\)")
+RAY: dict = {}  # "address" of the 2-node Ray cluster when the ray rows run
+
+# object store per node (ray.cluster_utils gives small ones; a step moves ~100 MB)
+STORE = 1 << 30
 
 
-def run_ms(conf: Path, overrides: dict, engine: str) -> float:
+def run_ms(conf: Path, overrides: dict, engine: str, placement: str = "spread") -> float:
     ws = tempfile.mkdtemp(prefix="singa-bench-cluster-")
     args = [sys.executable, "-m", "singa_core.cli", "train", str(conf), "--engine", engine]
+    if engine == "ray":
+        args += ["--address", RAY["address"], "--placement", placement]
     for key, value in {**overrides, "cluster.workspace": ws, "checkpoint_freq": 0}.items():
         args += ["-o", f"{key}={value}"]
     proc = subprocess.run(args, capture_output=True, text=True, cwd=REPO, timeout=1800)
@@ -67,17 +85,29 @@ def part_a(rounds: int, threads: int) -> None:
         "num_openblas_threads": threads,
     }
     print(f"(a) MNIST MLP batch 64, {threads} BLAS thread(s) per process")
-    med = alternate(
-        rounds,
-        {
-            "in-process engine": lambda: run_ms(conf, common, "inprocess"),
-            "1 worker + 1 server process (shm)": lambda: run_ms(
-                conf, {**common, "cluster.server_worker_separate": "true"}, "shm"
-            ),
-        },
-    )
-    ratio = med["1 worker + 1 server process (shm)"] / med["in-process engine"]
-    print(f"  overhead of the separate processes: {100 * (ratio - 1):+.1f}% per step")
+    separate = {**common, "cluster.server_worker_separate": "true"}
+    runs = {
+        "in-process engine": lambda: run_ms(conf, common, "inprocess"),
+        "1 worker + 1 server process (shm)": lambda: run_ms(conf, separate, "shm"),
+    }
+    if RAY:
+        runs["1 worker + 1 server actor (ray)"] = lambda: run_ms(conf, separate, "ray")
+        runs["the same on one node (ray, pack)"] = lambda: run_ms(conf, separate, "ray", "pack")
+    med = alternate(rounds, runs)
+    base, shm = med["in-process engine"], med["1 worker + 1 server process (shm)"]
+    print(f"  overhead of the separate processes: {100 * (shm / base - 1):+.1f}% per step")
+    if RAY:
+        ray = med["1 worker + 1 server actor (ray)"]
+        over_shm, shm_over = ray - shm, shm - base
+        bound = max(1.5 * shm_over, 0.15 * ray)
+        print(
+            f"  ray: {100 * (ray / base - 1):+.1f}% over in-process, {over_shm:+.1f} ms/step "
+            f"over shm (shm adds {shm_over:+.1f} ms over in-process; the target is at most "
+            f"max(1.5 x that, 15% of the step) = {bound:.1f} ms: "
+            f"{'met' if over_shm <= bound else 'NOT met'})"
+        )
+        packed = med["the same on one node (ray, pack)"]
+        print(f"  ray with worker and server on one node: {packed - shm:+.1f} ms/step over shm")
 
 
 def part_b(rounds: int) -> None:
@@ -92,18 +122,25 @@ def part_b(rounds: int) -> None:
         "test_steps": 0,
         "num_openblas_threads": 1,
     }
-    print("(b) CIFAR-10 net, batch 100 per step, 1 BLAS thread per worker process (shm)")
-    med = alternate(
-        rounds,
-        {
-            "1 worker": lambda: run_ms(conf, {**common, "cluster.nworkers_per_group": 1}, "shm"),
-            "2 synchronous workers": lambda: run_ms(
-                conf, {**common, "cluster.nworkers_per_group": 2}, "shm"
-            ),
-        },
+    print("(b) CIFAR-10 net, batch 100 per step, 1 BLAS thread per worker process")
+    one, two = (
+        {**common, "cluster.nworkers_per_group": 1},
+        {**common, "cluster.nworkers_per_group": 2},
     )
-    one, two = 100_000 / med["1 worker"], 100_000 / med["2 synchronous workers"]
-    print(f"  {one:.0f} images/s with 1 worker, {two:.0f} with 2: scaling {two / one:.2f}x")
+    runs = {
+        "1 worker (shm)": lambda: run_ms(conf, one, "shm"),
+        "2 synchronous workers (shm)": lambda: run_ms(conf, two, "shm"),
+    }
+    if RAY:
+        runs["1 worker (ray)"] = lambda: run_ms(conf, one, "ray")
+        runs["2 synchronous workers, 2 nodes (ray)"] = lambda: run_ms(conf, two, "ray")
+    med = alternate(rounds, runs)
+    for engine, two_name in (("shm", "2 synchronous workers (shm)"),
+                             ("ray", "2 synchronous workers, 2 nodes (ray)")):  # fmt: skip
+        if two_name not in med:
+            continue
+        a, b = 100_000 / med[f"1 worker ({engine})"], 100_000 / med[two_name]
+        print(f"  {engine}: {a:.0f} images/s with 1 worker, {b:.0f} with 2: scaling {b / a:.2f}x")
 
 
 BIG = """
@@ -130,15 +167,14 @@ def part_c(rounds: int, n: int = 4096) -> None:
     conf.write_text(BIG.format(n=n))
     nbytes = 4 * (n * n + n)
     print(f"(c) {nbytes / 2**20:.0f} MiB of parameters, batch 1: a step is mostly synchronisation")
-    med = alternate(
-        rounds,
-        {
-            "in-process engine": lambda: run_ms(conf, {"num_openblas_threads": 1}, "inprocess"),
-            "1 worker + 1 server process (shm)": lambda: run_ms(
-                conf, {"num_openblas_threads": 1, "cluster.server_worker_separate": "true"}, "shm"
-            ),
-        },
-    )
+    separate = {"num_openblas_threads": 1, "cluster.server_worker_separate": "true"}
+    runs = {
+        "in-process engine": lambda: run_ms(conf, {"num_openblas_threads": 1}, "inprocess"),
+        "1 worker + 1 server process (shm)": lambda: run_ms(conf, separate, "shm"),
+    }
+    if RAY:
+        runs["1 worker + 1 server actor (ray)"] = lambda: run_ms(conf, separate, "ray")
+    med = alternate(rounds, runs)
     src = np.ones(nbytes // 4, dtype=np.float32)
     dst = np.empty_like(src)
     copies = []
@@ -154,12 +190,41 @@ def part_c(rounds: int, n: int = 4096) -> None:
         f"  parameter bytes synchronised per second (shm, whole step): {synced / 1e9:.2f} GB/s "
         f"= {synced / memcpy:.2f}x memcpy"
     )
-    extra = shm_ms - med["in-process engine"]
-    if extra > 0:
-        print(
-            f"  time the shm engine adds per step: {extra:.1f} ms "
-            f"({nbytes / (extra / 1000) / 1e9:.2f} GB/s of parameters)"
-        )
+    for engine, name in (("shm", "1 worker + 1 server process (shm)"),
+                         ("ray", "1 worker + 1 server actor (ray)")):  # fmt: skip
+        extra = med.get(name, 0) - med["in-process engine"]
+        if extra > 0:
+            print(
+                f"  time the {engine} engine adds per step: {extra:.1f} ms "
+                f"({nbytes / (extra / 1000) / 1e9:.2f} GB/s of parameters, "
+                f"{nbytes / (extra / 1000) / memcpy:.3f}x memcpy)"
+            )
+
+
+def in_private_namespace() -> bool:
+    """Whether this process's network namespace has loopback alone."""
+    return [name for _, name in socket.if_nameindex()] == ["lo"]
+
+
+def reexec_in_namespace() -> None:
+    """Run this script again inside ``unshare -n`` with loopback up (Ray listens there)."""
+    cmd = " ".join(["exec", sys.executable, *map(repr, sys.argv)])
+    os.execvp("unshare", ["unshare", "-n", "sh", "-c", f"ip link set lo up && {cmd}"])
+
+
+def start_ray_cluster():
+    """A 2-node Ray cluster on this machine, 1 CPU per node, no dashboard."""
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 1, "include_dashboard": False, "object_store_memory": STORE},
+    )
+    cluster.add_node(num_cpus=1, object_store_memory=STORE)
+    cluster.wait_for_nodes()
+    RAY["address"] = cluster.address
+    return cluster
 
 
 def main() -> None:
@@ -167,13 +232,27 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--part", choices=["a", "b", "c", "all"], default="all")
     ap.add_argument("--threads", type=int, default=1, help="BLAS threads per process in (a)")
+    ap.add_argument("--no-ray", action="store_true", help="skip the ray rows")
     args = ap.parse_args()
-    if args.part in ("a", "all"):
-        part_a(args.rounds, args.threads)
-    if args.part in ("b", "all"):
-        part_b(args.rounds)
-    if args.part in ("c", "all"):
-        part_c(args.rounds)
+    cluster = None
+    if not args.no_ray and importlib.util.find_spec("ray") is not None:
+        if not in_private_namespace():
+            if shutil.which("unshare") and os.geteuid() == 0:
+                reexec_in_namespace()
+            print("ray rows skipped: a private network namespace needs root and unshare(1)")
+        else:
+            cluster = start_ray_cluster()
+            print(f"ray: a 2-node cluster (1 CPU per node) at {RAY['address']}, loopback only")
+    try:
+        if args.part in ("a", "all"):
+            part_a(args.rounds, args.threads)
+        if args.part in ("b", "all"):
+            part_b(args.rounds)
+        if args.part in ("c", "all"):
+            part_c(args.rounds)
+    finally:
+        if cluster is not None:
+            cluster.shutdown()
 
 
 if __name__ == "__main__":

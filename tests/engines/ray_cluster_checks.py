@@ -22,6 +22,7 @@ import pytest
 
 from singa_core.checkpoint import read_params
 from tests.conftest import REPO, mlp_conf, mnist_example_args, run_singa, write_csv_blobs
+from tests.engines import partitioned
 
 INSIDE = os.environ.get("SINGA_RAY_NETNS") == "1" and [
     name for _, name in socket.if_nameindex()
@@ -34,6 +35,9 @@ pytestmark = pytest.mark.skipif(
 EXAMPLES = REPO / "examples" / "frameworks"
 SEPARATE = "cluster.server_worker_separate=true"
 
+# object store per node (ray.cluster_utils gives small ones; a step moves ~100 MB)
+STORE = 1 << 30
+
 
 @pytest.fixture(scope="module")
 def cluster():
@@ -41,9 +45,12 @@ def cluster():
     import ray
     from ray.cluster_utils import Cluster
 
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    c = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 1, "include_dashboard": False, "object_store_memory": STORE},
+    )
     try:
-        c.add_node(num_cpus=1)
+        c.add_node(num_cpus=1, object_store_memory=STORE)
         c.wait_for_nodes()
         ray.init(address=c.address, include_dashboard=False, log_to_driver=False)
         yield c
@@ -133,38 +140,23 @@ def test_sandblaster_equals_shm_and_inprocess(cluster, mnist_stores, tmp_path):
 def test_model_partitioned_group_across_nodes_equals_the_whole_net(cluster, tmp_path):
     """ip1 split on its outputs (partition_dim 1) between 2 workers on the 2 nodes: the
     bridges' features and gradients cross nodes; the result is the whole net's."""
-    from singa_core.checkpoint import ParamRecord, encode_params
-
     data = tmp_path / "blobs.csv"
     write_csv_blobs(data)
     conf = tmp_path / "job.conf"
     conf.write_text(mlp_conf(data, tmp_path / "ws", steps=10, checkpoint_freq=10))
-    common = _o("neuralnet.layer[0].store_conf.random_skip=0", "test_steps=0")
-    res = run_singa("train", str(conf), "--seed", "6", *common, "-q")
+    res = run_singa("train", str(conf), "--seed", "6", *_o(*partitioned.COMMON), "-q")
     assert res.returncode == 0, res.stderr
-    records = []
-    for name, value in params(tmp_path / "ws", 0).items():
-        if name in ("0#w1", "0#b1"):
-            first, second = np.split(value, 2, axis=0)
-            records += [ParamRecord(name, 0, first), ParamRecord(name + "@1", 0, second)]
-        else:
-            records.append(ParamRecord(name, 0, value))
-    init = tmp_path / "init"
-    init.write_bytes(encode_params(records))
+    init = partitioned.split_start(tmp_path / "ws", tmp_path / "init")
     res = ray_train(
         cluster, conf, "--seed", "6", "--workspace", str(tmp_path / "model"),
-        *common, *_o("cluster.nworkers_per_group=2", "neuralnet.layer[1].partition_dim=1",
-                     f"checkpoint_path={init}"),
+        *_o(*partitioned.COMMON, *partitioned.PARTITIONED, f"checkpoint_path={init}"),
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
     where = placement(res.stderr)
     assert where["worker+server process 0"][0] != where["worker process 1"][0], res.stderr
-    a, b = params(tmp_path / "ws", 10), params(tmp_path / "model", 10)
-    for name in ("0#w1", "0#b1"):
-        whole = np.concatenate([b[name], b[name + "@1"]], axis=0)
-        np.testing.assert_allclose(whole, a[name], rtol=2e-5, atol=2e-6, err_msg=name)
-    for name in ("0#w2", "0#b2"):
-        np.testing.assert_allclose(b[name], a[name], rtol=2e-5, atol=2e-6, err_msg=name)
+    partitioned.assert_equals_the_whole_net(
+        params(tmp_path / "ws", 10), params(tmp_path / "model", 10)
+    )
 
 
 # -- the frameworks of examples/frameworks on real MNIST -----------------------------------------

@@ -16,6 +16,7 @@ import pytest
 
 from singa_core.checkpoint import read_params, read_state
 from tests.conftest import REPO, mlp_conf, run_singa, write_csv_blobs
+from tests.engines import partitioned
 
 SEPARATE = "cluster.server_worker_separate=true"
 
@@ -269,34 +270,18 @@ def test_two_synchronous_workers_equal_one_on_the_global_batch(tmp_path):
 def test_model_partitioned_group_across_processes_equals_the_whole_net(tmp_path):
     """ip1 split on its outputs between 2 worker processes (features and gradients cross
     through the bridges' shared memory), from the whole net's initial values."""
-    from singa_core.checkpoint import ParamRecord, encode_params
-
     conf, ws = _job(tmp_path, steps=10, checkpoint_freq=10)
-    common = ("neuralnet.layer[0].store_conf.random_skip=0", "test_steps=0")
-    res = run_singa("train", str(conf), "--seed", "6", *_overrides(*common), "-q")
+    res = run_singa("train", str(conf), "--seed", "6", *_overrides(*partitioned.COMMON), "-q")
     assert res.returncode == 0, res.stderr
-    records = []
-    for name, value in _final(ws, 0).items():
-        if name in ("0#w1", "0#b1"):
-            first, second = np.split(value, 2, axis=0)
-            records += [ParamRecord(name, 0, first), ParamRecord(name + "@1", 0, second)]
-        else:
-            records.append(ParamRecord(name, 0, value))
-    init = tmp_path / "init"
-    init.write_bytes(encode_params(records))
+    init = partitioned.split_start(ws, tmp_path / "init")
     model_ws = tmp_path / "ws-model"
     res = run_singa(
         "train", str(conf), "--seed", "6", "--engine", "shm", "--workspace", str(model_ws),
-        *_overrides(*common, "cluster.nworkers_per_group=2", "neuralnet.layer[1].partition_dim=1",
-                    f"checkpoint_path={init}"), "-q",
+        *_overrides(*partitioned.COMMON, *partitioned.PARTITIONED, f"checkpoint_path={init}"),
+        "-q",
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
-    a, b = _final(ws, 10), _final(model_ws, 10)
-    for name in ("0#w1", "0#b1"):
-        whole = np.concatenate([b[name], b[name + "@1"]], axis=0)
-        np.testing.assert_allclose(whole, a[name], rtol=2e-5, atol=2e-6, err_msg=name)
-    for name in ("0#w2", "0#b2"):
-        np.testing.assert_allclose(b[name], a[name], rtol=2e-5, atol=2e-6, err_msg=name)
+    partitioned.assert_equals_the_whole_net(_final(ws, 10), _final(model_ws, 10))
 
 
 def test_partitioned_group_resumes_exactly(tmp_path):

@@ -164,6 +164,7 @@ class Attempt:
                     )
                 )  # fmt: skip
             self.where = self._get_all([a.where.remote() for a in self.actors])
+            del values, state  # every actor has taken its copy: free the object store
             engine.reporter.note(
                 "ray: "
                 + "; ".join(

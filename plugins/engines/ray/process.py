@@ -85,14 +85,16 @@ class RayProcessContext:
             raise Aborted()
 
     def get(self, refs):
-        """``ray.get`` that notices an abort while it waits."""
+        """``ray.get`` that notices an abort while it waits. (It waits with ``ray.wait``:
+        a ``ray.get`` that times out gives up the transfer of a large object under way.)"""
         import ray
 
-        while True:
-            try:
-                return ray.get(refs, timeout=0.5)
-            except ray.exceptions.GetTimeoutError:
+        pending = refs if isinstance(refs, list) else [refs]
+        while pending:
+            _, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
+            if pending:
                 self.check_abort()
+        return ray.get(refs)
 
 
 class SingaProcess:
@@ -110,7 +112,10 @@ class SingaProcess:
         topo, layout = shared.topology, shared.layout
         self.spec = topo.procs[index]
         self.prepared = prepared_job_of(shared)
-        self.values, self.versions = values, versions  # what the workers build nets from
+        # what the workers build their nets from: a private copy, so that the shared start
+        # values do not stay pinned in this node's object store for the whole run
+        self.values = np.array(values) if self.spec.workers else None
+        self.versions = np.array(versions)
         self.worker_proc = {w: ps.index for ps in topo.procs for w in ps.workers}
         self.server_proc = {s: ps.index for ps in topo.procs for s in ps.servers}
         total = layout.total
