@@ -25,6 +25,102 @@ def mnist_stores() -> Path:
     return out
 
 
+_VECTOR_FLAGS = (  # /proc/cpuinfo flag -> name printed
+    ("avx2", "AVX2"),
+    ("fma", "FMA"),
+    ("avx512f", "AVX-512F"),
+    ("avx512_vnni", "AVX512-VNNI"),
+    ("avx512_bf16", "AVX512-BF16"),
+    ("amx_tile", "AMX-TILE"),
+    ("amx_bf16", "AMX-BF16"),
+    ("amx_int8", "AMX-INT8"),
+)
+
+
+def _cpu_model_and_flags() -> tuple[str, set[str]]:
+    import platform
+
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "model name" and model in ("", platform.machine(), "x86_64"):
+                    model = value.strip()
+                elif key == "flags" and not flags:
+                    flags = set(value.split())
+    except OSError:
+        pass
+    return model, flags
+
+
+def machine_facts(threads: int) -> list[str]:
+    """What a benchmark's numbers depend on: the CPU and its vector extensions, numpy's
+    BLAS and the kernel it picked, PyTorch's version and whether oneDNN is on, the thread
+    counts and the load average when the run started."""
+    import numpy as np
+
+    from singa_core.blas import get_blas_threads
+
+    model, flags = _cpu_model_and_flags()
+    have = [name for flag, name in _VECTOR_FLAGS if flag in flags]
+    lacks = [name for flag, name in _VECTOR_FLAGS if flag not in flags]
+    lines = [
+        f"machine: {model}, {os.cpu_count()} logical CPU(s); "
+        f"vector extensions: {', '.join(have) or 'none of AVX2/AVX-512/AMX'}"
+        + (f" (not: {', '.join(lacks)})" if flags and lacks else "")
+    ]
+    blas = f"numpy {np.__version__}"
+    try:
+        from threadpoolctl import threadpool_info
+
+        infos = [i for i in threadpool_info() if i.get("user_api") == "blas"]
+        numpy_blas = [i for i in infos if "numpy" in i.get("filepath", "")] or infos
+        for i in numpy_blas[:1]:
+            blas += (
+                f", BLAS {i.get('internal_api')} {i.get('version')}, kernel "
+                f"{i.get('architecture', '?')}, {i.get('threading_layer', '?')} threads"
+            )
+    except ImportError:
+        try:
+            dep = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+            blas += f", BLAS {dep.get('name')} {dep.get('version')}"
+            blas += " (its kernel: pip install threadpoolctl)"
+        except Exception:  # noqa: BLE001 - the facts are best effort
+            blas += ", BLAS unknown"
+    lines.append(blas)
+    try:
+        import torch
+
+        onednn = torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled
+        cap = torch.backends.cpu.get_cpu_capability()
+        lines.append(
+            f"pytorch {torch.__version__}, oneDNN {'on' if onednn else 'off'}, "
+            f"CPU capability {cap}, {torch.get_num_threads()} intra-op thread(s) by default"
+        )
+    except ImportError:
+        lines.append("pytorch not installed (pip install torch==2.13.0 for the comparison)")
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    lines.append(
+        f"threads: {threads} for singa's BLAS and PyTorch's intra-op pool (OpenBLAS "
+        f"started with {get_blas_threads()}; each run sets its own); load average at start "
+        + (f"{load[0]:.2f}, {load[1]:.2f}, {load[2]:.2f}" if load else "unknown")
+    )
+    return lines
+
+
+def print_machine_facts(threads: int) -> None:
+    print("\n".join(machine_facts(threads)), flush=True)
+
+
+def load_average() -> str:
+    if not hasattr(os, "getloadavg"):
+        return "load average unknown"
+    a, b, c = os.getloadavg()
+    return f"load average {a:.2f}, {b:.2f}, {c:.2f}"
+
+
 def interleaved(fns: dict, rounds: int, steps_per_round: int, warmup: int) -> dict:
     """Time several step functions in alternating rounds (A B A B ...), so that the
     machine's speed drifting (shared hosts) affects them alike. Returns name -> times."""
@@ -44,18 +140,23 @@ def interleaved(fns: dict, rounds: int, steps_per_round: int, warmup: int) -> di
     return times
 
 
-def standard_args(description: str, *, rounds: int, steps: int, warmup: int, extra=None):
-    """The options every benchmark takes (rounds, steps per round, warm-up, threads)."""
+def standard_args(
+    description: str, *, rounds: int, steps: int, warmup: int, extra=None, threads: int = 2
+):
+    """The options every benchmark takes (rounds, steps per round, warm-up, threads);
+    prints the machine facts for the thread count chosen."""
     import argparse
 
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--rounds", type=int, default=rounds)
     ap.add_argument("--steps", type=int, default=steps, help="steps per round")
     ap.add_argument("--warmup", type=int, default=warmup)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=threads)
     if extra is not None:
         extra(ap)
-    return ap.parse_args()
+    args = ap.parse_args()
+    print_machine_facts(args.threads)
+    return args
 
 
 def compare_with_pytorch(title: str, singa_fn, torch_fn, args) -> dict:
@@ -74,6 +175,7 @@ def compare_with_pytorch(title: str, singa_fn, torch_fn, args) -> dict:
     else:
         ratio = median_ms(times["singa"]) / median_ms(times["pytorch"])
         print(f"ratio singa/pytorch (median): {ratio:.2f}x")
+    print(f"({load_average()} at the end)")
     sys.stdout.flush()
     return times
 

@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import REPO, cifar10_stores, mnist_stores
+from _common import REPO, cifar10_stores, mnist_stores, print_machine_facts
 
 STEP = re.compile(r"finished at step \d+ .*?([\d.]+) ms/step\)")
 RAY: dict = {}  # "address" of the 2-node Ray cluster when the ray rows run
@@ -234,6 +234,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="BLAS threads per process in (a)")
     ap.add_argument("--no-ray", action="store_true", help="skip the ray rows")
     args = ap.parse_args()
+    print_machine_facts(args.threads)
     cluster = None
     if not args.no_ray and importlib.util.find_spec("ray") is not None:
         if not in_private_namespace():

@@ -26,8 +26,10 @@ from _common import (
     REPO,
     cifar10_stores,
     interleaved,
+    load_average,
     median_ms,
     mnist_stores,
+    print_machine_facts,
     singa_train_step,
     summary,
 )
@@ -149,6 +151,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
+    print_machine_facts(args.threads)
     for key in NETS if args.net == "both" else [args.net]:
         title, singa_fn, torch_fn, torch_bound_fn = NETS[key]
         fns = {"singa": singa_fn(args.threads)}
@@ -169,6 +172,7 @@ def main() -> None:
             bound = singa_ms / median_ms(times["pytorch-without-lrn"])
             print(f"  (singa / pytorch without its LRN layers: {bound:.2f}x)")
         sys.stdout.flush()
+    print(f"({load_average()} at the end)")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import argparse
 import sys
 
 import numpy as np
-from _common import REPO, interleaved, median_ms, summary
+from _common import REPO, interleaved, load_average, median_ms, print_machine_facts, summary
 
 sys.path.insert(0, str(REPO))
 
@@ -100,6 +100,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--threads", type=int, default=1, help="PyTorch intra-op threads")
     args = ap.parse_args()
+    print_machine_facts(args.threads)
     for name, shape in SHAPES.items():
         fns = {
             "singa NCHW": singa_step(shape, "nchw"),
@@ -121,6 +122,7 @@ def main() -> None:
             ratio = median_ms(times[who]) / base
             print(f"  ratio {who}/pytorch ({args.threads} thread(s)): {ratio:.2f}x")
         sys.stdout.flush()
+    print(f"({load_average()} at the end)")
 
 
 if __name__ == "__main__":

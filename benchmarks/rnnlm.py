@@ -125,9 +125,8 @@ def torch_step(wins, threads: int):
 
 
 def main() -> None:
-    args = standard_args(__doc__.splitlines()[0], rounds=10, steps=500, warmup=200)
-    if "--threads" not in sys.argv:
-        args.threads = 1  # job.conf's num_openblas_threads
+    # 1 thread by default: job.conf's num_openblas_threads
+    args = standard_args(__doc__.splitlines()[0], rounds=10, steps=500, warmup=200, threads=1)
     data = corpus()
     rnnlm_plugin()
     singa_fn = singa_train_step(job_conf(data), [], args.threads)
