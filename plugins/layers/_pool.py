@@ -15,12 +15,15 @@ over a strided block of the input — a running maximum that records the winning
 with a strict ``>`` (so the first maximum wins), or a running sum. Backward adds each
 offset's share back (``g·[argmax = k]``, written directly when windows do not overlap).
 Everything is branchless: masked assignments are several times slower on random masks.
-The winning offsets are only recorded in training.
+The winning offsets are only recorded in training. With numba installed (the ``fast``
+extra) the same computation runs as compiled one-pass kernels (``_pool_kernels.py``);
+``SINGA_NUMBA=0`` keeps the numpy path.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from singa_builtins.layers._pool_kernels import kernels as pool_kernels
 from singa_builtins.layers._window import (
     as_chwn,
     batch_innermost,
@@ -81,6 +84,7 @@ class PoolingBase(NeuronLayer):
         self._covers = self._tiles and oh * win.sh == hp and ow * win.sw == wp
         self._scaled = np.empty((c, oh, ow, b), dtype=DTYPE)
         self._inv_count = DTYPE(1.0 / (win.kh * win.kw))
+        self._kernels = pool_kernels()  # compiled one-pass kernels, or None (numpy path)
 
     def _input_chwn(self, x: np.ndarray) -> np.ndarray:
         xc = as_chwn(x, self.batchsize, self.channels, self.height, self.width)
@@ -93,6 +97,14 @@ class PoolingBase(NeuronLayer):
     def forward(self, phase, srcs):
         xp = self._input_chwn(srcs[0].data)
         out, slices = self._out, self._slices
+        fast, win = self._kernels, self.win
+        if fast is not None:
+            if self.method == AVG:
+                fast.avg_forward(xp, win.kh, win.kw, win.sh, win.sw, self._inv_count, out)
+            else:
+                record = bool(phase & kTrain)
+                fast.max_forward(xp, win.kh, win.kw, win.sh, win.sw, out, self._argmax, record)
+            return
         np.copyto(out, xp[slices[0]])
         if self.method == AVG:
             for sl in slices[1:]:
@@ -123,8 +135,14 @@ class PoolingBase(NeuronLayer):
             return
         target = as_chwn(buf, self.batchsize, self.channels, self.height, self.width)
         gxp = self._gxp if self._padded else target
-        g, tmp = self._gout, self._scaled
-        if self._tiles and self.method == MAX:
+        g, tmp, fast, win = self._gout, self._scaled, self._kernels, self.win
+        if fast is not None:
+            if self.method == AVG:
+                fast.avg_backward(g, win.kh, win.kw, win.sh, win.sw, self._inv_count, gxp)
+            else:
+                args = (win.kh, win.kw, win.sh, win.sw, self._tiles, self._covers)
+                fast.max_backward(g, self._argmax, *args, gxp)
+        elif self._tiles and self.method == MAX:
             # windows do not overlap: each input gets one offset's share, written directly
             if not self._covers:
                 gxp.fill(0.0)
@@ -145,5 +163,4 @@ class PoolingBase(NeuronLayer):
                     np.multiply(g, mask, out=tmp)
                     gxp[sl] += tmp
         if self._padded:
-            win = self.win
             np.copyto(target, gxp[:, win.ph : win.ph + self.height, win.pw : win.pw + self.width])

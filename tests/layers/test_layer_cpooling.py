@@ -23,6 +23,34 @@ def pool(srcs, pool_conf):
     return build(CPoolingLayer, f'name: "pool" pooling_conf {{ {pool_conf} }}', srcs)
 
 
+@pytest.fixture(autouse=True, params=["numba", "numpy"])
+def pool_path(request, monkeypatch):
+    """Every test runs on both paths: the compiled kernels (when numba is installed) and
+    the pure-numpy fallback (``SINGA_NUMBA=0``)."""
+    if request.param == "numba":
+        pytest.importorskip("numba")
+    monkeypatch.setenv("SINGA_NUMBA", "1" if request.param == "numba" else "0")
+    return request.param
+
+
+def both_paths():
+    """Environment settings building a layer on each path (for the gradient cases)."""
+    import importlib.util
+    import os
+
+    settings = ["0"] + (["1"] if importlib.util.find_spec("numba") is not None else [])
+    before = os.environ.get("SINGA_NUMBA")
+    try:
+        for value in settings:
+            os.environ["SINGA_NUMBA"] = value
+            yield value
+    finally:
+        if before is None:
+            os.environ.pop("SINGA_NUMBA", None)
+        else:
+            os.environ["SINGA_NUMBA"] = before
+
+
 GEOMETRIES = [
     # pooling_conf without the method, (kh, kw, ph, pw, sh, sw)
     ("kernel: 2 stride: 2", (2, 2, 0, 0, 2, 2)),  # LeNet: non-overlapping
@@ -51,17 +79,23 @@ def test_defaults_and_floor_sizes():
 @pytest.mark.parametrize("strided", [False, True])
 @pytest.mark.parametrize("method", ["MAX", "AVG"])
 @pytest.mark.parametrize(("text", "geom"), GEOMETRIES)
-def test_against_reference(text, geom, method, strided):
+def test_against_reference(text, geom, method, strided, pool_path):
     rng = np.random.default_rng(2)
     x = rng.standard_normal((3, 2, 9, 8)).astype(np.float32)
     src = strided_source(x) if strided else SourceLayer(x)
     layer = pool([src], f"pool: {method} {text}")
+    assert (layer._kernels is not None) == (pool_path == "numba")
     layer.forward(kTrain | kForward, [src])
     g = rng.standard_normal(layer.data.shape)
     y, gx = pool_forward_backward(x, g, method, *geom)
     np.testing.assert_allclose(layer.data, y, rtol=1e-6, atol=1e-6)
     src.grad[...] = np.nan  # every element must be written
     layer.grad[...] = g
+    layer.backward(kTrain | kBackward, [src])
+    np.testing.assert_allclose(src.grad, gx, rtol=1e-6, atol=1e-6)
+    # a second step gives the same (padding and buffers are reset by each pass)
+    layer.forward(kTrain | kForward, [src])
+    np.testing.assert_allclose(layer.data, y, rtol=1e-6, atol=1e-6)
     layer.backward(kTrain | kBackward, [src])
     np.testing.assert_allclose(src.grad, gx, rtol=1e-6, atol=1e-6)
 
@@ -154,12 +188,14 @@ def _cases(tmp_path):
     rng = np.random.default_rng(9)
     checker = GradientChecker(stepsize=1e-3, threshold=1e-3)
     cases = []
-    for text, _ in GEOMETRIES:
-        for method in ("MAX", "AVG"):
-            # distinct values at least 0.01 apart keep MAX away from its kinks
-            x = rng.permutation(2 * 2 * 7 * 7).reshape(2, 2, 7, 7) * 0.01
-            for src in (SourceLayer(x), strided_source(x)):
-                cases.append(GradCase(pool([src], f"pool: {method} {text}"), [src], checker))
+    for _ in both_paths():
+        for text, _ in GEOMETRIES:
+            for method in ("MAX", "AVG"):
+                # distinct values at least 0.01 apart keep MAX away from its kinks
+                x = rng.permutation(2 * 2 * 7 * 7).reshape(2, 2, 7, 7) * 0.01
+                for src in (SourceLayer(x), strided_source(x)):
+                    layer = pool([src], f"pool: {method} {text}")
+                    cases.append(GradCase(layer, [src], checker))
     return cases
 
 

@@ -7,6 +7,7 @@ from singa_builtins.layers.pooling import PoolingLayer
 from singa_core.layer import kBackward, kForward, kTrain
 from singa_core.testing import GradCase, GradientChecker, SourceLayer, build
 from tests.layers.spatial_reference import pool_forward_backward
+from tests.layers.test_layer_cpooling import both_paths, pool_path  # noqa: F401 (fixture)
 
 
 def pool(srcs, pool_conf):
@@ -51,9 +52,11 @@ def _cases(tmp_path):
     x = np.random.default_rng(3).permutation(2 * 3 * 8 * 8).reshape(2, 3, 8, 8) * 0.01
     checker = GradientChecker(stepsize=1e-3, threshold=1e-3)
     cases = []
-    for method in ("MAX", "AVG"):
-        src = SourceLayer(x)
-        cases.append(GradCase(pool([src], f"pool: {method} kernel: 2 stride: 2"), [src], checker))
+    for _ in both_paths():
+        for method in ("MAX", "AVG"):
+            src = SourceLayer(x)
+            layer = pool([src], f"pool: {method} kernel: 2 stride: 2")
+            cases.append(GradCase(layer, [src], checker))
     return cases
 
 
