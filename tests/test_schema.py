@@ -526,5 +526,5 @@ def test_missing_grpc_tools_is_explained(monkeypatch) -> None:
     import sys
 
     monkeypatch.setitem(sys.modules, "grpc_tools", None)
-    with pytest.raises(RuntimeError, match=r"help: pip install 'singa\[proto\]'"):
+    with pytest.raises(RuntimeError, match=r"help: pip install 'singa-classic\[proto\]'"):
         schema.source_descriptor_set()
