@@ -101,6 +101,14 @@ def machine_facts(threads: int) -> list[str]:
         )
     except ImportError:
         lines.append("pytorch not installed (pip install torch==2.13.0 for the comparison)")
+    try:
+        import numba
+
+        on = os.environ.get("SINGA_NUMBA", "1").strip() != "0"
+        state = "on" if on else "off (SINGA_NUMBA=0)"
+        lines.append(f"numba {numba.__version__}: compiled pooling kernels {state}")
+    except ImportError:
+        lines.append("numba not installed: pooling runs its numpy path")
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     lines.append(
         f"threads: {threads} for singa's BLAS and PyTorch's intra-op pool (OpenBLAS "
