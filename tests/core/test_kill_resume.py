@@ -2,14 +2,16 @@
 
 A small job runs under the in-process engine and under the shm engine with a synchronous
 group of 2 workers. Each run is killed with SIGKILL five times, at moments drawn from a
-seeded generator (after the run has started training, up to its expected length), and
-resumed after each kill (a fresh start when no checkpoint was written yet). The final
+seeded generator — a training step (the kill comes when metrics.jsonl shows it, plus up to
+10 ms), so every kill lands in training whatever the machine's speed — and resumed after
+each kill (a fresh start when no checkpoint was written yet). The final
 checkpoint must be byte-identical to the one of an uninterrupted run; no temp files, no
 /dev/shm segments and no processes may be left behind.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -63,28 +65,43 @@ def _start(conf: Path, ws: Path, extra: list[str], resume: bool) -> subprocess.P
     )
 
 
-def _wait_started(proc: subprocess.Popen) -> None:
-    """Until the run prints its start line (set-up done, training begins)."""
-    for line in proc.stderr:
-        if " starting | " in line or " resuming at step " in line:
-            return
-    raise AssertionError(f"the run ended before training: exit {proc.wait()}")
+def _trained_to(ws: Path, since: float) -> int:
+    """The last training step metrics.jsonl shows in records written after time ``since``
+    (a resumed run rewrites the file, so offsets do not do)."""
+    path = ws / "metrics.jsonl"
+    if not path.exists():
+        return -1
+    steps = [-1]
+    for line in path.read_text().splitlines():
+        if line.endswith("}"):
+            rec = json.loads(line)
+            if rec.get("phase") == "train" and rec.get("time", 0) >= since:
+                steps.append(int(rec["step"]))
+    return max(steps)
 
 
 def _checkpointed(ws: Path) -> bool:
     return any((ws / "checkpoint").glob("step*-worker0")) if (ws / "checkpoint").is_dir() else False
 
 
-def _run_with_kills(conf: Path, ws: Path, extra: list[str], train_seconds: float, seed: int):
+def _run_with_kills(conf: Path, ws: Path, extra: list[str], steps: int, seed: int):
+    """Kill the run when it has displayed a seeded random training step (plus up to 10 ms),
+    KILLS times, resuming after each; then let it finish."""
     rng = random.Random(seed)
+    moments = sorted(rng.sample(range(10, steps - 10), KILLS))
     orphans: set[int] = set()
     resumed = 0
-    for _ in range(KILLS):
+    for target in moments:
         resumed += _checkpointed(ws)
+        since = time.time()
         proc = _start(conf, ws, extra, resume=_checkpointed(ws))
         try:
-            _wait_started(proc)
-            time.sleep(rng.uniform(0.0, train_seconds))
+            deadline = time.monotonic() + 120
+            while _trained_to(ws, since) < target:
+                assert proc.poll() is None, proc.communicate()[1]
+                assert time.monotonic() < deadline, "the run made no progress"
+                time.sleep(0.005)
+            time.sleep(rng.uniform(0.0, 0.01))
             orphans |= _descendants(proc.pid)
             proc.send_signal(signal.SIGKILL)
         finally:
@@ -98,14 +115,10 @@ def _run_with_kills(conf: Path, ws: Path, extra: list[str], train_seconds: float
     return orphans
 
 
-def _uninterrupted(conf: Path, ws: Path, extra: list[str]) -> float:
+def _uninterrupted(conf: Path, ws: Path, extra: list[str]) -> None:
     proc = _start(conf, ws, extra, resume=False)
-    _wait_started(proc)
-    t0 = time.monotonic()
-    err = proc.stderr.read()
-    assert proc.wait(timeout=120) == 0, err
-    proc.stderr.close()
-    return time.monotonic() - t0
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
 
 
 def _leftovers(ws: Path) -> list[str]:
@@ -124,9 +137,9 @@ def test_kill9_and_resume_gives_the_uninterrupted_checkpoint(tmp_path, engine, e
     shm_before = _shm_entries()
 
     ref = tmp_path / "ref"
-    train_seconds = _uninterrupted(conf, ref, extra)
+    _uninterrupted(conf, ref, extra)
     ws = tmp_path / "killed"
-    orphans = _run_with_kills(conf, ws, extra, train_seconds, seed=11)
+    orphans = _run_with_kills(conf, ws, extra, steps, seed=11)
 
     final = f"checkpoint/step{steps}-worker0"
     assert (ws / final).read_bytes() == (ref / final).read_bytes()
