@@ -20,7 +20,7 @@ from singa_core.layer import kTest, kTrain, kVal
 from singa_core.memory import MemoryEstimate, available_memory, estimating
 from singa_core.net import PHASE_NAMES, NeuralNet, init_param, layer_type_name, param_generator_name
 from singa_core.numeric import check_config
-from singa_core.paths import readable_file_problem, writable_folder_problem
+from singa_core.paths import bad_path_text, readable_file_problem, writable_folder_problem
 from singa_core.plugin_host import PluginHost
 from singa_core.registry import type_selection
 from singa_core.schema import job_pb2
@@ -202,6 +202,13 @@ def prepare_job(
         )
     wsp = Path(ws)
     ws_where = "--workspace" if workspace else cfg.locate("cluster.workspace")
+    bad = bad_path_text(ws)  # a NUL or a name too long: os calls would raise on it
+    if bad:
+        raise SingaError(
+            f"the workspace path {bad}: {ws}",
+            where=ws_where,
+            help="choose a folder path for cluster.workspace",
+        )
     if wsp.exists() and not wsp.is_dir():
         raise SingaError(
             f"workspace {ws} exists and is not a folder",

@@ -97,3 +97,13 @@ def test_zip_features_numpy_cannot_read_are_a_located_error(tmp_path, offset, va
     with pytest.raises(SingaError) as exc:
         ckpt.read_state(path)
     assert str(path) in exc.value.format()
+
+
+def test_a_workspace_path_too_long_for_the_filesystem(tmp_path):
+    """Path.exists() raised OSError(ENAMETOOLONG) for a 1 MB workspace name."""
+    conf = tmp_path / "job.conf"
+    conf.write_text(MNIST.replace('workspace: "', 'workspace: "' + "w" * 5000, 1))
+    res = runner.invoke(app, ["train", str(conf), "--dry-run"])
+    assert res.exit_code == 2, res.output
+    assert "is too long for the filesystem" in res.output
+    assert f"{conf}:" in res.output.splitlines()[0]
