@@ -108,6 +108,38 @@ def max_relative_difference(a: dict, b: dict) -> float:
     return max(float(np.max(np.abs(a[k] - b[k]) / np.maximum(np.abs(b[k]), 1e-3))) for k in a)
 
 
+def _ray_daemons() -> set[int]:
+    """Pids of the Ray daemons (raylet, gcs_server) on this machine, from /proc."""
+    out = set()
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            exe = (d / "cmdline").read_bytes().split(b"\0")[0]
+        except OSError:
+            continue
+        if exe.endswith((b"/raylet", b"/gcs_server")):
+            out.add(int(d.name))
+    return out
+
+
+def test_private_runtime_is_started_and_shut_down(tmp_path):
+    """Without --address: a private one-node runtime, gone when singa train returns."""
+    conf, ws = _blobs_job(tmp_path, steps=20, checkpoint_freq=20)
+    before = _ray_daemons()
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    res = subprocess.run(
+        [sys.executable, "-m", "singa_core.cli", "train", str(conf), "--engine", "ray", "-q"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert (ws / "checkpoint" / "step20-worker0").exists()
+    deadline = time.monotonic() + 10
+    while _ray_daemons() - before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _ray_daemons() - before, "the private runtime's daemons are still running"
+
+
 # -- equivalence -------------------------------------------------------------------------------
 def test_sandblaster_equals_shm_and_inprocess(cluster, mnist_stores, tmp_path):
     """1 group x 2 workers (on different nodes) + separate servers, 30 steps of the MNIST
