@@ -34,17 +34,21 @@ class RayStub(ShmStub):
         oid = param.owner.id
         if self.counts[oid] == 0:
             self.collect(param)  # the previous update of this Param first
+        if self.local[oid] == 1:  # sent as it is: the call serialises it at once
+            buf = np.ascontiguousarray(param.grad).reshape(-1)
+        elif self.counts[oid] == 0:  # several local gradients: summed first
             buf = self.grads.get(oid)
             if buf is None:
                 buf = self.grads[oid] = np.empty(param.grad.size, dtype=np.float32)
             np.copyto(buf, param.grad.reshape(-1))
         else:
-            self.grads[oid] += param.grad.reshape(-1)
+            buf = self.grads[oid]
+            buf += param.grad.reshape(-1)
         self.counts[oid] += 1
         if self.counts[oid] < self.local[oid]:
             return
         self.counts[oid] = 0
-        rt, buf = self.rt, self.grads[oid]
+        rt = self.rt
         proc, sg = rt.ctx.proc, rt.server_group
         refs = []
         for sid in self.layout.param_slices[oid]:
