@@ -101,7 +101,9 @@ def test_indivisible_features_are_a_config_error(tmp_path):
             path,
             ["cluster.nworkers_per_group=2", "neuralnet.layer[3].partition_dim=1", "test_steps=0"],
         )
-    assert "not divisible" in str(err.value) and "job.conf" in str(err.value.where)
+    assert "not divisible" in str(err.value)
+    # partition_dim came from -o, so the error points at that override
+    assert "-o neuralnet.layer[3].partition_dim=1" in str(err.value.where)
 
 
 def test_connection_layer_nets_of_test_neuralnet_build(tmp_path):
