@@ -122,11 +122,18 @@ class TrainingLoop:
         self.stub.collect_all(self.train_net.owner_params)
         pop_net_metrics(net)  # drop anything left over
         self.worker.start_evaluation(phase, net)
-        before = {layer.name: layer.state_dict() for layer in net.layers}
+        # the layers' cursors and random states (a store's random_skip draws from the
+        # latter), to rewind a pass that a stop cuts short
+        before = {
+            layer.name: (layer.state_dict(), layer.ctx.rng.bit_generator.state)
+            for layer in net.layers
+        }
         for _ in range(steps):
             if self._stop_requested:  # Ctrl-C / SIGTERM: end the pass after its last batch
                 for layer in net.layers:  # as if it had not started: a resume repeats it
-                    layer.load_state_dict(before[layer.name])
+                    state, rng = before[layer.name]
+                    layer.load_state_dict(state)
+                    layer.ctx.rng.bit_generator.state = rng
                 pop_net_metrics(net)
                 raise EvaluationStopped
             self.worker.test_one_batch(phase, net)
