@@ -139,6 +139,14 @@ class SingaProcess:
             )
             for sg, j in self.spec.servers
         }
+        # server group -> it serves a single worker group and never syncs with another
+        # server group (see push)
+        self.sole_group = {
+            sg: topo.nserver_groups == 1
+            and sum(topo.server_group_of(g) == sg for g in range(topo.nworker_groups)) == 1
+            for sg in range(topo.nserver_groups)
+        }
+        self.snapshots: dict = {}
         self.ctx = RayProcessContext(self, shared, self.prepared)
         self.outbox: list = []
         self.lock = threading.Lock()
@@ -239,9 +247,20 @@ class SingaProcess:
             fut = self.loop.create_future()
             self.waiting[key].append(fut)
             return await fut
-        # one snapshot per update for every worker of the group: the value changes in place
-        # with the next update, possibly before an answer is serialised
-        reply = (done[0], server.value(sid).copy())
+        # the answer to every worker of the group. Ray serialises it (one copy into the
+        # object store) before any worker sees it, and a worker pushes its next gradient of
+        # the slice only after it has the answer: with one worker group on this server group
+        # and no inter-group sync, nothing changes the value before the answer is serialised,
+        # so it goes as it is. Otherwise other groups' updates (or a sync) change it in place
+        # meanwhile: one snapshot per update, in a buffer reused from update to update.
+        value = server.value(sid)
+        if not self.sole_group[sg]:
+            snap = self.snapshots.get((sg, group, sid))
+            if snap is None:
+                snap = self.snapshots[(sg, group, sid)] = np.empty_like(value)
+            np.copyto(snap, value)
+            value = snap
+        reply = (done[0], value)
         for fut in self.waiting.pop(key, ()):
             fut.set_result(reply)
         if server.sync_due(sid):
