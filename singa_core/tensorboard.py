@@ -44,10 +44,27 @@ HISTOGRAM_SAMPLE = 1 << 16
 HISTOGRAM_BINS = 30
 
 
+def _import_summary_writer():
+    """tensorboardX's SummaryWriter, imported without PyTorch: tensorboardX imports torch
+    when it is installed (only to accept torch tensors, which singa never logs), and that
+    alone made a singa run about 200 MiB larger (benchmarks/peak_memory.py)."""
+    if "torch" in sys.modules:  # already there: nothing to save
+        from tensorboardX import SummaryWriter
+
+        return SummaryWriter
+    sys.modules["torch"] = None  # `import torch` raises ImportError, which it expects
+    try:
+        from tensorboardX import SummaryWriter
+    finally:
+        if sys.modules.get("torch", 0) is None:
+            del sys.modules["torch"]
+    return SummaryWriter
+
+
 def writer_problem() -> str | None:
     """None when tensorboardX imports, else the one-line note saying why there are no logs."""
     try:
-        from tensorboardX import SummaryWriter  # noqa: F401
+        _import_summary_writer()
     except ImportError:
         return MISSING_NOTE
     except Exception as exc:  # noqa: BLE001 - a broken install (e.g. of torch, which it tries)
@@ -80,7 +97,7 @@ class TensorBoardLog:
         return cls(logdir, histograms=histograms)
 
     def start(self, start_step: int) -> None:
-        from tensorboardX import SummaryWriter
+        SummaryWriter = _import_summary_writer()  # noqa: N806 - a class
 
         self.logdir.mkdir(parents=True, exist_ok=True)
         # purge_step: TensorBoard drops the events earlier files hold at steps >= start_step.

@@ -191,3 +191,25 @@ def test_tensorboard_serves_the_scalars(small_job, tmp_path):
     )
     assert [s for s, _ in served] == [s for s, _ in want]
     assert [v for _, v in served] == pytest.approx([v for _, v in want], rel=1e-6)
+
+
+def test_writer_is_imported_without_pytorch(tmp_path):
+    """tensorboardX imports torch when it can; singa logs numpy only, so a run must not
+    pay PyTorch's ~200 MiB for its logs (a fresh interpreter: torch not yet imported)."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("PyTorch is not installed: nothing for tensorboardX to import")
+    code = (
+        "import sys\n"
+        "from singa_core.tensorboard import TensorBoardLog\n"
+        f"log = TensorBoardLog.create({str(tmp_path)!r})\n"
+        "assert log is not None\n"
+        "log.start(0)\n"
+        "print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
