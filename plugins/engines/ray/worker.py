@@ -2,7 +2,8 @@
 handling) with Ray for transport.
 
 * :class:`RayStub`: ``update`` sends each slice of a Param's summed gradient to its server
-  (``push``), ``collect`` waits for the answers and copies the fresh values in;
+  (``push``: through Ray, or straight onto the actor's event loop when the server lives in
+  the same process), ``collect`` waits for the answers and copies the fresh values in;
 * :class:`RayBridgeTransport`: bridge data and gradients of a partitioned group go to the
   peer worker's process (``deliver``) and are taken from this process's inbox;
 * checkpoints: group 0 worker 0 gathers the values, versions and updater state of server
@@ -11,6 +12,8 @@ handling) with Ray for transport.
 """
 
 from __future__ import annotations
+
+from asyncio import run_coroutine_threadsafe
 
 import numpy as np
 from singa_builtins.engines.shm.worker import ShmStub, WorkerThread
@@ -53,12 +56,16 @@ class RayStub(ShmStub):
         refs = []
         for sid in self.layout.param_slices[oid]:
             s = self.layout.slices[sid]
-            refs.append(
-                proc.server_handle(sg, s.server).push.remote(
-                    sg, s.server, rt.group, rt.windex, sid, step, self.local[oid],
-                    buf[s.start : s.start + s.size],
-                )
-            )  # fmt: skip
+            grad = buf[s.start : s.start + s.size]
+            args = (sg, s.server, rt.group, rt.windex, sid, step, self.local[oid])
+            if proc.server_proc[(sg, s.server)] == proc.index:
+                # a server of this process: no serialisation, the call goes to the actor's
+                # own loop; the server copies the (read-only) gradient once, as with shm
+                grad = grad.view()
+                grad.flags.writeable = False
+                refs.append(run_coroutine_threadsafe(proc.push(*args, grad), proc.loop))
+            else:
+                refs.append(proc.server_handle(sg, s.server).push.remote(*args, grad))
         self.refs[oid] = refs
 
     def collect(self, param) -> None:
@@ -66,7 +73,7 @@ class RayStub(ShmStub):
         refs = self.refs.pop(oid, None)
         if not refs:
             return
-        replies = self.rt.ctx.get(refs)
+        replies = self.rt.ctx.get_all(refs)
         flat = self.shares[oid][0].owner.value.reshape(-1)
         for sid, (_, value) in zip(self.layout.param_slices[oid], replies, strict=True):
             s = self.layout.slices[sid]
