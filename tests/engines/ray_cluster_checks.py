@@ -149,18 +149,30 @@ def test_sandblaster_equals_shm_and_inprocess(cluster, mnist_stores, tmp_path):
         *mnist_example_args(mnist_stores), "--seed", "0",
         *_o("train_steps=30", "test_freq=0", "checkpoint_freq=30", "cluster.nworkers_per_group=2"),
     ]  # fmt: skip
-    res = ray_train(cluster, conf, *common, "--workspace", str(tmp_path / "ray"))
-    assert res.returncode == 0, res.stderr
-    where = placement(res.stderr)
-    assert where["worker process 0"][0] != where["worker process 1"][0], res.stderr
-    res = run_singa("train", str(conf), *common, "--engine", "shm", "-q",
-                    "--workspace", str(tmp_path / "shm"))  # fmt: skip
-    assert res.returncode == 0, res.stderr
-    res = run_singa("train", str(conf), *common, "--engine", "inprocess", "-q",
-                    "--workspace", str(tmp_path / "inprocess"),
-                    *_o("cluster.nservers_per_group=1",
-                        "cluster.nworkers_per_procs=2"))  # fmt: skip
-    assert res.returncode == 0, res.stderr
+    # the shm and in-process runs need no cluster: they run while the Ray run does
+    others = {
+        name: subprocess.Popen(
+            [sys.executable, "-m", "singa_core.cli", "train", str(conf), *common, "-q",
+             "--engine", name, "--workspace", str(tmp_path / name), *extra],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        for name, extra in (
+            ("shm", []),
+            ("inprocess", _o("cluster.nservers_per_group=1", "cluster.nworkers_per_procs=2")),
+        )
+    }
+    try:
+        res = ray_train(cluster, conf, *common, "--workspace", str(tmp_path / "ray"))
+        assert res.returncode == 0, res.stderr
+        where = placement(res.stderr)
+        assert where["worker process 0"][0] != where["worker process 1"][0], res.stderr
+        for proc in others.values():
+            _, err = proc.communicate(timeout=300)
+            assert proc.returncode == 0, err
+    finally:
+        for proc in others.values():
+            if proc.poll() is None:
+                proc.kill()
     ray_p = params(tmp_path / "ray", 30)
     vs_shm = max_relative_difference(ray_p, params(tmp_path / "shm", 30))
     vs_inprocess = max_relative_difference(ray_p, params(tmp_path / "inprocess", 30))
