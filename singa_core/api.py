@@ -364,7 +364,9 @@ class Job:
         :meth:`train`, trained after it)."""
         from singa_core.layer import kTrain
 
-        return NetView(self.prepare().nets[kTrain])
+        # the nets train() ran (a resumed run prepares its own), else fresh ones
+        prepared = self._prepared if self._prepared is not None else self.prepare()
+        return NetView(prepared.nets[kTrain])
 
     def on(self, event: str, fn: Callable[[Event], object] | None = None):
         """Call ``fn(Event)`` on ``event`` ("display", "validation", "test", "checkpoint");

@@ -109,8 +109,13 @@ def test_interruption_is_a_result_not_an_exit(small_job):
     assert (ws / "checkpoint" / "step21-worker0").exists()
     assert result.summary().startswith("interrupted at step 21 after ")
     assert "continue with --resume" in result.summary()
-    again = Job.from_file(conf, quiet=True, tensorboard=False).train(resume=True)
+    resumed_job = Job.from_file(conf, quiet=True, tensorboard=False)
+    again = resumed_job.train(resume=True)
     assert again.final_step == 1000 and not again.interrupted
+    # job.net shows the resumed run's trained Params, not a fresh initialisation
+    saved = {r.name: r.value for r in read_params(again.checkpoint)}
+    for name, value in resumed_job.net.params.items():
+        np.testing.assert_array_equal(value, saved[runtime_param_name(name)].reshape(value.shape))
 
 
 def test_errors_are_located_singa_errors(small_job, tmp_path):
