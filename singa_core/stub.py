@@ -89,6 +89,21 @@ class ParamShard:
             learnable=learnable,
         )
 
+    def put_net(self, net) -> None:
+        """Hold every owner Param of ``net`` with its value array shared (no copy), each
+        expecting ``net.contributions()`` gradients per update (one process, one group)."""
+        counts = net.contributions()
+        for p in net.owner_params:
+            self.put(
+                p.id,
+                p.value,
+                p.version,
+                lr_scale=p.lr_scale,
+                wd_scale=p.wd_scale,
+                num_total=counts[p.id],
+                learnable=p.learnable,
+            )
+
     def update(self, key: int, step: int, grad: np.ndarray) -> int | None:
         """Add one contribution; apply the update when all have arrived.
 

@@ -200,17 +200,7 @@ def time_training_step(prepared, iterations: int, warmup: int = 2) -> StepTiming
     net = prepared.nets.get(kTrain) or prepared.build_net(kTrain)
     worker = prepared.make_worker()
     shard = ParamShard(prepared.make_updater())
-    counts = net.contributions()
-    for p in net.owner_params:
-        shard.put(
-            p.id,
-            p.value,
-            p.version,
-            lr_scale=p.lr_scale,
-            wd_scale=p.wd_scale,
-            num_total=counts[p.id],
-            learnable=p.learnable,
-        )
+    shard.put_net(net)
     stub = _TimedStub(shard, net.params)
 
     rows: dict[str, LayerTime] = {}

@@ -115,18 +115,8 @@ class InProcessEngine(Engine):
             )
 
     def _put_all(self) -> None:
-        counts = self.train_net.contributions()
-        for p in self.train_net.owner_params:
-            self.shard.put(
-                p.id,
-                p.value,
-                p.version,
-                lr_scale=p.lr_scale,
-                wd_scale=p.wd_scale,
-                num_total=counts[p.id],
-                num_replicas=1,  # replicas' loss layers already scale by 1/n
-                learnable=p.learnable,
-            )
+        # (num_replicas stays 1: replicas' loss layers already scale by 1/n)
+        self.shard.put_net(self.train_net)
 
     def _write_checkpoint(self, step: int, evaluated=()) -> str:
         records = [
