@@ -172,3 +172,19 @@ def full_test_accuracy(runner, app, conf: Path, workspace: Path, args: list[str]
     )
     assert res.exit_code == 0, res.output
     return float(res.output.split("accuracy = ")[1].split()[0].rstrip(","))
+
+
+def invoke_singa(*args):
+    """``singa ARGS`` in this process (typer's CliRunner); arguments may be Paths."""
+    from typer.testing import CliRunner
+
+    from singa_core.cli import app
+
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def singa_ok(*args):
+    """:func:`invoke_singa`, asserting exit status 0."""
+    res = invoke_singa(*args)
+    assert res.exit_code == 0, res.output
+    return res

@@ -8,24 +8,12 @@ import shutil
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
+from conftest import invoke_singa as invoke
+from conftest import singa_ok as ok
 
 from singa_core import checkpoint as ck
-from singa_core.cli import app
 from singa_core.errors import SingaError
 from singa_core.schema import common_pb2
-
-runner = CliRunner()
-
-
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
-
-
-def ok(*args):
-    res = invoke(*args)
-    assert res.exit_code == 0, res.output
-    return res
 
 
 def params_of(path):

@@ -7,22 +7,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from typer.testing import CliRunner
+from conftest import invoke_singa as invoke
+from conftest import singa_ok as ok
 
 from singa_core import checkpoint as ck
-from singa_core.cli import app
-
-runner = CliRunner()
-
-
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
-
-
-def ok(*args):
-    res = invoke(*args)
-    assert res.exit_code == 0, res.output
-    return res
 
 
 def metric_records(ws):
