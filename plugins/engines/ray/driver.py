@@ -172,7 +172,9 @@ class Attempt:
                     for spec, w in zip(self.topo.procs, self.where, strict=True)
                 )
             )
-            self._get_all([a.start.remote(self.actors) for a in self.actors])
+            self._get_all([a.start.remote(self.actors, self.where) for a in self.actors])
+            # every actor has attached its node's segments: their names can go
+            self._get_all([a.unlink_segments.remote() for a in self.actors])
             self.signals.install()
             return self._supervise()
         finally:

@@ -2,19 +2,25 @@
 
 The actor is an asyncio actor. Its event loop serves the calls other processes make:
 
-* ``push(sg, j, group, worker, slice, step, n, grad)`` (a worker's gradient slice for
-  server ``j`` of server group ``sg``): the :class:`SliceServer` aggregates it with the rest
-  of the group (synchronous within a group, asynchronous across groups); the call returns
-  when the group's update is applied: ``(version, value)``, one snapshot of the slice per
-  update answering every worker of the group (numpy arrays travel as whole buffers: Ray
-  serialises them out of band, a reader on the same node maps them without a copy);
+* ``push_node(sg, j, group, worker, slice, step, n)`` (a worker of this node, this process's
+  own included, left its gradient slice in its gradient segment, see
+  :mod:`~singa_builtins.engines.ray.segments`): the :class:`SliceServer` aggregates it with
+  the rest of the group (synchronous within a group, asynchronous across groups); the call
+  returns the new version when the group's update is applied; the worker reads the value
+  from the server's value segment (as the shm engine's workers do);
+* ``push(sg, j, group, worker, slice, step, n, grad)``: the same for a worker on another
+  node, the gradient in the call; it returns ``(version, value)``, one snapshot of the slice
+  per update answering every such worker of the group (numpy arrays travel as whole
+  buffers: Ray serialises them out of band);
 * ``sync(sg, j, from_group, slice, delta)``: the master side of the inter-group sync
   (distributed Hogwild); the requester's own sync runs as a task on its loop;
 * ``deliver(key, item)``: bridge data and gradients of partitioned groups, other
   partitions' layer states for a checkpoint, the driver's "checkpoint written" answer;
 * ``events(timeout)``: the driver's long poll for what the workers have to say (reports of
   group 0 worker 0, checkpoints to write, ready, done, errors);
-* ``go``, ``stop(signal)``, ``set_stop_at(group, step)``: the start gate and Ctrl-C.
+* ``go``, ``stop(signal)``, ``set_stop_at(group, step)``: the start gate and Ctrl-C;
+* ``where()`` (node, pid, segment names), ``start(peers, places)`` (attach the segments of
+  the same node's actors, start the worker threads), ``unlink_segments()``: start-up.
 
 Worker threads (one per worker of the process) run :class:`RayWorker`; they block only
 in their own thread, never on the loop.
@@ -31,6 +37,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FuturesTimeout
 
 import numpy as np
+from singa_builtins.engines.ray.segments import NodeSegments
 
 
 class Aborted(Exception):
@@ -146,6 +153,19 @@ class SingaProcess:
                 for k, name in enumerate(shared.state_names)
             }
 
+        # the node-shared memory: values of this process's slices (per server group) and a
+        # gradient buffer per worker
+        self.segments = NodeSegments(index)
+        for sg in sorted({sg for sg, _ in self.spec.servers}):
+            self.segments.create(f"v{sg}", total)
+        for g, j in self.spec.workers:
+            self.segments.create(f"g{topo.worker_index(g, j)}", total)
+
+        def value_of(sg, s):
+            view = self.segments.arrays[f"v{sg}"][s.offset : s.offset + s.size]
+            view[...] = values[s.offset : s.offset + s.size]
+            return view
+
         self.servers = {
             (sg, j): SliceServer(
                 layout,
@@ -153,12 +173,15 @@ class SingaProcess:
                 sg,
                 j,
                 self.prepared.make_updater(),
-                lambda s: np.array(values[s.offset : s.offset + s.size]),
+                lambda s, sg=sg: value_of(sg, s),
                 lambda s: versions[s.id],
                 state_of,
             )
             for sg, j in self.spec.servers
         }
+        self.local: set[int] = {index}  # processes on this node (set by start)
+        self.value_views: dict[tuple[int, int], np.ndarray] = {}  # (process, sg) -> values
+        self.grad_views: dict[int, np.ndarray] = {}  # worker index -> its gradient buffer
         # server group -> it serves a single worker group and never syncs with another
         # server group (see push)
         self.sole_group = {
@@ -183,6 +206,22 @@ class SingaProcess:
     def worker_handle(self, group: int, wid: int):
         return self.peers[self.worker_proc[(group, wid)]]
 
+    def route(self, sg: int, j: int) -> str:
+        """How a worker of this process reaches server ``j`` of server group ``sg``:
+        ``own`` (this process), ``node`` (another process of this node: shared memory) or
+        ``remote`` (another node: the gradient and the value travel through Ray)."""
+        q = self.server_proc[(sg, j)]
+        return "own" if q == self.index else "node" if q in self.local else "remote"
+
+    def value_view(self, sg: int, j: int) -> np.ndarray | None:
+        """Server group ``sg``'s flat values as server ``j``'s process keeps them, when that
+        process is on this node (None otherwise)."""
+        return self.value_views.get((self.server_proc[(sg, j)], sg))
+
+    def grad_buffer(self, windex: int) -> np.ndarray:
+        """The gradient segment of this process's worker ``windex``."""
+        return self.segments.arrays[f"g{windex}"]
+
     # -- the driver's side ---------------------------------------------------------------------
     async def where(self) -> dict:
         import ray
@@ -191,15 +230,37 @@ class SingaProcess:
             "node_id": ray.get_runtime_context().get_node_id(),
             "address": ray.util.get_node_ip_address(),
             "pid": os.getpid(),
+            "segments": self.segments.names(),
         }
 
-    async def start(self, peers) -> None:
-        """Start the worker threads (they build their nets, report ready, wait for go)."""
+    async def start(self, peers, places) -> None:
+        """Attach the segments of this node's other actors (``places``: every process's
+        :meth:`where`), then start the worker threads (they build their nets, report
+        ready, wait for go)."""
         from singa_builtins.engines.ray.worker import RayWorker
 
         self.loop = asyncio.get_running_loop()
         self.wake = asyncio.Event()
         self.peers = list(peers)
+        topo, total = self.shared.topology, self.shared.layout.total
+        node = places[self.index]["node_id"]
+        self.local = {q for q, w in enumerate(places) if w["node_id"] == node}
+        my_groups = {topo.server_group_of(g) for g, _ in self.spec.workers}
+        my_servers = {sg for sg, _ in self.spec.servers}
+        for q in sorted(self.local):
+            for key, name in places[q]["segments"].items():
+                if q == self.index:
+                    arr = self.segments.arrays[key]
+                elif (key[0] == "v" and int(key[1:]) in my_groups) or key[0] == "g":
+                    arr = self.segments.attach(name, total)
+                else:
+                    continue
+                if key[0] == "v":
+                    self.value_views[(q, int(key[1:]))] = arr
+                else:
+                    windex = int(key[1:])
+                    if topo.server_group_of(windex // topo.nworkers_per_group) in my_servers:
+                        self.grad_views[windex] = arr
         for g, j in self.spec.workers:
             role = f"worker {j} of group {g} ({self.spec.role()})"
             t = threading.Thread(
@@ -255,37 +316,56 @@ class SingaProcess:
     async def set_stop_at(self, group: int, step: int) -> None:
         self.ctx.stop_at[group] = step
 
+    async def unlink_segments(self) -> None:
+        """Every actor of the node has attached: the names can go (see segments)."""
+        self.segments.unlink()
+
     async def deliver(self, key, item) -> None:
         self.ctx.inbox.put(tuple(key) if isinstance(key, list) else key, item)
 
     # -- servers -----------------------------------------------------------------------------
+    async def push_node(self, sg, j, group, worker, sid, step, n):
+        """A gradient slice a worker of this node left in its gradient segment."""
+        s = self.shared.layout.slices[sid]
+        grad = self.grad_views[worker][s.offset : s.offset + s.size]
+        return await self._contribute(sg, j, group, worker, sid, step, n, grad, False)
+
     async def push(self, sg, j, group, worker, sid, step, n, grad):
+        """A gradient slice from a worker on another node."""
+        return await self._contribute(sg, j, group, worker, sid, step, n, grad, True)
+
+    async def _contribute(self, sg, j, group, worker, sid, step, n, grad, with_value):
         server = self.servers[(sg, j)]
         done = server.contribute(group, worker, sid, step, n, grad)
         key = (sg, group, sid)
         if done is None:  # the rest of the group has not sent its part yet
             fut = self.loop.create_future()
-            self.waiting[key].append(fut)
+            self.waiting[key].append((fut, with_value))
             return await fut
-        # the answer to every worker of the group. Ray serialises it (one copy into the
-        # object store) before any worker sees it, and a worker pushes its next gradient of
-        # the slice only after it has the answer: with one worker group on this server group
-        # and no inter-group sync, nothing changes the value before the answer is serialised,
-        # so it goes as it is. Otherwise other groups' updates (or a sync) change it in place
-        # meanwhile: one snapshot per update, in a buffer reused from update to update.
-        value = server.value(sid)
-        if not self.sole_group[sg]:
-            snap = self.snapshots.get((sg, group, sid))
-            if snap is None:
-                snap = self.snapshots[(sg, group, sid)] = np.empty_like(value)
-            np.copyto(snap, value)
-            value = snap
-        reply = (done[0], value)
-        for fut in self.waiting.pop(key, ()):
-            fut.set_result(reply)
+        version = done[0]
+        waiters = self.waiting.pop(key, [])
+        value = None
+        if with_value or any(w for _, w in waiters):
+            # the answer to the group's workers on other nodes. Ray serialises it (one copy
+            # into the object store) before any worker sees it, and a worker pushes its next
+            # gradient of the slice only after it has the answer: with one worker group on
+            # this server group and no inter-group sync, nothing changes the value before
+            # the answer is serialised, so it goes as it is. Otherwise other groups' updates
+            # (or a sync) change it in place meanwhile: one snapshot per update, in a buffer
+            # reused from update to update. (Workers of this node read the value in place,
+            # as the shm engine's do.)
+            value = server.value(sid)
+            if not self.sole_group[sg]:
+                snap = self.snapshots.get((sg, group, sid))
+                if snap is None:
+                    snap = self.snapshots[(sg, group, sid)] = np.empty_like(value)
+                np.copyto(snap, value)
+                value = snap
+        for fut, wants in waiters:
+            fut.set_result((version, value) if wants else version)
         if server.sync_due(sid):
             self.loop.create_task(self._sync(server, sid))
-        return reply
+        return (version, value) if with_value else version
 
     async def _sync(self, server, sid) -> None:
         s = self.shared.layout.slices[sid]

@@ -30,14 +30,29 @@ class RayStub(ShmStub):
 
     def __init__(self, rt, net) -> None:
         super().__init__(rt, net)
+        proc, sg = rt.ctx.proc, rt.server_group
         self.grads: dict[int, np.ndarray] = {}
         self.refs: dict[int, list] = {}
+        self.segment = proc.grad_buffer(rt.windex)
+        # per owner Param: how each of its slices reaches its server (see SingaProcess.route)
+        self.routes = {
+            oid: [proc.route(sg, self.layout.slices[sid].server) for sid in sids]
+            for oid, sids in self.layout.param_slices.items()
+        }
 
     def update(self, step: int, param) -> None:
         oid = param.owner.id
         if self.counts[oid] == 0:
             self.collect(param)  # the previous update of this Param first
-        if self.local[oid] == 1:  # sent as it is: the call serialises it at once
+        routes = self.routes[oid]
+        if any(r != "remote" for r in routes):  # summed in the node-shared gradient buffer
+            info = self.layout.params[oid]
+            buf = self.segment[info.offset : info.offset + info.size]
+            if self.counts[oid] == 0:
+                np.copyto(buf, param.grad.reshape(-1))
+            else:
+                buf += param.grad.reshape(-1)
+        elif self.local[oid] == 1:  # sent as it is: the call serialises it at once
             buf = np.ascontiguousarray(param.grad).reshape(-1)
         elif self.counts[oid] == 0:  # several local gradients: summed first
             buf = self.grads.get(oid)
@@ -54,17 +69,15 @@ class RayStub(ShmStub):
         rt = self.rt
         proc, sg = rt.ctx.proc, rt.server_group
         refs = []
-        for sid in self.layout.param_slices[oid]:
+        for sid, route in zip(self.layout.param_slices[oid], routes, strict=True):
             s = self.layout.slices[sid]
-            grad = buf[s.start : s.start + s.size]
             args = (sg, s.server, rt.group, rt.windex, sid, step, self.local[oid])
-            if proc.server_proc[(sg, s.server)] == proc.index:
-                # a server of this process: no serialisation, the call goes to the actor's
-                # own loop; the server copies the (read-only) gradient once, as with shm
-                grad = grad.view()
-                grad.flags.writeable = False
-                refs.append(run_coroutine_threadsafe(proc.push(*args, grad), proc.loop))
+            if route == "own":  # no Ray at all: the call goes to the actor's own loop
+                refs.append(run_coroutine_threadsafe(proc.push_node(*args), proc.loop))
+            elif route == "node":  # the server reads the slice from the shared buffer
+                refs.append(proc.server_handle(sg, s.server).push_node.remote(*args))
             else:
+                grad = buf[s.start : s.start + s.size]
                 refs.append(proc.server_handle(sg, s.server).push.remote(*args, grad))
         self.refs[oid] = refs
 
@@ -74,11 +87,21 @@ class RayStub(ShmStub):
         if not refs:
             return
         replies = self.rt.ctx.get_all(refs)
+        rt = self.rt
         flat = self.shares[oid][0].owner.value.reshape(-1)
-        for sid, (_, value) in zip(self.layout.param_slices[oid], replies, strict=True):
+        viewed = oid in rt.viewed
+        version = None
+        for sid, reply in zip(self.layout.param_slices[oid], replies, strict=True):
             s = self.layout.slices[sid]
-            flat[s.start : s.start + s.size] = value
-        version = min(v for v, _ in replies)
+            if isinstance(reply, tuple):  # from another node: the value came with it
+                v, value = reply
+                flat[s.start : s.start + s.size] = value
+            else:  # on this node: in the server's value segment
+                v = reply
+                if not viewed:
+                    src = rt.ctx.proc.value_view(rt.server_group, s.server)
+                    flat[s.start : s.start + s.size] = src[s.offset : s.offset + s.size]
+            version = v if version is None else min(version, v)
         for q in self.shares[oid]:
             q.version = version
 
@@ -111,7 +134,21 @@ class RayWorker(WorkerThread):
     def _connect(self) -> None:
         proc = self.ctx.proc
         self.values, self.versions = proc.values, proc.versions
-        self.views = False  # every process has its own copy of the values
+        # as with shm: Params may be views into the values their server updates, when one
+        # process of this node holds all of a Param's slices (see bind_value)
+        self.views = self.topo.share_memory or self.topo.nworkers_per_group > 1
+        self.viewed: set[int] = set()
+
+    def bind_value(self, p, info) -> None:
+        proc, sg = self.ctx.proc, self.server_group
+        sids = self.layout.param_slices[p.id]
+        holders = {proc.server_proc[(sg, self.layout.slices[s].server)] for s in sids}
+        if self.views and len(holders) == 1 and holders <= proc.local:
+            src = proc.value_views[(holders.pop(), sg)]
+            p.value = src[info.offset : info.offset + info.size].reshape(p.shape)
+            self.viewed.add(p.id)
+        else:
+            p.value[...] = self.values[info.offset : info.offset + info.size].reshape(p.shape)
 
     def make_stub(self):
         return RayStub(self, self.net)

@@ -159,6 +159,14 @@ class WorkerThread:
         self.grad = ctx.segs[f"g{self.windex}"]
         self.views = self.topo.share_memory or self.topo.nworkers_per_group > 1
 
+    def bind_value(self, p, info) -> None:
+        """Give owner Param ``p`` its value: a view into ``values`` or a copy of it."""
+        flat = self.values[info.offset : info.offset + info.size]
+        if self.views:
+            p.value = flat.reshape(p.shape)
+        else:
+            p.value[...] = flat.reshape(p.shape)
+
     def make_stub(self) -> ParamStub:
         return ShmStub(self, self.net)
 
@@ -232,12 +240,7 @@ class WorkerThread:
                         stable_seed(prepared.seed, "layer", layer.name, kTrain, "group", self.group)
                     )
         for p in full.owner_params:
-            info = self.layout.params[p.id]
-            flat = self.values[info.offset : info.offset + info.size]
-            if self.views:
-                p.value = flat.reshape(p.shape)
-            else:
-                p.value[...] = flat.reshape(p.shape)
+            self.bind_value(p, self.layout.params[p.id])
             p.version = self._version(p.id)
         for p in full.params:
             if not p.is_owner:
