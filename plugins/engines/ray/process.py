@@ -2,16 +2,19 @@
 
 The actor is an asyncio actor. Its event loop serves the calls other processes make:
 
-* ``push_node(sg, j, group, worker, slice, step, n)`` (a worker of this node, this process's
-  own included, left its gradient slice in its gradient segment, see
-  :mod:`~singa_builtins.engines.ray.segments`): the :class:`SliceServer` aggregates it with
-  the rest of the group (synchronous within a group, asynchronous across groups); the call
-  returns the new version when the group's update is applied; the worker reads the value
-  from the server's value segment (as the shm engine's workers do);
-* ``push(sg, j, group, worker, slice, step, n, grad)``: the same for a worker on another
-  node, the gradient in the call; it returns ``(version, value)``, one snapshot of the slice
-  per update answering every such worker of the group (numpy arrays travel as whole
-  buffers: Ray serialises them out of band);
+* requests on its pipe (see :mod:`~singa_builtins.engines.ray.channels`) from the workers
+  of its node, its own included: ``(sg, j, group, worker, slice, step, n)``, the gradient
+  slice being in that worker's gradient segment (see
+  :mod:`~singa_builtins.engines.ray.segments`). The :class:`SliceServer` of server ``j`` of
+  server group ``sg`` aggregates it with the rest of the group (synchronous within a group,
+  asynchronous across groups); when the group's update is applied each such worker gets
+  ``(slice, version)`` on its reply pipe and reads the value in the server's value segment
+  (as the shm engine's workers do);
+* ``push_many(items)``: the same for workers on other nodes, one call per batch of
+  gradient slices (``(sg, j, group, worker, slice, step, n, grad)`` each); it answers
+  ``[(version, value), ...]`` when every update is applied, one snapshot of a slice per
+  update answering every such worker of the group (numpy arrays travel as whole buffers:
+  Ray serialises them out of band);
 * ``sync(sg, j, from_group, slice, delta)``: the master side of the inter-group sync
   (distributed Hogwild); the requester's own sync runs as a task on its loop;
 * ``deliver(key, item)``: bridge data and gradients of partitioned groups, other
@@ -19,8 +22,9 @@ The actor is an asyncio actor. Its event loop serves the calls other processes m
 * ``events(timeout)``: the driver's long poll for what the workers have to say (reports of
   group 0 worker 0, checkpoints to write, ready, done, errors);
 * ``go``, ``stop(signal)``, ``set_stop_at(group, step)``: the start gate and Ctrl-C;
-* ``where()`` (node, pid, segment names), ``start(peers, places)`` (attach the segments of
-  the same node's actors, start the worker threads), ``unlink_segments()``: start-up.
+* ``where()`` (node, pid, segment names, pipe addresses), ``start(peers, places)`` (attach
+  the segments and pipes of the same node's actors, start the worker threads),
+  ``unlink_segments()``: start-up.
 
 Worker threads (one per worker of the process) run :class:`RayWorker`; they block only
 in their own thread, never on the loop.
@@ -37,6 +41,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FuturesTimeout
 
 import numpy as np
+from singa_builtins.engines.ray.channels import REPLY, REQUEST, Pipe, Writers, send
 from singa_builtins.engines.ray.segments import NodeSegments
 
 
@@ -179,6 +184,11 @@ class SingaProcess:
             )
             for sg, j in self.spec.servers
         }
+        self.requests = Pipe() if self.spec.servers else None
+        self.replies = {topo.worker_index(g, j): Pipe() for g, j in self.spec.workers}
+        self.writers = Writers()
+        self.request_fds: dict[int, int] = {}  # process of this node -> its request pipe
+        self.reply_fds: dict[int, int] = {}  # worker index -> its reply pipe
         self.local: set[int] = {index}  # processes on this node (set by start)
         self.value_views: dict[tuple[int, int], np.ndarray] = {}  # (process, sg) -> values
         self.grad_views: dict[int, np.ndarray] = {}  # worker index -> its gradient buffer
@@ -231,6 +241,8 @@ class SingaProcess:
             "address": ray.util.get_node_ip_address(),
             "pid": os.getpid(),
             "segments": self.segments.names(),
+            "requests": self.requests.address() if self.requests else None,
+            "replies": {w: pipe.address() for w, pipe in self.replies.items()},
         }
 
     async def start(self, peers, places) -> None:
@@ -261,6 +273,11 @@ class SingaProcess:
                     windex = int(key[1:])
                     if topo.server_group_of(windex // topo.nworkers_per_group) in my_servers:
                         self.grad_views[windex] = arr
+                        self.reply_fds[windex] = self.writers.open(places[q]["replies"][windex])
+            if places[q]["requests"] is not None and self.spec.workers:
+                self.request_fds[q] = self.writers.open(places[q]["requests"])
+        if self.requests is not None:
+            self.loop.add_reader(self.requests.read_fd, self._on_requests)
         for g, j in self.spec.workers:
             role = f"worker {j} of group {g} ({self.spec.role()})"
             t = threading.Thread(
@@ -324,30 +341,47 @@ class SingaProcess:
         self.ctx.inbox.put(tuple(key) if isinstance(key, list) else key, item)
 
     # -- servers -----------------------------------------------------------------------------
-    async def push_node(self, sg, j, group, worker, sid, step, n):
-        """A gradient slice a worker of this node left in its gradient segment."""
-        s = self.shared.layout.slices[sid]
-        grad = self.grad_views[worker][s.offset : s.offset + s.size]
-        return await self._contribute(sg, j, group, worker, sid, step, n, grad, False)
+    def request_fd(self, sg: int, j: int) -> int:
+        """The request pipe of server ``j`` of server group ``sg`` (a process of this node)."""
+        return self.request_fds[self.server_proc[(sg, j)]]
 
-    async def push(self, sg, j, group, worker, sid, step, n, grad):
-        """A gradient slice from a worker on another node."""
-        return await self._contribute(sg, j, group, worker, sid, step, n, grad, True)
+    def _on_requests(self) -> None:
+        """The event loop's reader of the request pipe."""
+        slices = self.shared.layout.slices
+        for sg, j, group, worker, sid, step, n in self.requests.read_records(REQUEST):
+            s = slices[sid]
+            grad = self.grad_views[worker][s.offset : s.offset + s.size]
+            fd = self.reply_fds[worker]
+            self._apply(sg, j, group, worker, sid, step, n, grad,
+                        lambda version, _value, fd=fd, sid=sid: send(fd, REPLY, sid, version),
+                        False)  # fmt: skip
 
-    async def _contribute(self, sg, j, group, worker, sid, step, n, grad, with_value):
-        server = self.servers[(sg, j)]
-        done = server.contribute(group, worker, sid, step, n, grad)
-        key = (sg, group, sid)
-        if done is None:  # the rest of the group has not sent its part yet
+    async def push_many(self, items) -> list:
+        """Gradient slices from a worker on another node: ``[(version, value), ...]``."""
+        futures = []
+        for sg, j, group, worker, sid, step, n, grad in items:
             fut = self.loop.create_future()
-            self.waiting[key].append((fut, with_value))
-            return await fut
+            self._apply(sg, j, group, worker, sid, step, n, grad,
+                        lambda version, value, fut=fut: fut.set_result((version, value)),
+                        True)  # fmt: skip
+            futures.append(fut)
+        return list(await asyncio.gather(*futures))
+
+    def _apply(self, sg, j, group, worker, sid, step, n, grad, answer, with_value) -> None:
+        """Contribute a gradient slice; ``answer(version, value)`` once the group's update
+        is applied (``value`` None unless ``with_value``)."""
+        server = self.servers[(sg, j)]
+        key = (sg, group, sid)
+        self.waiting[key].append((answer, with_value))
+        done = server.contribute(group, worker, sid, step, n, grad)
+        if done is None:  # the rest of the group has not sent its part yet
+            return
         version = done[0]
-        waiters = self.waiting.pop(key, [])
+        waiters = self.waiting.pop(key)
         value = None
-        if with_value or any(w for _, w in waiters):
+        if any(w for _, w in waiters):
             # the answer to the group's workers on other nodes. Ray serialises it (one copy
-            # into the object store) before any worker sees it, and a worker pushes its next
+            # into the object store) when the call returns, and a worker pushes its next
             # gradient of the slice only after it has the answer: with one worker group on
             # this server group and no inter-group sync, nothing changes the value before
             # the answer is serialised, so it goes as it is. Otherwise other groups' updates
@@ -361,11 +395,10 @@ class SingaProcess:
                     snap = self.snapshots[(sg, group, sid)] = np.empty_like(value)
                 np.copyto(snap, value)
                 value = snap
-        for fut, wants in waiters:
-            fut.set_result((version, value) if wants else version)
+        for answer, wants in waiters:
+            answer(version, value if wants else None)
         if server.sync_due(sid):
             self.loop.create_task(self._sync(server, sid))
-        return (version, value) if with_value else version
 
     async def _sync(self, server, sid) -> None:
         s = self.shared.layout.slices[sid]

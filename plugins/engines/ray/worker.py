@@ -2,8 +2,8 @@
 handling) with Ray for transport.
 
 * :class:`RayStub`: ``update`` sends each slice of a Param's summed gradient to its server
-  (``push``: through Ray, or straight onto the actor's event loop when the server lives in
-  the same process), ``collect`` waits for the answers and copies the fresh values in;
+  (on this node: shared memory and a pipe; on another: batched Ray calls), ``collect``
+  waits for the answers and takes the fresh values;
 * :class:`RayBridgeTransport`: bridge data and gradients of a partitioned group go to the
   peer worker's process (``deliver``) and are taken from this process's inbox;
 * checkpoints: group 0 worker 0 gathers the values, versions and updater state of server
@@ -13,9 +13,10 @@ handling) with Ray for transport.
 
 from __future__ import annotations
 
-from asyncio import run_coroutine_threadsafe
+from collections import defaultdict
 
 import numpy as np
+from singa_builtins.engines.ray.channels import REPLY, REQUEST, send
 from singa_builtins.engines.shm.worker import ShmStub, WorkerThread
 from singa_builtins.layers.bridge import BridgeTransport
 
@@ -26,19 +27,40 @@ GROUP_WAIT = 10.0  # seconds a checkpoint waits for the other partitions of grou
 
 
 class RayStub(ShmStub):
-    """The ParamStub of a Ray worker (the bookkeeping of :class:`ShmStub`)."""
+    """The ParamStub of a Ray worker (the bookkeeping of :class:`ShmStub`).
+
+    A slice whose server is on this node (this process included) goes through the node's
+    shared memory and pipes: the gradient into this worker's gradient segment, a request on
+    the server's pipe, the version back on this worker's reply pipe, the value read in the
+    server's value segment (or viewed there). A slice whose server is on another node goes
+    with Ray: slices for one process are batched into one ``push_many`` call, sent when the
+    batch holds ``BATCH_BYTES`` of gradients, when every Param of the step has been pushed,
+    or before anything waits for an answer.
+    """
+
+    BATCH_BYTES = 1 << 20
 
     def __init__(self, rt, net) -> None:
         super().__init__(rt, net)
         proc, sg = rt.ctx.proc, rt.server_group
+        self.proc = proc
         self.grads: dict[int, np.ndarray] = {}
-        self.refs: dict[int, list] = {}
         self.segment = proc.grad_buffer(rt.windex)
+        self.reply_pipe = proc.replies[rt.windex]
         # per owner Param: how each of its slices reaches its server (see SingaProcess.route)
         self.routes = {
             oid: [proc.route(sg, self.layout.slices[sid].server) for sid in sids]
             for oid, sids in self.layout.param_slices.items()
         }
+        self.waiting_node: dict[int, list[int]] = {}  # oid -> its slices sent by pipe
+        self.versions: dict[int, int] = {}  # slice -> version replied on the pipe
+        self.batches: dict[int, list] = defaultdict(list)  # process -> (oid, item) queued
+        self.batch_bytes: dict[int, int] = defaultdict(int)
+        self.remote: dict[int, list] = {}  # oid -> [(call, position, slice)]
+        self.answers: dict = {}  # call -> its answers, until every oid has taken its own
+        self.users: dict = defaultdict(int)  # call -> oids still to take their answers
+        self.pushed: set[int] = set()  # oids pushed in this step
+        self.step = -1
 
     def update(self, step: int, param) -> None:
         oid = param.owner.id
@@ -52,7 +74,7 @@ class RayStub(ShmStub):
                 np.copyto(buf, param.grad.reshape(-1))
             else:
                 buf += param.grad.reshape(-1)
-        elif self.local[oid] == 1:  # sent as it is: the call serialises it at once
+        elif self.local[oid] == 1:  # sent as it is (valid until this Param's next backward)
             buf = np.ascontiguousarray(param.grad).reshape(-1)
         elif self.counts[oid] == 0:  # several local gradients: summed first
             buf = self.grads.get(oid)
@@ -66,44 +88,94 @@ class RayStub(ShmStub):
         if self.counts[oid] < self.local[oid]:
             return
         self.counts[oid] = 0
-        rt = self.rt
-        proc, sg = rt.ctx.proc, rt.server_group
-        refs = []
+        if step != self.step:
+            self.step, self.pushed = step, set()
+        self.pushed.add(oid)
+        rt, proc = self.rt, self.proc
+        sg = rt.server_group
+        node, targets = [], set()
         for sid, route in zip(self.layout.param_slices[oid], routes, strict=True):
             s = self.layout.slices[sid]
             args = (sg, s.server, rt.group, rt.windex, sid, step, self.local[oid])
-            if route == "own":  # no Ray at all: the call goes to the actor's own loop
-                refs.append(run_coroutine_threadsafe(proc.push_node(*args), proc.loop))
-            elif route == "node":  # the server reads the slice from the shared buffer
-                refs.append(proc.server_handle(sg, s.server).push_node.remote(*args))
-            else:
+            if route == "remote":
+                q = proc.server_proc[(sg, s.server)]
                 grad = buf[s.start : s.start + s.size]
-                refs.append(proc.server_handle(sg, s.server).push.remote(*args, grad))
-        self.refs[oid] = refs
+                self.batches[q].append((oid, sid, (*args, grad)))
+                self.batch_bytes[q] += grad.nbytes
+                targets.add(q)
+            else:  # the server reads the slice from the shared gradient buffer
+                send(proc.request_fd(sg, s.server), REQUEST, *args)
+                node.append(sid)
+        if node:
+            self.waiting_node[oid] = node
+        everything = len(self.pushed) == len(self.local)
+        for q in list(self.batches) if everything else targets:
+            if everything or self.batch_bytes[q] >= self.BATCH_BYTES:
+                self._flush(q)
+
+    def _flush(self, q: int) -> None:
+        queued = self.batches.pop(q, None)
+        self.batch_bytes.pop(q, None)
+        if not queued:
+            return
+        call = self.proc.peers[q].push_many.remote([item for _, _, item in queued])
+        for position, (oid, sid, _) in enumerate(queued):
+            entry = self.remote.setdefault(oid, [])
+            if not entry:
+                self.users[call] += 1
+            elif entry[-1][0] is not call:
+                self.users[call] += 1
+            entry.append((call, position, sid))
 
     def collect(self, param) -> None:
         oid = param.owner.id
-        refs = self.refs.pop(oid, None)
-        if not refs:
-            return
-        replies = self.rt.ctx.get_all(refs)
-        rt = self.rt
-        flat = self.shares[oid][0].owner.value.reshape(-1)
-        viewed = oid in rt.viewed
+        if (
+            oid not in self.waiting_node
+            and oid not in self.remote
+            and not any(o == oid for b in self.batches.values() for o, _, _ in b)
+        ):
+            return  # nothing of this Param is out
         version = None
-        for sid, reply in zip(self.layout.param_slices[oid], replies, strict=True):
-            s = self.layout.slices[sid]
-            if isinstance(reply, tuple):  # from another node: the value came with it
-                v, value = reply
-                flat[s.start : s.start + s.size] = value
-            else:  # on this node: in the server's value segment
-                v = reply
+        # before waiting for anything, send what is queued: a server may be waiting for it
+        # (the other workers of the group wait for their answers meanwhile)
+        for q in list(self.batches):
+            self._flush(q)
+        node = self.waiting_node.pop(oid, None)
+        if node:
+            for sid in node:
+                while sid not in self.versions:
+                    if self.reply_pipe.wait(0.2):
+                        self.versions.update(self.reply_pipe.read_records(REPLY))
+                    else:
+                        self.rt.ctx.check_abort()
+            rt = self.rt
+            viewed = oid in rt.viewed
+            flat = self.shares[oid][0].owner.value.reshape(-1)
+            for sid in node:
+                v = self.versions.pop(sid)
+                version = v if version is None else min(version, v)
                 if not viewed:
-                    src = rt.ctx.proc.value_view(rt.server_group, s.server)
+                    s = self.layout.slices[sid]
+                    src = self.proc.value_view(rt.server_group, s.server)
                     flat[s.start : s.start + s.size] = src[s.offset : s.offset + s.size]
-            version = v if version is None else min(version, v)
-        for q in self.shares[oid]:
-            q.version = version
+        remote = self.remote.pop(oid, None)
+        if remote:
+            flat = self.shares[oid][0].owner.value.reshape(-1)
+            for call in dict.fromkeys(c for c, _, _ in remote):
+                if call not in self.answers:
+                    self.answers[call] = self.rt.ctx.get(call)
+            for call, position, sid in remote:
+                v, value = self.answers[call][position]
+                s = self.layout.slices[sid]
+                flat[s.start : s.start + s.size] = value
+                version = v if version is None else min(version, v)
+            for call in dict.fromkeys(c for c, _, _ in remote):
+                self.users[call] -= 1
+                if self.users[call] == 0:
+                    del self.users[call], self.answers[call]
+        if version is not None:
+            for q in self.shares[oid]:
+                q.version = version
 
 
 class RayBridgeTransport(BridgeTransport):
@@ -163,11 +235,23 @@ class RayWorker(WorkerThread):
         return self.ctx.stop_at.get(self.group, -1)
 
     def set_stop_at(self, step: int) -> None:
+        """Worker 0 of a partitioned group decides, after its step ``s``, where the group
+        stops. The others are then somewhere in step ``s``, ``s + 1`` or waiting in step
+        ``s + 2`` for this worker's part of step ``s + 1`` (each step needs every worker's
+        gradients of the one before), and the message reaches them in their own time: so
+        the group stops after ``s + 2`` (shm, whose flag is seen at once, says ``s + 1``)
+        and this worker goes on only once every other process has the message."""
+        if self.topo.nworkers_per_group > 1:
+            step += 1
         self.ctx.stop_at[self.group] = step
         proc = self.ctx.proc
         others = {proc.worker_proc[(self.group, j)] for j in range(self.topo.nworkers_per_group)}
-        for index in sorted(others - {proc.index}):
-            proc.peers[index].set_stop_at.remote(self.group, step)
+        self.ctx.get(
+            [
+                proc.peers[i].set_stop_at.remote(self.group, step)
+                for i in sorted(others - {proc.index})
+            ]
+        )
 
     def start_gate(self) -> None:
         self.ctx.send(("ready", (self.group, self.wid)))
