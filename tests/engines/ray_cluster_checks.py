@@ -152,9 +152,24 @@ def test_sandblaster_equals_shm_and_inprocess(cluster, mnist_stores, tmp_path):
     # the shm and in-process runs need no cluster: they run while the Ray run does
     others = {
         name: subprocess.Popen(
-            [sys.executable, "-m", "singa_core.cli", "train", str(conf), *common, "-q",
-             "--engine", name, "--workspace", str(tmp_path / name), *extra],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "singa_core.cli",
+                "train",
+                str(conf),
+                *common,
+                "-q",
+                "--engine",
+                name,
+                "--workspace",
+                str(tmp_path / name),
+                *extra,
+            ],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )  # fmt: skip
         for name, extra in (
             ("shm", []),
@@ -179,6 +194,34 @@ def test_sandblaster_equals_shm_and_inprocess(cluster, mnist_stores, tmp_path):
     print(f"max relative difference after 30 steps: vs shm {vs_shm:.3g}, "
           f"vs in-process {vs_inprocess:.3g}")  # fmt: skip
     assert vs_shm <= 1e-5 and vs_inprocess <= 1e-5
+
+
+def test_workers_on_one_node_share_each_value_sent_from_another(cluster, tmp_path):
+    """1 group x 2 workers as two threads of one process, the server on the other node:
+    every update's value crosses once for both workers (one copy answers both), and the
+    parameters equal shm's."""
+    conf, _ = _blobs_job(tmp_path, steps=30, checkpoint_freq=30)
+    common = [
+        "--seed", "3", "-q",
+        *_o("cluster.nworkers_per_group=2", "cluster.nworkers_per_procs=2", SEPARATE,
+            "test_steps=0"),
+    ]  # fmt: skip
+    res = run_singa("train", str(conf), *common, "--engine", "shm", "--workspace",
+                    str(tmp_path / "shm"))  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    res = ray_train(
+        cluster, conf, *common, "--workspace", str(tmp_path / "ray"),
+        "--engine-option", "cpus_per_worker=0.5",
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    where = placement(res.stderr)
+    assert where["worker process 0"][0] != where["server process 1"][0], res.stderr
+    traffic = re.search(r"\((\d+) value copies for (\d+) answers\)", res.stderr)
+    assert traffic, res.stderr
+    copies, answers = map(int, traffic.groups())
+    assert copies > 0 and answers == 2 * copies, res.stderr
+    diff = max_relative_difference(params(tmp_path / "ray", 30), params(tmp_path / "shm", 30))
+    assert diff <= 1e-6, diff
 
 
 def test_model_partitioned_group_across_nodes_equals_the_whole_net(cluster, tmp_path):

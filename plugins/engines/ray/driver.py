@@ -176,10 +176,26 @@ class Attempt:
             # every actor has attached its node's segments: their names can go
             self._get_all([a.unlink_segments.remote() for a in self.actors])
             self.signals.install()
-            return self._supervise()
+            result = self._supervise()
+            self._note_traffic()
+            return result
         finally:
             self.signals.restore()
             self._teardown()
+
+    def _note_traffic(self) -> None:
+        """A closing note of the parameter bytes that crossed between nodes."""
+        try:
+            counts = self._get_all([a.traffic_counts.remote() for a in self.actors])
+        except Exception:  # noqa: BLE001 - the job is done; the note is not worth a failure
+            return
+        total = {k: sum(c[k] for c in counts) for k in counts[0]} if counts else {}
+        if total.get("value_answers"):
+            self.engine.reporter.note(
+                f"ray: parameters between nodes: {total['grad_bytes'] / 1e6:.1f} MB of "
+                f"gradients, {total['value_bytes'] / 1e6:.1f} MB of values "
+                f"({total['value_objects']} value copies for {total['value_answers']} answers)"
+            )
 
     # -- faults --------------------------------------------------------------------------------
     def _lost(self, index: int, exc: BaseException) -> ProcessLost:

@@ -200,6 +200,10 @@ class SingaProcess:
             for sg in range(topo.nserver_groups)
         }
         self.snapshots: dict = {}
+        # parameter traffic with other nodes, for the driver's closing note (see traffic())
+        self.traffic = dict.fromkeys(
+            ("grad_bytes", "value_bytes", "value_objects", "value_answers"), 0
+        )
         self.ctx = RayProcessContext(self, shared, self.prepared)
         self.outbox: list = []
         self.lock = threading.Lock()
@@ -333,6 +337,12 @@ class SingaProcess:
     async def set_stop_at(self, group: int, step: int) -> None:
         self.ctx.stop_at[group] = step
 
+    async def traffic_counts(self) -> dict:
+        """Bytes of gradients received from and values sent to other nodes' workers, the
+        value objects made and the answers that carried them (one object answers every
+        worker of a group that waits on another node)."""
+        return dict(self.traffic)
+
     async def unlink_segments(self) -> None:
         """Every actor of the node has attached: the names can go (see segments)."""
         self.segments.unlink()
@@ -360,6 +370,7 @@ class SingaProcess:
         """Gradient slices from a worker on another node: ``[(version, value), ...]``."""
         futures = []
         for sg, j, group, worker, sid, step, n, grad in items:
+            self.traffic["grad_bytes"] += grad.nbytes
             fut = self.loop.create_future()
             self._apply(sg, j, group, worker, sid, step, n, grad,
                         lambda version, value, fut=fut: fut.set_result((version, value)),
@@ -379,22 +390,35 @@ class SingaProcess:
         version = done[0]
         waiters = self.waiting.pop(key)
         value = None
-        if any(w for _, w in waiters):
-            # the answer to the group's workers on other nodes. Ray serialises it (one copy
-            # into the object store) when the call returns, and a worker pushes its next
-            # gradient of the slice only after it has the answer: with one worker group on
-            # this server group and no inter-group sync, nothing changes the value before
+        remote = sum(1 for _, w in waiters if w)
+        if remote > 1:
+            # several workers on other nodes wait for this value: it goes into the object
+            # store once (ray.put copies it now), and every answer carries the same ref, so
+            # a node fetches it once whatever number of its workers asked
+            import ray
+
+            value = ray.put(server.value(sid))
+            self.traffic["value_objects"] += 1
+            self.traffic["value_bytes"] += 4 * server.value(sid).size
+        elif remote:
+            # the answer to the group's one worker on another node. Ray serialises it (one
+            # copy into the object store) when the call returns, and a worker pushes its
+            # next gradient of the slice only after it has the answer: with one worker group
+            # on this server group and no inter-group sync, nothing changes the value before
             # the answer is serialised, so it goes as it is. Otherwise other groups' updates
             # (or a sync) change it in place meanwhile: one snapshot per update, in a buffer
             # reused from update to update. (Workers of this node read the value in place,
             # as the shm engine's do.)
             value = server.value(sid)
+            self.traffic["value_objects"] += 1
+            self.traffic["value_bytes"] += 4 * value.size
             if not self.sole_group[sg]:
                 snap = self.snapshots.get((sg, group, sid))
                 if snap is None:
                     snap = self.snapshots[(sg, group, sid)] = np.empty_like(value)
                 np.copyto(snap, value)
                 value = snap
+        self.traffic["value_answers"] += remote
         for answer, wants in waiters:
             answer(version, value if wants else None)
         if server.sync_due(sid):

@@ -127,6 +127,17 @@ class RayStub(ShmStub):
                 self.users[call] += 1
             entry.append((call, position, sid))
 
+    def _fetch(self, call) -> list:
+        """The answers of a push_many call; values shared with the group's other workers
+        come as object refs, fetched here in one go (Ray moves each to this node once)."""
+        answers = self.rt.ctx.get(call)
+        shared = [i for i, (_, value) in enumerate(answers) if not isinstance(value, np.ndarray)]
+        if shared:
+            values = self.rt.ctx.get([answers[i][1] for i in shared])
+            for i, value in zip(shared, values, strict=True):
+                answers[i] = (answers[i][0], value)
+        return answers
+
     def collect(self, param) -> None:
         oid = param.owner.id
         if (
@@ -163,7 +174,7 @@ class RayStub(ShmStub):
             flat = self.shares[oid][0].owner.value.reshape(-1)
             for call in dict.fromkeys(c for c, _, _ in remote):
                 if call not in self.answers:
-                    self.answers[call] = self.rt.ctx.get(call)
+                    self.answers[call] = self._fetch(call)
             for call, position, sid in remote:
                 v, value = self.answers[call][position]
                 s = self.layout.slices[sid]
