@@ -247,22 +247,22 @@ def test_model_partitioned_group_across_nodes_equals_the_whole_net(cluster, tmp_
 
 
 # -- the frameworks of examples/frameworks on real MNIST -----------------------------------------
-# Every MLP step moves its 12M parameters (48 MB) through Ray twice per worker, so these runs
-# are shorter than the shm engine's (tests/test_frameworks_examples.py: 200 steps, >= 0.84);
-# docs/performance.md has Downpour after 300 steps (>= 0.85) on this cluster.
+# The same bands as the shm engine's tests (tests/test_frameworks_examples.py): the
+# synchronous AllReduce learns in 30 steps, Hogwild reaches >= 0.84 after 200 steps, and
+# Downpour (the acceptance run) >= 0.85 after 300 steps with a group on each node.
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("name", "steps", "cluster_args"),
+    ("name", "steps", "bar", "cluster_args"),
     [
         # 1 group of 3 workers, each with a server (worker+server processes): synchronous
-        ("allreduce", 20, ()),
+        ("allreduce", 30, None, ()),
         # 2 asynchronous groups of 2 workers, a group per process: each group on its node
-        ("downpour", 100, ("cluster.nworkers_per_procs=2",)),
+        ("downpour", 300, 0.85, ("cluster.nworkers_per_procs=2",)),
         # 3 groups, a server group each, synchronised every update
-        ("hogwild", 100, ()),
+        ("hogwild", 120, 0.84, ()),
     ],
 )
-def test_frameworks_train_mnist(cluster, mnist_stores, tmp_path, name, steps, cluster_args):
+def test_frameworks_train_mnist(cluster, mnist_stores, tmp_path, name, steps, bar, cluster_args):
     conf = EXAMPLES / f"{name}.conf"
     args = [*mnist_example_args(mnist_stores), "-o", f"cluster.workspace={tmp_path}"]
     t0 = time.monotonic()
@@ -285,7 +285,7 @@ def test_frameworks_train_mnist(cluster, mnist_stores, tmp_path, name, steps, cl
     assert res.returncode == 0, res.stderr
     accuracy = float(re.search(r"accuracy = ([\d.]+)", res.stdout).group(1))
     print(f"{name}: test accuracy {accuracy:.4f} after {steps} steps on 2 nodes ({took:.0f} s)")
-    assert accuracy >= 0.78, res.stdout
+    assert accuracy >= bar, res.stdout
 
 
 # -- faults, restarts, resume ------------------------------------------------------------------

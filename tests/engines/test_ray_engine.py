@@ -109,7 +109,8 @@ def test_on_a_two_node_cluster_in_a_private_network_namespace():
     env.setdefault("SINGA_DATA", str(shared_data_dir()))
     env.pop("RAY_ADDRESS", None)
     inner = "tests/engines/ray_cluster_checks.py"
-    cmd = f"ip link set lo up && exec {sys.executable} -m pytest -q -s -p no:cacheprovider {inner}"
+    pytest_args = "-q -s -p no:cacheprovider --durations=0"
+    cmd = f"ip link set lo up && exec {sys.executable} -m pytest {pytest_args} {inner}"
     res = subprocess.run(
         ["unshare", "-n", "sh", "-c", cmd],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=900,

@@ -97,3 +97,33 @@ class Writers:
 
 def send(fd: int, record: struct.Struct, *values: int) -> None:
     os.write(fd, record.pack(*values))
+
+
+# -- small batches between nodes: inline pieces ------------------------------------------------
+# Ray carries an argument or a return value of up to 100 KiB inside the call's own message;
+# a bigger one goes through the object stores (created, sealed, pulled by the other node's
+# raylet, mapped). For a batch of small gradient slices (the CIFAR-10 net's are 10-200 KB)
+# the store round trips cost more than the bytes, so a batch of at most SMALL_BATCH bytes
+# travels as pieces of at most PIECE_BYTES, each its own argument and its own return value.
+PIECE_BYTES = 96_000
+SMALL_BATCH = 4 << 20
+
+
+def plan_pieces(sizes: list[int], limit: int = PIECE_BYTES // 4) -> list[list[tuple]]:
+    """Cut items of ``sizes`` float32 values into pieces of at most ``limit`` values:
+    ``[[(item, start, stop), ...], ...]``, the same plan on both sides of a call."""
+    pieces: list[list[tuple]] = [[]]
+    room = limit
+    for item, size in enumerate(sizes):
+        start = 0
+        while start < size or (size == 0 and start == 0):
+            if room == 0:
+                pieces.append([])
+                room = limit
+            stop = min(size, start + room)
+            pieces[-1].append((item, start, stop))
+            room -= stop - start
+            if size == 0:
+                break
+            start = stop
+    return pieces

@@ -14,7 +14,8 @@ The actor is an asyncio actor. Its event loop serves the calls other processes m
   gradient slices (``(sg, j, group, worker, slice, step, n, grad)`` each); it answers
   ``[(version, value), ...]`` when every update is applied, one snapshot of a slice per
   update answering every such worker of the group (numpy arrays travel as whole buffers:
-  Ray serialises them out of band);
+  Ray serialises them out of band); ``push_pieces(meta, *pieces)`` is the same for a
+  small batch, cut into pieces that Ray carries inside its messages;
 * ``sync(sg, j, from_group, slice, delta)``: the master side of the inter-group sync
   (distributed Hogwild); the requester's own sync runs as a task on its loop;
 * ``deliver(key, item)``: bridge data and gradients of partitioned groups, other
@@ -41,7 +42,14 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FuturesTimeout
 
 import numpy as np
-from singa_builtins.engines.ray.channels import REPLY, REQUEST, Pipe, Writers, send
+from singa_builtins.engines.ray.channels import (
+    REPLY,
+    REQUEST,
+    Pipe,
+    Writers,
+    plan_pieces,
+    send,
+)
 from singa_builtins.engines.ray.segments import NodeSegments
 
 
@@ -368,6 +376,34 @@ class SingaProcess:
 
     async def push_many(self, items) -> list:
         """Gradient slices from a worker on another node: ``[(version, value), ...]``."""
+        return await self._push_items(items)
+
+    async def push_pieces(self, meta, *pieces):
+        """``push_many`` for a small batch cut into inline pieces (see
+        :func:`~singa_builtins.engines.ray.channels.plan_pieces`): ``meta`` is every item
+        but its gradient, ``pieces`` the gradients' pieces ``(item, start, array)``. The
+        answer is cut by the same plan: one return value per piece, each a list of
+        ``(item, version, start, array)`` (or a whole object ref at start 0)."""
+        slices = self.shared.layout.slices
+        sizes = [slices[m[4]].size for m in meta]
+        grads = [np.empty(size, dtype=np.float32) for size in sizes]
+        for piece in pieces:
+            for item, start, chunk in piece:
+                grads[item][start : start + len(chunk)] = chunk
+        answers = await self._push_items([(*m, g) for m, g in zip(meta, grads, strict=True)])
+        out = []
+        for piece in plan_pieces(sizes):
+            part = []
+            for item, start, stop in piece:
+                version, value = answers[item]
+                if isinstance(value, np.ndarray):
+                    part.append((item, version, start, value[start:stop]))
+                elif start == 0:
+                    part.append((item, version, 0, value))
+            out.append(part)
+        return out[0] if len(out) == 1 else tuple(out)
+
+    async def _push_items(self, items) -> list:
         futures = []
         for sg, j, group, worker, sid, step, n, grad in items:
             self.traffic["grad_bytes"] += grad.nbytes

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 import numpy as np
-from singa_builtins.engines.ray.channels import REPLY, REQUEST, send
+from singa_builtins.engines.ray.channels import REPLY, REQUEST, SMALL_BATCH, plan_pieces, send
 from singa_builtins.engines.shm.worker import ShmStub, WorkerThread
 from singa_builtins.layers.bridge import BridgeTransport
 
@@ -24,6 +24,26 @@ from singa_core import checkpoint as ckpt
 from singa_core.layer import kTrain
 
 GROUP_WAIT = 10.0  # seconds a checkpoint waits for the other partitions of group 0
+
+
+class _Pieces:
+    """A push_pieces call: its return refs, and the sizes of its items."""
+
+    def __init__(self, refs: list, sizes: list[int]) -> None:
+        self.refs, self.sizes = refs, sizes
+
+    def assemble(self, parts: list) -> list:
+        """``[(version, value), ...]`` from the returned pieces."""
+        values = [np.empty(n, dtype=np.float32) for n in self.sizes]
+        versions = [0] * len(self.sizes)
+        for part in parts:
+            for item, version, start, value in part:
+                versions[item] = version
+                if isinstance(value, np.ndarray):
+                    values[item][start : start + len(value)] = value
+                else:  # a value shared with other workers: its object ref
+                    values[item] = value
+        return list(zip(versions, values, strict=True))
 
 
 class RayStub(ShmStub):
@@ -118,7 +138,18 @@ class RayStub(ShmStub):
         self.batch_bytes.pop(q, None)
         if not queued:
             return
-        call = self.proc.peers[q].push_many.remote([item for _, _, item in queued])
+        items = [item for _, _, item in queued]
+        peer = self.proc.peers[q]
+        if sum(item[-1].nbytes for item in items) <= SMALL_BATCH:
+            sizes = [item[-1].size for item in items]
+            plan = plan_pieces(sizes)
+            pieces = [[(i, a, items[i][-1][a:b]) for i, a, b in piece] for piece in plan]
+            refs = peer.push_pieces.options(num_returns=len(plan)).remote(
+                [item[:-1] for item in items], *pieces
+            )
+            call = _Pieces(refs if len(plan) > 1 else [refs], sizes)
+        else:
+            call = peer.push_many.remote(items)
         for position, (oid, sid, _) in enumerate(queued):
             entry = self.remote.setdefault(oid, [])
             if not entry:
@@ -130,7 +161,10 @@ class RayStub(ShmStub):
     def _fetch(self, call) -> list:
         """The answers of a push_many call; values shared with the group's other workers
         come as object refs, fetched here in one go (Ray moves each to this node once)."""
-        answers = self.rt.ctx.get(call)
+        if isinstance(call, _Pieces):
+            answers = call.assemble(self.rt.ctx.get(call.refs))
+        else:
+            answers = self.rt.ctx.get(call)
         shared = [i for i, (_, value) in enumerate(answers) if not isinstance(value, np.ndarray)]
         if shared:
             values = self.rt.ctx.get([answers[i][1] for i in shared])
