@@ -445,3 +445,29 @@ def test_more_cpus_than_the_cluster_has_is_a_clean_error(cluster, tmp_path):
     assert "needs 3 CPUs" in res.stderr and "has 2 on 2 node(s)" in res.stderr, res.stderr
     assert "cpus_per_worker" in res.stderr and "Traceback" not in res.stderr
     assert "ray: " not in res.stderr  # no actor was started
+
+
+# -- last: a whole node lost (the module's cluster has one node left afterwards) ----------------
+def test_losing_a_whole_node_stops_the_job_within_10_s(cluster, tmp_path):
+    """The second node goes away while training (its raylet and every actor on it): the job
+    stops with exit 2 naming a lost process and its node, and the newest checkpoint."""
+    conf, ws = _blobs_job(tmp_path, steps=100000, checkpoint_freq=50)
+    proc = _start(cluster, conf)
+    try:
+        note = _wait_for_note(proc, ws, 50)
+        other = next(n for n in cluster.list_all_nodes() if n is not cluster.head_node)
+        assert len(set(re.findall(r"\(node (\w+),", note))) == 2, note  # both nodes used
+        cluster.remove_node(other)
+        t0 = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+        elapsed = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    print(f"stopped {elapsed:.1f} s after the node was removed")
+    assert proc.returncode == 2, err
+    assert elapsed < 10, err
+    lost = r"process \d \([^)]*\) on node 127\.0\.0\.1 \(Ray node \w+\) was lost"
+    assert re.search(lost, err), err
+    assert "newest complete checkpoint is" in err and "Traceback" not in err, err
+    assert_nothing_left()
