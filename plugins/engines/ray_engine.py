@@ -6,9 +6,10 @@ groups, ``nworkers_per_procs``, ``nservers_per_procs``, ``server_worker_separate
 same slices (:mod:`singa_core.slicing`) on the same servers (:class:`ParamShard` behind the
 per-group aggregation), the same worker threads and TrainingLoop. Each SINGA process is one
 Ray actor; a placement group puts them on the nodes (``--placement spread|pack``).
-Gradient slices and fresh values travel as actor calls and object refs instead of shared
-memory: synchronous inside a group, asynchronous across groups, Hogwild sync between server
-groups, bridges between the partitions of a group on different nodes. Reports, metrics and
+Between actors of one node gradient slices and fresh values go through shared memory and
+pipes (as with shm); between nodes as batched actor calls and object refs: synchronous
+inside a group, asynchronous across groups, Hogwild sync between server groups, bridges
+between the partitions of a group on different nodes. Reports, metrics and
 checkpoints appear on the machine that runs ``singa train``.
 
 Without ``--address`` (or ``RAY_ADDRESS``) a private one-node runtime is started and shut
