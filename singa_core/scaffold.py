@@ -78,9 +78,7 @@ EXAMPLE_DEFAULTS = {
     "act": "type: kSTanh",
 }
 EXAMPLES = {
-    "layer": {
-        "act": 'user_type: "$Type"  # its slope starts at init_slope: no param entry needed'
-    },
+    "layer": {"act": 'user_type: "$Type"  # its slope starts at init_slope: no param entry needed'},
     "worker": {"alg": 'alg: kUserAlg user_alg: "$Type" [$package.$ext] { accumulate: 2 }'},
     "updater": {
         "updater": 'user_type: "$Type" [$package.$ext] { beta1: 0.9 beta2: 0.99 }\n'
@@ -111,7 +109,7 @@ README = {
     "layer": (
         "A parametric ReLU whose negative slope is a learnable Param (one per feature, or "
         "one for the whole input).",
-        "```\nlayer {\n  name: \"act1\" user_type: \"$Type\" srclayers: \"fc1\"\n"
+        '```\nlayer {\n  name: "act1" user_type: "$Type" srclayers: "fc1"\n'
         "  [$package.$ext] { shared: false init_slope: 0.25 }   # optional\n"
         '  # param { name: "slope" ... }   optional: to name, share or init it otherwise\n'
         "}\n```",
@@ -121,7 +119,7 @@ README = {
     ),
     "worker": (
         "Back-propagation with gradient accumulation: `accumulate` mini-batches per update.",
-        "```\ntrain_one_batch {\n  alg: kUserAlg user_alg: \"$Type\"\n"
+        '```\ntrain_one_batch {\n  alg: kUserAlg user_alg: "$Type"\n'
         "  [$package.$ext] { accumulate: 4 }\n}\n```",
         "the worker contract (`check_worker`: Params collected before use, each gradient "
         "sent once), equality with kBP at `accumulate: 1`, and a short training run.",
@@ -129,7 +127,7 @@ README = {
     "updater": (
         "Lion (Chen et al., 2023): the sign of an interpolated momentum, with decoupled "
         "weight decay.",
-        "```\nupdater {\n  user_type: \"$Type\" [$package.$ext] { beta1: 0.9 beta2: 0.99 }"
+        '```\nupdater {\n  user_type: "$Type" [$package.$ext] { beta1: 0.9 beta2: 0.99 }'
         "\n  weight_decay: 0.01\n  learning_rate { type: kFixed base_lr: 0.001 }\n}\n```",
         "the updater contract (`check_updater`: state snapshot/restore, clipping, decoupled "
         "weight decay through `decay_weights`, in-place updates), two steps by hand and a "
@@ -137,16 +135,14 @@ README = {
     ),
     "lr": (
         "Linear warm-up to `base_lr`, then cosine decay to `final_lr`.",
-        "```\nlearning_rate {\n  user_type: \"$Type\" base_lr: 0.1\n"
+        '```\nlearning_rate {\n  user_type: "$Type" base_lr: 0.1\n'
         "  [$package.$ext] { warmup_steps: 100 decay_steps: 5000 final_lr: 0.001 }\n}\n```",
         "the schedule in closed form, and the rates a real run reports (`run_job`).",
     ),
     "paramgen": (
         "Orthogonal initialisation (Saxe et al., 2014) scaled by `gain`.",
-        "```\nparam { name: \"w1\" init { user_type: \"$Type\" [$package.$ext] "
-        "{ gain: 1.0 } } }\n```",
-        "orthogonality and determinism, and the initial values a real run checkpoints "
-        "(`run_job`).",
+        '```\nparam { name: "w1" init { user_type: "$Type" [$package.$ext] { gain: 1.0 } } }\n```',
+        "orthogonality and determinism, and the initial values a real run checkpoints (`run_job`).",
     ),
     "engine": (
         "A minimal single-process engine (one worker, one server); a starting point for "
@@ -158,8 +154,7 @@ README = {
     "store": (
         "Records compressed with zlib, one file, written atomically "
         "(`$package.copy_store` converts kvfile stores).",
-        '```\nstore_conf { backend: \"$ident\" path: \"data/train_data.$ident\" ... }'
-        "\n```",
+        '```\nstore_conf { backend: "$ident" path: "data/train_data.$ident" ... }\n```',
         "writing, reading, seeking and a damaged file, and a real run reading it (`run_job`).",
     ),
     "dataset": (

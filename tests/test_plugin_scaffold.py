@@ -26,9 +26,21 @@ NAMES = {kind: f"ci-{kind}" for kind in KINDS}
 
 def pip_install(site: Path, *projects: Path) -> None:
     pip = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-         "--target", str(site), *map(str, projects)],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(site),
+            *map(str, projects),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert pip.returncode == 0, pip.stdout + pip.stderr
 
@@ -90,8 +102,11 @@ def test_generated_tests_pass(scaffolded):
     tests = [str(folder / "tests") for folder in made.values()]
     res = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
-        cwd=site.parent, env={**os.environ, **env_with(site)},
-        capture_output=True, text=True, timeout=600,
+        cwd=site.parent,
+        env={**os.environ, **env_with(site)},
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
     assert " passed" in res.stdout and "failed" not in res.stdout
@@ -103,8 +118,13 @@ def test_list_plugins_shows_every_package(scaffolded):
     assert res.returncode == 0, res.stderr
     listed = {p["name"]: p["types"] for p in json.loads(res.stdout)["plugins"]}
     registry_kind = {
-        "layer": "layer", "worker": "worker", "updater": "updater", "lr": "lr_change",
-        "paramgen": "param_generator", "engine": "engine", "store": "store",
+        "layer": "layer",
+        "worker": "worker",
+        "updater": "updater",
+        "lr": "lr_change",
+        "paramgen": "param_generator",
+        "engine": "engine",
+        "store": "store",
         "dataset": "dataset",
     }
     for kind, name in NAMES.items():
@@ -149,25 +169,51 @@ def test_example_job_trains_on_mnist(kind, scaffolded, mnist_stores, tmp_path):
             shutil.copy(mnist_stores / f"{split}.bin", tmp_path / f"{split}.bin")
         res = subprocess.run(
             [sys.executable, "-m", f"{v['package']}.copy_store", str(tmp_path), "3000"],
-            env={**os.environ, **env}, capture_output=True, text=True, timeout=120,
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert res.returncode == 0, res.stderr
         train, test = (tmp_path / f"{s}.{v['ident']}" for s in ("train_data", "test_data"))
     elif kind == "dataset":  # `singa data NAME` converts MNIST written as CSV
         _mnist_csv(mnist_stores, tmp_path / "csv", 3000, 500)
-        res = run_singa("data", v["ident"], "--from", str(tmp_path / "csv"), "--out",
-                        str(tmp_path / "data"), env=env)
+        res = run_singa(
+            "data",
+            v["ident"],
+            "--from",
+            str(tmp_path / "csv"),
+            "--out",
+            str(tmp_path / "data"),
+            env=env,
+        )
         assert res.returncode == 0, res.stderr
         train, test = tmp_path / "data" / "train_data.bin", tmp_path / "data" / "test_data.bin"
     elif kind == "engine":
         args = ["--engine", v["ident"]]
     ws = tmp_path / "ws"
     res = run_singa(
-        "train", str(folder / "example" / "job.conf"), *args, "--workspace", str(ws),
-        "-o", "train_steps=100", "-o", "test_after=80", "-o", "test_freq=80",
-        "-o", "test_steps=5", "-o", f"neuralnet.layer[0].store_conf.path={train}",
-        "-o", f"neuralnet.layer[1].store_conf.path={test}", "--seed", "1",
-        env=env, cwd=folder,
+        "train",
+        str(folder / "example" / "job.conf"),
+        *args,
+        "--workspace",
+        str(ws),
+        "-o",
+        "train_steps=100",
+        "-o",
+        "test_after=80",
+        "-o",
+        "test_freq=80",
+        "-o",
+        "test_steps=5",
+        "-o",
+        f"neuralnet.layer[0].store_conf.path={train}",
+        "-o",
+        f"neuralnet.layer[1].store_conf.path={test}",
+        "--seed",
+        "1",
+        env=env,
+        cwd=folder,
     )
     assert res.returncode == 0, res.stderr[-3000:]
     assert f"singa-{NAMES[kind]}-0.1.0" in res.stderr  # the plugin is among those loaded
@@ -193,10 +239,23 @@ def test_broken_backward_fails_the_generated_tests(scaffolded, tmp_path):
     site = tmp_path / "site"
     pip_install(site, broken)
     res = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
-         str(broken / "tests"), "-k", "contract_per_feature"],
-        cwd=tmp_path, env={**os.environ, **env_with(site)},
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-x",
+            str(broken / "tests"),
+            "-k",
+            "contract_per_feature",
+        ],
+        cwd=tmp_path,
+        env={**os.environ, **env_with(site)},
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert res.returncode == 1, res.stdout[-3000:]
     assert "gradient checks of 'act' failed" in res.stdout

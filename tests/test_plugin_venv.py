@@ -34,7 +34,9 @@ def test_plugin_installs_into_a_fresh_venv_and_works(tmp_path):
     site_dir = Path(
         subprocess.run(
             [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-            capture_output=True, text=True, check=True,
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout.strip()
     )
     assert site_dir.is_relative_to(venv)
@@ -46,9 +48,20 @@ def test_plugin_installs_into_a_fresh_venv_and_works(tmp_path):
     assert res.returncode == 0, res.stderr
     project = tmp_path / "singa-fresh-gate"
     pip = subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(py), "install", "--no-index",
-         "--no-build-isolation", str(project)],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(py),
+            "install",
+            "--no-index",
+            "--no-build-isolation",
+            str(project),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert pip.returncode == 0, pip.stdout + pip.stderr
     assert "Requirement already satisfied: singa-classic" in pip.stdout
@@ -57,7 +70,9 @@ def test_plugin_installs_into_a_fresh_venv_and_works(tmp_path):
 
     cli = "import sys; from singa_core.cli import main; sys.argv[0] = 'singa'; main()"
     listed = subprocess.run(
-        [str(py), "-c", cli, "list-plugins", "--json"], capture_output=True, text=True,
+        [str(py), "-c", cli, "list-plugins", "--json"],
+        capture_output=True,
+        text=True,
         timeout=120,
     )
     assert listed.returncode == 0, listed.stderr
@@ -68,14 +83,26 @@ def test_plugin_installs_into_a_fresh_venv_and_works(tmp_path):
     hidden = 'user_type: "kFreshGate" param { name: "slope" init { type: kConstant value: 0.25 } }'
     (tmp_path / "job.conf").write_text(mlp_job(data, hidden_layer=hidden, steps=40))
     trained = subprocess.run(
-        [str(py), "-c", cli, "train", str(tmp_path / "job.conf"), "--workspace",
-         str(tmp_path / "ws")],
-        capture_output=True, text=True, timeout=300,
+        [
+            str(py),
+            "-c",
+            cli,
+            "train",
+            str(tmp_path / "job.conf"),
+            "--workspace",
+            str(tmp_path / "ws"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert trained.returncode == 0, trained.stderr
     assert "singa-fresh-gate-0.1.0" in trained.stderr
-    train = [json.loads(line) for line in (tmp_path / "ws" / "metrics.jsonl").read_text()
-             .splitlines() if '"phase": "train"' in line]
+    train = [
+        json.loads(line)
+        for line in (tmp_path / "ws" / "metrics.jsonl").read_text().splitlines()
+        if '"phase": "train"' in line
+    ]
     assert train[-1]["loss"] < 0.5 * train[0]["loss"]
     # and the plugin is not visible to this (outer) environment
     outer_list = run_singa("list-plugins", "--json")

@@ -339,7 +339,10 @@ class GradCase:
             )
         if self.contract:
             check_layer_contract(
-                self.layer, self.srcs, phase=self.checker.phase, tops=self.tops,
+                self.layer,
+                self.srcs,
+                phase=self.checker.phase,
+                tops=self.tops,
                 backward=self.no_gradient is None,
             )
         return report

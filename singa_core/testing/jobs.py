@@ -57,9 +57,7 @@ def _read_checkpoints(workspace: Path) -> dict[int, dict[str, np.ndarray]]:
     return out
 
 
-def run_job(
-    conf: str, folder: str | Path | None = None, *args: str, check: bool = True
-) -> JobRun:
+def run_job(conf: str, folder: str | Path | None = None, *args: str, check: bool = True) -> JobRun:
     """Train ``conf`` (job.conf text) with ``singa train`` in this process.
 
     The workspace is ``folder/workspace`` (``--workspace`` overrides job.conf's); ``args``
@@ -87,8 +85,9 @@ def run_job(
     mpath = workspace / "metrics.jsonl"
     if mpath.exists():
         metrics = [json.loads(line) for line in mpath.read_text().splitlines() if line.strip()]
-    run = JobRun(code, out.getvalue(), err.getvalue(), workspace, metrics,
-                 _read_checkpoints(workspace))
+    run = JobRun(
+        code, out.getvalue(), err.getvalue(), workspace, metrics, _read_checkpoints(workspace)
+    )
     if check and code != 0:
         raise AssertionError(f"singa train exited with {code}:\n{run.stdout}{run.stderr}")
     return run
@@ -111,7 +110,7 @@ def mlp_job(
     *,
     alg: str = "alg: kBP",
     updater: str = "type: kSGD momentum: 0.9",
-    hidden_layer: str = 'type: kSTanh',
+    hidden_layer: str = "type: kSTanh",
     steps: int = 60,
     dim: int = 4,
     classes: int = 3,

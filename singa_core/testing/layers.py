@@ -270,16 +270,17 @@ def check_layer(
     )
 
     strided_report = None
-    if strided and any(
-        np.asarray(s.data if isinstance(s, Layer) else s).ndim >= 2 for s in srcs
-    ):
+    if strided and any(np.asarray(s.data if isinstance(s, Layer) else s).ndim >= 2 for s in srcs):
         st_srcs = _sources(srcs, True)
         st = build(cls, conf, st_srcs, seed=seed, param_std=param_std)
         for p, q in zip(st.params, layer.params, strict=True):
             np.copyto(p.value, q.value)
         outs = []
-        for lay, ss, seed in ((layer, layer_srcs, _SEED + 5), (layer, layer_srcs, _SEED),
-                              (st, st_srcs, _SEED)):
+        for lay, ss, seed in (
+            (layer, layer_srcs, _SEED + 5),
+            (layer, layer_srcs, _SEED),
+            (st, st_srcs, _SEED),
+        ):
             lay.ctx.rng = np.random.default_rng(seed)
             lay.forward(kTrain | kForward, ss)
             outs.append(np.array(lay.data))

@@ -162,7 +162,10 @@ def check_clipping(make, clips: bool = True) -> None:
         g_ref = np.clip(g, -0.5, 0.5) if clips else g
         wa, sa, wb, _ = _step_pair(clipped, plain, w, state, step, g, g_ref, kw, kw)
         np.testing.assert_allclose(
-            wa, wb, rtol=1e-6, atol=1e-7,
+            wa,
+            wb,
+            rtol=1e-6,
+            atol=1e-7,
             err_msg="clip_low/clip_high must clip the gradient before scaling (prologue)"
             if clips
             else "an updater declared not to clip changed its update when clipping was set",
@@ -199,13 +202,22 @@ def check_weight_decay(make, mode: str = "coupled") -> None:
             wb = wb - decayed.lr(step) * lr_scale * wd * wd_scale * w
         for k in sa:
             np.testing.assert_allclose(
-                sa[k], sb[k], rtol=2e-5, atol=1e-6,
+                sa[k],
+                sb[k],
+                rtol=2e-5,
+                atol=1e-6,
                 err_msg=f"{mode} weight decay: state {k} differs from the expected "
-                + ("(the decay must not enter the state)" if mode == "decoupled"
-                   else "(the decayed gradient goes through the rule)"),
+                + (
+                    "(the decay must not enter the state)"
+                    if mode == "decoupled"
+                    else "(the decayed gradient goes through the rule)"
+                ),
             )
         np.testing.assert_allclose(
-            wa, wb, rtol=2e-5, atol=1e-6,
+            wa,
+            wb,
+            rtol=2e-5,
+            atol=1e-6,
             err_msg=f"{mode} weight decay (weight_decay · wd_scale) is not applied as "
             f"documented ({'prologue' if mode == 'coupled' else 'decay_weights'})",
         )

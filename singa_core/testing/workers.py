@@ -54,8 +54,7 @@ class RecordingStub(ParamStub):
             got = self._sent.get(oid, 0)
             if got != want:
                 self.errors.append(
-                    f"step {step}: {want} gradient(s) of {self.owners[oid].name} owed, "
-                    f"{got} sent"
+                    f"step {step}: {want} gradient(s) of {self.owners[oid].name} owed, {got} sent"
                 )
         for oid in list(self._hidden):
             self._show(oid)

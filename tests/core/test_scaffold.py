@@ -27,7 +27,10 @@ def test_field_numbers_are_spread_over_the_range_and_stable():
 def test_names_derived_from_the_plugin_name():
     v = names("scaled-tanh")
     assert (v["project"], v["package"], v["Type"], v["ext"]) == (
-        "singa-scaled-tanh", "singa_scaled_tanh", "kScaledTanh", "scaled_tanh_conf"
+        "singa-scaled-tanh",
+        "singa_scaled_tanh",
+        "kScaledTanh",
+        "scaled_tanh_conf",
     )
     assert names("singa-gate")["project"] == "singa-gate"
 

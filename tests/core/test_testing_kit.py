@@ -21,7 +21,11 @@ def x(*shape, seed=0):
 
 
 def test_fixtures_come_from_the_installed_pytest_plugin(
-    singa_check_layer, singa_check_updater, singa_check_worker, singa_run_job, singa_blobs,
+    singa_check_layer,
+    singa_check_updater,
+    singa_check_worker,
+    singa_run_job,
+    singa_blobs,
     singa_gradient_checker,
 ):
     report = singa_check_layer("kInnerProduct", IP, [x(4, 5)], shape=(4, 3))
@@ -88,10 +92,13 @@ def test_an_updater_keeping_history_outside_its_state_fails():
 
 def test_check_layer_on_a_loss_layer_and_a_convolution():
     labels = np.array([0, 1, 2, 3, 1])
-    loss = check_layer("kSoftmaxLoss", 'name: "loss"',
-                       [x(5, 4), SourceLayer(labels=labels, grad=False)])
+    loss = check_layer(
+        "kSoftmaxLoss", 'name: "loss"', [x(5, 4), SourceLayer(labels=labels, grad=False)]
+    )
     assert loss.plain.checked == loss.strided.checked == 20
-    conv = 'name: "c" convolution_conf { num_filters: 3 kernel: 3 pad: 1 } ' \
+    conv = (
+        'name: "c" convolution_conf { num_filters: 3 kernel: 3 pad: 1 } '
         'param { name: "w" } param { name: "b" }'
+    )
     report = check_layer("kConvolution", conv, [x(2, 2, 5, 5)], shape=(2, 3, 5, 5))
     assert report.strided.checked > 0 and report.aggregated_params == 2

@@ -4,7 +4,6 @@ Expected values are computed here from SINGA's formulas (by hand or in float64),
 the implementation under test.
 """
 
-
 import numpy as np
 import pytest
 from singa_builtins.updaters.sgd import SGDUpdater
