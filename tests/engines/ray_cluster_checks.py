@@ -196,10 +196,10 @@ def test_sandblaster_equals_shm_and_inprocess(cluster, mnist_stores, tmp_path):
     assert vs_shm <= 1e-5 and vs_inprocess <= 1e-5
 
 
-def test_workers_on_one_node_share_each_value_sent_from_another(cluster, tmp_path):
-    """1 group x 2 workers as two threads of one process, the server on the other node:
-    every update's value crosses once for both workers (one copy answers both), and the
-    parameters equal shm's."""
+def test_two_worker_threads_with_their_server_on_the_other_node_equal_shm(cluster, tmp_path):
+    """1 group x 2 workers as two threads of one process, the server on the other node
+    (every slice crosses, in small inline batches): the parameters equal shm's, and the
+    closing note counts the values sent (one per worker and update)."""
     conf, _ = _blobs_job(tmp_path, steps=30, checkpoint_freq=30)
     common = [
         "--seed", "3", "-q",
@@ -219,7 +219,7 @@ def test_workers_on_one_node_share_each_value_sent_from_another(cluster, tmp_pat
     traffic = re.search(r"\((\d+) value copies for (\d+) answers\)", res.stderr)
     assert traffic, res.stderr
     copies, answers = map(int, traffic.groups())
-    assert copies > 0 and answers == 2 * copies, res.stderr
+    assert answers > 0 and copies == answers, res.stderr
     diff = max_relative_difference(params(tmp_path / "ray", 30), params(tmp_path / "shm", 30))
     assert diff <= 1e-6, diff
 
@@ -248,18 +248,19 @@ def test_model_partitioned_group_across_nodes_equals_the_whole_net(cluster, tmp_
 
 # -- the frameworks of examples/frameworks on real MNIST -----------------------------------------
 # The same bands as the shm engine's tests (tests/test_frameworks_examples.py): the
-# synchronous AllReduce learns in 30 steps, Hogwild reaches >= 0.84 after 200 steps, and
-# Downpour (the issue's acceptance run) >= 0.85 after 300 steps with a group on each node.
+# synchronous AllReduce learns (20 steps), Hogwild reaches >= 0.84 (shm: in 200 steps, here
+# 110: ~0.85), and Downpour (the issue's acceptance run) >= 0.85 after 300 steps with a group
+# on each node.
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "steps", "bar", "cluster_args"),
     [
         # 1 group of 3 workers, each with a server (worker+server processes): synchronous
-        ("allreduce", 30, None, ()),
+        ("allreduce", 20, None, ()),
         # 2 asynchronous groups of 2 workers, a group per process: each group on its node
         ("downpour", 300, 0.85, ("cluster.nworkers_per_procs=2",)),
         # 3 groups, a server group each, synchronised every update
-        ("hogwild", 120, 0.84, ()),
+        ("hogwild", 110, 0.84, ()),
     ],
 )
 def test_frameworks_train_mnist(cluster, mnist_stores, tmp_path, name, steps, bar, cluster_args):

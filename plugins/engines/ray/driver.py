@@ -194,7 +194,7 @@ class Attempt:
             self.engine.reporter.note(
                 f"ray: parameters between nodes: {total['grad_bytes'] / 1e6:.1f} MB of "
                 f"gradients, {total['value_bytes'] / 1e6:.1f} MB of values "
-                f"({total['value_objects']} value copies for {total['value_answers']} answers)"
+                f"({total['value_copies']} value copies for {total['value_answers']} answers)"
             )
 
     # -- faults --------------------------------------------------------------------------------

@@ -210,7 +210,7 @@ class SingaProcess:
         self.snapshots: dict = {}
         # parameter traffic with other nodes, for the driver's closing note (see traffic())
         self.traffic = dict.fromkeys(
-            ("grad_bytes", "value_bytes", "value_objects", "value_answers"), 0
+            ("grad_bytes", "value_bytes", "value_copies", "value_answers"), 0
         )
         self.ctx = RayProcessContext(self, shared, self.prepared)
         self.outbox: list = []
@@ -347,8 +347,7 @@ class SingaProcess:
 
     async def traffic_counts(self) -> dict:
         """Bytes of gradients received from and values sent to other nodes' workers, the
-        value objects made and the answers that carried them (one object answers every
-        worker of a group that waits on another node)."""
+        value copies serialised and the answers that carried them."""
         return dict(self.traffic)
 
     async def unlink_segments(self) -> None:
@@ -383,7 +382,7 @@ class SingaProcess:
         :func:`~singa_builtins.engines.ray.channels.plan_pieces`): ``meta`` is every item
         but its gradient, ``pieces`` the gradients' pieces ``(item, start, array)``. The
         answer is cut by the same plan: one return value per piece, each a list of
-        ``(item, version, start, array)`` (or a whole object ref at start 0)."""
+        ``(item, version, start, array)``."""
         slices = self.shared.layout.slices
         sizes = [slices[m[4]].size for m in meta]
         grads = [np.empty(size, dtype=np.float32) for size in sizes]
@@ -396,10 +395,7 @@ class SingaProcess:
             part = []
             for item, start, stop in piece:
                 version, value = answers[item]
-                if isinstance(value, np.ndarray):
-                    part.append((item, version, start, value[start:stop]))
-                elif start == 0:
-                    part.append((item, version, 0, value))
+                part.append((item, version, start, value[start:stop]))
             out.append(part)
         return out[0] if len(out) == 1 else tuple(out)
 
@@ -427,27 +423,20 @@ class SingaProcess:
         waiters = self.waiting.pop(key)
         value = None
         remote = sum(1 for _, w in waiters if w)
-        if remote > 1:
-            # several workers on other nodes wait for this value: it goes into the object
-            # store once (ray.put copies it now), and every answer carries the same ref, so
-            # a node fetches it once whatever number of its workers asked
-            import ray
-
-            value = ray.put(server.value(sid))
-            self.traffic["value_objects"] += 1
-            self.traffic["value_bytes"] += 4 * server.value(sid).size
-        elif remote:
-            # the answer to the group's one worker on another node. Ray serialises it (one
-            # copy into the object store) when the call returns, and a worker pushes its
-            # next gradient of the slice only after it has the answer: with one worker group
-            # on this server group and no inter-group sync, nothing changes the value before
-            # the answer is serialised, so it goes as it is. Otherwise other groups' updates
-            # (or a sync) change it in place meanwhile: one snapshot per update, in a buffer
-            # reused from update to update. (Workers of this node read the value in place,
-            # as the shm engine's do.)
+        if remote:
+            # the answer to the group's workers on other nodes. Ray serialises it (one copy
+            # into the object store per answer) when the call returns, and a worker pushes
+            # its next gradient of the slice only after it has the answer: with one worker
+            # group on this server group and no inter-group sync, nothing changes the value
+            # before the answer is serialised, so it goes as it is. Otherwise other groups'
+            # updates (or a sync) change it in place meanwhile: one snapshot per update, in
+            # a buffer reused from update to update. (Workers of this node read the value in
+            # place, as the shm engine's do.) Answering several workers of one node from
+            # one ray.put object was tried and left out: Downpour's worker threads hung in
+            # ray.get of such refs now and then (see docs/performance.md).
             value = server.value(sid)
-            self.traffic["value_objects"] += 1
-            self.traffic["value_bytes"] += 4 * value.size
+            self.traffic["value_copies"] += remote
+            self.traffic["value_bytes"] += 4 * value.size * remote
             if not self.sole_group[sg]:
                 snap = self.snapshots.get((sg, group, sid))
                 if snap is None:

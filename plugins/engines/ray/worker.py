@@ -39,10 +39,7 @@ class _Pieces:
         for part in parts:
             for item, version, start, value in part:
                 versions[item] = version
-                if isinstance(value, np.ndarray):
-                    values[item][start : start + len(value)] = value
-                else:  # a value shared with other workers: its object ref
-                    values[item] = value
+                values[item][start : start + len(value)] = value
         return list(zip(versions, values, strict=True))
 
 
@@ -159,18 +156,10 @@ class RayStub(ShmStub):
             entry.append((call, position, sid))
 
     def _fetch(self, call) -> list:
-        """The answers of a push_many call; values shared with the group's other workers
-        come as object refs, fetched here in one go (Ray moves each to this node once)."""
+        """The answers of a push_many or push_pieces call: ``[(version, value), ...]``."""
         if isinstance(call, _Pieces):
-            answers = call.assemble(self.rt.ctx.get(call.refs))
-        else:
-            answers = self.rt.ctx.get(call)
-        shared = [i for i, (_, value) in enumerate(answers) if not isinstance(value, np.ndarray)]
-        if shared:
-            values = self.rt.ctx.get([answers[i][1] for i in shared])
-            for i, value in zip(shared, values, strict=True):
-                answers[i] = (answers[i][0], value)
-        return answers
+            return call.assemble(self.rt.ctx.get(call.refs))
+        return self.rt.ctx.get(call)
 
     def collect(self, param) -> None:
         oid = param.owner.id
