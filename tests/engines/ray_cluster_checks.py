@@ -248,9 +248,9 @@ def test_model_partitioned_group_across_nodes_equals_the_whole_net(cluster, tmp_
 
 # -- the frameworks of examples/frameworks on real MNIST -----------------------------------------
 # The same bands as the shm engine's tests (tests/test_frameworks_examples.py): the
-# synchronous AllReduce learns (20 steps), Hogwild reaches >= 0.84 (shm: in 200 steps, here
-# 110: ~0.85), and Downpour (the issue's acceptance run) >= 0.85 after 300 steps with a group
-# on each node.
+# synchronous AllReduce learns (20 steps), Hogwild reaches >= 0.84 (shm: in 200 steps; here
+# 120: 0.850-0.852 seen, 0.844 at 100 and 110), and Downpour (the issue's acceptance run)
+# >= 0.85 after 300 steps with a group on each node.
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "steps", "bar", "cluster_args"),
@@ -260,7 +260,7 @@ def test_model_partitioned_group_across_nodes_equals_the_whole_net(cluster, tmp_
         # 2 asynchronous groups of 2 workers, a group per process: each group on its node
         ("downpour", 300, 0.85, ("cluster.nworkers_per_procs=2",)),
         # 3 groups, a server group each, synchronised every update
-        ("hogwild", 110, 0.84, ()),
+        ("hogwild", 120, 0.84, ()),
     ],
 )
 def test_frameworks_train_mnist(cluster, mnist_stores, tmp_path, name, steps, bar, cluster_args):
@@ -325,6 +325,21 @@ def _wait_for_note(proc: subprocess.Popen, ws: Path, step: int) -> str:
     return note
 
 
+def _fault_after_checkpoint_50(cluster, conf: Path, ws: Path, fault):
+    """Start the job, call ``fault(start note)`` once checkpoint 50 exists, wait for the
+    job to end: (process, its stderr, seconds from the fault to the end)."""
+    proc = _start(cluster, conf)
+    try:
+        fault(_wait_for_note(proc, ws, 50))
+        t0 = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+        elapsed = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc, err, elapsed
+
+
 def _kill_worker_1(note: str) -> None:
     _, pid = placement(note)["worker process 1"]
     os.kill(pid, signal.SIGKILL)
@@ -336,16 +351,7 @@ def _checkpoint_steps(ws: Path) -> list[int]:
 
 def test_killed_worker_stops_the_job_within_10_s(cluster, tmp_path):
     conf, ws = _blobs_job(tmp_path, steps=100000, checkpoint_freq=50)
-    proc = _start(cluster, conf)
-    try:
-        note = _wait_for_note(proc, ws, 50)
-        _kill_worker_1(note)
-        t0 = time.monotonic()
-        _, err = proc.communicate(timeout=60)
-        elapsed = time.monotonic() - t0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    proc, err, elapsed = _fault_after_checkpoint_50(cluster, conf, ws, _kill_worker_1)
     print(f"stopped {elapsed:.1f} s after the kill")
     assert proc.returncode == 2, err
     assert elapsed < 10, err
@@ -453,18 +459,12 @@ def test_losing_a_whole_node_stops_the_job_within_10_s(cluster, tmp_path):
     """The second node goes away while training (its raylet and every actor on it): the job
     stops with exit 2 naming a lost process and its node, and the newest checkpoint."""
     conf, ws = _blobs_job(tmp_path, steps=100000, checkpoint_freq=50)
-    proc = _start(cluster, conf)
-    try:
-        note = _wait_for_note(proc, ws, 50)
-        other = next(n for n in cluster.list_all_nodes() if n is not cluster.head_node)
+
+    def remove_the_other_node(note: str) -> None:
         assert len(set(re.findall(r"\(node (\w+),", note))) == 2, note  # both nodes used
-        cluster.remove_node(other)
-        t0 = time.monotonic()
-        _, err = proc.communicate(timeout=60)
-        elapsed = time.monotonic() - t0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+        cluster.remove_node(next(n for n in cluster.list_all_nodes() if n is not cluster.head_node))
+
+    proc, err, elapsed = _fault_after_checkpoint_50(cluster, conf, ws, remove_the_other_node)
     print(f"stopped {elapsed:.1f} s after the node was removed")
     assert proc.returncode == 2, err
     assert elapsed < 10, err

@@ -107,6 +107,8 @@ def send(fd: int, record: struct.Struct, *values: int) -> None:
 # travels as pieces of at most PIECE_BYTES, each its own argument and its own return value.
 PIECE_BYTES = 96_000
 SMALL_BATCH = 4 << 20
+# a worker sends its queued slices for one server actor once they hold this many bytes
+BATCH_BYTES = 1 << 20
 
 
 def plan_pieces(sizes: list[int], limit: int = PIECE_BYTES // 4) -> list[list[tuple]]:

@@ -38,8 +38,6 @@ import os
 import threading
 import traceback
 from collections import defaultdict, deque
-from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FuturesTimeout
 
 import numpy as np
 from singa_builtins.engines.ray.channels import (
@@ -117,24 +115,6 @@ class RayProcessContext:
             if pending:
                 self.check_abort()
         return ray.get(refs)
-
-    def get_all(self, refs: list) -> list:
-        """The answers of ``refs``: Ray object refs and, for calls to this process's own
-        servers, futures of its event loop."""
-        remote = [r for r in refs if not isinstance(r, Future)]
-        answers = iter(self.get(remote) if remote else ())
-        out = []
-        for r in refs:
-            if not isinstance(r, Future):
-                out.append(next(answers))
-                continue
-            while True:
-                try:
-                    out.append(r.result(timeout=0.2))
-                    break
-                except FuturesTimeout:
-                    self.check_abort()
-        return out
 
 
 class SingaProcess:

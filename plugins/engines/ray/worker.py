@@ -16,7 +16,14 @@ from __future__ import annotations
 from collections import defaultdict
 
 import numpy as np
-from singa_builtins.engines.ray.channels import REPLY, REQUEST, SMALL_BATCH, plan_pieces, send
+from singa_builtins.engines.ray.channels import (
+    BATCH_BYTES,
+    REPLY,
+    REQUEST,
+    SMALL_BATCH,
+    plan_pieces,
+    send,
+)
 from singa_builtins.engines.shm.worker import ShmStub, WorkerThread
 from singa_builtins.layers.bridge import BridgeTransport
 
@@ -54,8 +61,6 @@ class RayStub(ShmStub):
     batch holds ``BATCH_BYTES`` of gradients, when every Param of the step has been pushed,
     or before anything waits for an answer.
     """
-
-    BATCH_BYTES = 1 << 20
 
     def __init__(self, rt, net) -> None:
         super().__init__(rt, net)
@@ -127,7 +132,7 @@ class RayStub(ShmStub):
             self.waiting_node[oid] = node
         everything = len(self.pushed) == len(self.local)
         for q in list(self.batches) if everything else targets:
-            if everything or self.batch_bytes[q] >= self.BATCH_BYTES:
+            if everything or self.batch_bytes[q] >= BATCH_BYTES:
                 self._flush(q)
 
     def _flush(self, q: int) -> None:
@@ -149,9 +154,7 @@ class RayStub(ShmStub):
             call = peer.push_many.remote(items)
         for position, (oid, sid, _) in enumerate(queued):
             entry = self.remote.setdefault(oid, [])
-            if not entry:
-                self.users[call] += 1
-            elif entry[-1][0] is not call:
+            if not entry or entry[-1][0] is not call:  # one user per (call, Param)
                 self.users[call] += 1
             entry.append((call, position, sid))
 
