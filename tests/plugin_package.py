@@ -74,21 +74,16 @@ def compile_protos(pkg: Path, protos: list[Path]) -> None:
 
 def pip_install_target(pkg: Path, site: Path) -> Path:
     """pip-install the project folder ``pkg`` into ``site`` (``--target``); returns site."""
-    pip = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--no-deps",
-            "--no-build-isolation",
-            "--target",
-            str(site),
-            str(pkg),
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert pip.returncode == 0, pip.stdout + pip.stderr
+    pip_install_into(site, pkg)
     return site
+
+
+def pip_install_into(site: Path, *projects: Path) -> None:
+    """pip-install project folders into ``site`` (``--target``; no dependencies, no build
+    isolation: the test environment already has them)."""
+    pip = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+         "--no-build-isolation", "--target", str(site), *map(str, projects)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert pip.returncode == 0, pip.stdout + pip.stderr

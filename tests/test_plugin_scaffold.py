@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import run_singa
+from plugin_package import pip_install_into
 from typer.testing import CliRunner
 
 from singa_core.cli import app
@@ -22,27 +23,6 @@ from singa_core.scaffold import EXTENSION_RANGES, KINDS, field_number, names
 pytestmark = pytest.mark.slow
 
 NAMES = {kind: f"ci-{kind}" for kind in KINDS}
-
-
-def pip_install(site: Path, *projects: Path) -> None:
-    pip = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--no-deps",
-            "--no-build-isolation",
-            "--target",
-            str(site),
-            *map(str, projects),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert pip.returncode == 0, pip.stdout + pip.stderr
 
 
 def env_with(site: Path) -> dict[str, str]:
@@ -71,7 +51,7 @@ def scaffolded(tmp_path_factory):
             )
             assert res.exit_code == 0 and generated.is_file(), res.output
     site = root / "site"
-    pip_install(site, *made.values())
+    pip_install_into(site, *made.values())
     return made, site
 
 
@@ -237,7 +217,7 @@ def test_broken_backward_fails_the_generated_tests(scaffolded, tmp_path):
     assert text.count(good) == 1
     plugin.write_text(text.replace(good, "np.where(negative, a, 1.02)"))
     site = tmp_path / "site"
-    pip_install(site, broken)
+    pip_install_into(site, broken)
     res = subprocess.run(
         [
             sys.executable,
