@@ -6,9 +6,11 @@ node the gradient and the value already live in shared memory
 (:mod:`~singa_builtins.engines.ray.segments`), so what is left to say fits in a few integers,
 and a pipe says it in microseconds:
 
-* a process with servers owns one **request pipe**: a worker of the node writes
-  ``(server group, server, group, worker index, slice, step, n)`` when it has left a
-  gradient slice in its gradient segment; the actor's event loop reads the pipe;
+* every process owns one **request pipe**: a worker of the node writes
+  ``(server group, server, group, worker index, slice, step, n, flags)`` when it has left a
+  gradient slice in its gradient segment, for the slice's server or, when the server is on
+  another node, for the node's gateway of its group (see
+  :mod:`~singa_builtins.engines.ray.gateway`); the actor's event loop reads the pipe;
 * a worker owns one **reply pipe**: a server writes ``(slice, version)`` when the update the
   worker contributed to is applied.
 
@@ -24,8 +26,13 @@ import os
 import select
 import struct
 
-REQUEST = struct.Struct("<7q")
+import numpy as np
+
+REQUEST = struct.Struct("<8q")
 REPLY = struct.Struct("<2q")
+# REQUEST flags (for a gateway; a server ignores them)
+FLUSH = 1  # send what is ready now: the writer has pushed its step or is about to wait
+REGISTER = 2  # before the start: this worker will contribute n to the slice every update
 
 
 class Pipe:
@@ -109,6 +116,40 @@ PIECE_BYTES = 96_000
 SMALL_BATCH = 4 << 20
 # a worker sends its queued slices for one server actor once they hold this many bytes
 BATCH_BYTES = 1 << 20
+
+
+class PushCall:
+    """A ``push_many`` or ``push_pieces`` call to the server actor ``peer`` for ``items``
+    (``(sg, j, group, worker, slice, step, n, grad)`` each): a batch of at most
+    ``SMALL_BATCH`` bytes goes as inline pieces. ``refs`` are the call's return values;
+    :meth:`answers` turns what they hold into ``[(version, value), ...]``, one per item.
+    (Ray serialises the gradients when the call is made: the buffers may change after.)"""
+
+    def __init__(self, peer, items: list) -> None:
+        grads = [item[-1] for item in items]
+        self.pieces = sum(g.nbytes for g in grads) <= SMALL_BATCH
+        if not self.pieces:
+            self.refs = [peer.push_many.remote(items)]
+            return
+        self.sizes = [g.size for g in grads]
+        plan = plan_pieces(self.sizes)
+        pieces = [[(i, a, grads[i][a:b]) for i, a, b in piece] for piece in plan]
+        refs = peer.push_pieces.options(num_returns=len(plan)).remote(
+            [item[:-1] for item in items], *pieces
+        )
+        self.refs = list(refs) if len(plan) > 1 else [refs]
+
+    def answers(self, parts: list) -> list:
+        """``[(version, value), ...]`` from the values of ``refs``."""
+        if not self.pieces:
+            return parts[0]
+        values = [np.empty(n, dtype=np.float32) for n in self.sizes]
+        versions = [0] * len(self.sizes)
+        for part in parts:
+            for item, version, start, value in part:
+                versions[item] = version
+                values[item][start : start + len(value)] = value
+        return list(zip(versions, values, strict=True))
 
 
 def plan_pieces(sizes: list[int], limit: int = PIECE_BYTES // 4) -> list[list[tuple]]:

@@ -3,13 +3,15 @@
 The actor is an asyncio actor. Its event loop serves the calls other processes make:
 
 * requests on its pipe (see :mod:`~singa_builtins.engines.ray.channels`) from the workers
-  of its node, its own included: ``(sg, j, group, worker, slice, step, n)``, the gradient
+  of its node, its own included: ``(sg, j, group, worker, slice, step, n, flags)``, the gradient
   slice being in that worker's gradient segment (see
   :mod:`~singa_builtins.engines.ray.segments`). The :class:`SliceServer` of server ``j`` of
   server group ``sg`` aggregates it with the rest of the group (synchronous within a group,
   asynchronous across groups); when the group's update is applied each such worker gets
   ``(slice, version)`` on its reply pipe and reads the value in the server's value segment
-  (as the shm engine's workers do);
+  (as the shm engine's workers do). A request for a server on another node is for this
+  process as its node's gateway of the worker's group
+  (:class:`~singa_builtins.engines.ray.gateway.NodeGateway`);
 * ``push_many(items)``: the same for workers on other nodes, one call per batch of
   gradient slices (``(sg, j, group, worker, slice, step, n, grad)`` each); it answers
   ``[(version, value), ...]`` when every update is applied, one snapshot of a slice per
@@ -41,6 +43,8 @@ from collections import defaultdict, deque
 
 import numpy as np
 from singa_builtins.engines.ray.channels import (
+    FLUSH,
+    REGISTER,
     REPLY,
     REQUEST,
     Pipe,
@@ -48,6 +52,7 @@ from singa_builtins.engines.ray.channels import (
     plan_pieces,
     send,
 )
+from singa_builtins.engines.ray.gateway import NodeGateway
 from singa_builtins.engines.ray.segments import NodeSegments
 
 
@@ -146,13 +151,17 @@ class SingaProcess:
                 for k, name in enumerate(shared.state_names)
             }
 
-        # the node-shared memory: values of this process's slices (per server group) and a
-        # gradient buffer per worker
+        # the node-shared memory: values of this process's slices (per server group), a
+        # gradient buffer per worker, and per group of its workers the values it receives
+        # if it turns out to be the node's gateway of the group (see start; untouched
+        # pages cost nothing)
         self.segments = NodeSegments(index)
         for sg in sorted({sg for sg, _ in self.spec.servers}):
             self.segments.create(f"v{sg}", total)
         for g, j in self.spec.workers:
             self.segments.create(f"g{topo.worker_index(g, j)}", total)
+        for g in sorted({g for g, _ in self.spec.workers}):
+            self.segments.create(f"m{g}", total)
 
         def value_of(sg, s):
             view = self.segments.arrays[f"v{sg}"][s.offset : s.offset + s.size]
@@ -172,7 +181,7 @@ class SingaProcess:
             )
             for sg, j in self.spec.servers
         }
-        self.requests = Pipe() if self.spec.servers else None
+        self.requests = Pipe() if self.spec.servers or self.spec.workers else None
         self.replies = {topo.worker_index(g, j): Pipe() for g, j in self.spec.workers}
         self.writers = Writers()
         self.request_fds: dict[int, int] = {}  # process of this node -> its request pipe
@@ -180,6 +189,9 @@ class SingaProcess:
         self.local: set[int] = {index}  # processes on this node (set by start)
         self.value_views: dict[tuple[int, int], np.ndarray] = {}  # (process, sg) -> values
         self.grad_views: dict[int, np.ndarray] = {}  # worker index -> its gradient buffer
+        self.gateways: dict[int, int] = {}  # group -> its gateway process on this node
+        self.mirrors: dict[int, np.ndarray] = {}  # group -> its gateway's values
+        self.gateway = NodeGateway(self)
         # server group -> it serves a single worker group and never syncs with another
         # server group (see push)
         self.sole_group = {
@@ -208,12 +220,31 @@ class SingaProcess:
     def worker_handle(self, group: int, wid: int):
         return self.peers[self.worker_proc[(group, wid)]]
 
-    def route(self, sg: int, j: int) -> str:
-        """How a worker of this process reaches server ``j`` of server group ``sg``:
-        ``own`` (this process), ``node`` (another process of this node: shared memory) or
-        ``remote`` (another node: the gradient and the value travel through Ray)."""
+    def route(self, sg: int, j: int, group: int) -> str:
+        """How a worker of group ``group`` in this process reaches server ``j`` of server
+        group ``sg``: ``own`` (this process), ``node`` (another process of this node: shared
+        memory), ``gateway`` (another node, through the group's gateway on this node) or
+        ``remote`` (another node, directly: the gradient and the value travel through Ray)."""
         q = self.server_proc[(sg, j)]
-        return "own" if q == self.index else "node" if q in self.local else "remote"
+        if q == self.index:
+            return "own"
+        if q in self.local:
+            return "node"
+        return "gateway" if group in self.gateways else "remote"
+
+    def mirror(self, group: int) -> np.ndarray:
+        """The values the node's gateway of ``group`` received (flat, the server group's
+        layout)."""
+        return self.mirrors[group]
+
+    def gateway_fd(self, group: int) -> int:
+        """The request pipe of the node's gateway of ``group``."""
+        return self.request_fds[self.gateways[group]]
+
+    def count_traffic(self, **counts: int) -> None:
+        """Add to the counts of :meth:`traffic_counts` (from the event loop only)."""
+        for key, n in counts.items():
+            self.traffic[key] += n
 
     def value_view(self, sg: int, j: int) -> np.ndarray | None:
         """Server group ``sg``'s flat values as server ``j``'s process keeps them, when that
@@ -249,23 +280,39 @@ class SingaProcess:
         topo, total = self.shared.topology, self.shared.layout.total
         node = places[self.index]["node_id"]
         self.local = {q for q, w in enumerate(places) if w["node_id"] == node}
-        my_groups = {topo.server_group_of(g) for g, _ in self.spec.workers}
+        # a group with two or more workers on this node reaches other nodes through the
+        # lowest-numbered of its processes here (see gateway)
+        hosts: dict[int, list[int]] = defaultdict(list)
+        for q in sorted(self.local):
+            for g, _ in topo.procs[q].workers:
+                hosts[g].append(q)
+        self.gateways = {g: qs[0] for g, qs in hosts.items() if len(qs) >= 2}
+        my_worker_groups = {g for g, _ in self.spec.workers}
+        my_groups = {topo.server_group_of(g) for g in my_worker_groups}
         my_servers = {sg for sg, _ in self.spec.servers}
         for q in sorted(self.local):
             for key, name in places[q]["segments"].items():
+                kind, n = key[0], int(key[1:])
+                if kind == "m" and not (n in my_worker_groups and self.gateways.get(n) == q):
+                    continue  # not the mirror of a gateway of this process's workers
                 if q == self.index:
                     arr = self.segments.arrays[key]
-                elif (key[0] == "v" and int(key[1:]) in my_groups) or key[0] == "g":
+                elif (kind == "v" and n in my_groups) or kind in "gm":
                     arr = self.segments.attach(name, total)
                 else:
                     continue
-                if key[0] == "v":
-                    self.value_views[(q, int(key[1:]))] = arr
+                if kind == "v":
+                    self.value_views[(q, n)] = arr
+                elif kind == "m":
+                    self.mirrors[n] = arr
                 else:
-                    windex = int(key[1:])
-                    if topo.server_group_of(windex // topo.nworkers_per_group) in my_servers:
-                        self.grad_views[windex] = arr
-                        self.reply_fds[windex] = self.writers.open(places[q]["replies"][windex])
+                    group = n // topo.nworkers_per_group
+                    if (
+                        topo.server_group_of(group) in my_servers
+                        or self.gateways.get(group) == self.index
+                    ):
+                        self.grad_views[n] = arr
+                        self.reply_fds[n] = self.writers.open(places[q]["replies"][n])
             if places[q]["requests"] is not None and self.spec.workers:
                 self.request_fds[q] = self.writers.open(places[q]["requests"])
         if self.requests is not None:
@@ -345,13 +392,21 @@ class SingaProcess:
     def _on_requests(self) -> None:
         """The event loop's reader of the request pipe."""
         slices = self.shared.layout.slices
-        for sg, j, group, worker, sid, step, n in self.requests.read_records(REQUEST):
-            s = slices[sid]
-            grad = self.grad_views[worker][s.offset : s.offset + s.size]
-            fd = self.reply_fds[worker]
-            self._apply(sg, j, group, worker, sid, step, n, grad,
-                        lambda version, _value, fd=fd, sid=sid: send(fd, REPLY, sid, version),
-                        False)  # fmt: skip
+        for sg, j, group, worker, sid, step, n, flags in self.requests.read_records(REQUEST):
+            if flags & REGISTER:
+                self.gateway.register(group, worker, sid, n)
+                continue
+            if sid >= 0 and self.server_proc[(sg, j)] != self.index:
+                self.gateway.contribute(sg, j, group, worker, sid, step, n)
+            elif sid >= 0:
+                s = slices[sid]
+                grad = self.grad_views[worker][s.offset : s.offset + s.size]
+                fd = self.reply_fds[worker]
+                self._apply(sg, j, group, worker, sid, step, n, grad,
+                            lambda version, _value, fd=fd, sid=sid: send(fd, REPLY, sid, version),
+                            False)  # fmt: skip
+            if flags & FLUSH:
+                self.gateway.flush_all()
 
     async def push_many(self, items) -> list:
         """Gradient slices from a worker on another node: ``[(version, value), ...]``."""
@@ -411,9 +466,8 @@ class SingaProcess:
             # before the answer is serialised, so it goes as it is. Otherwise other groups'
             # updates (or a sync) change it in place meanwhile: one snapshot per update, in
             # a buffer reused from update to update. (Workers of this node read the value in
-            # place, as the shm engine's do.) Answering several workers of one node from
-            # one ray.put object was tried and left out: Downpour's worker threads hung in
-            # ray.get of such refs now and then (see docs/performance.md).
+            # place, as the shm engine's do; several workers of one group on another node
+            # are answered through their gateway there: one copy for all of them.)
             value = server.value(sid)
             self.traffic["value_copies"] += remote
             self.traffic["value_bytes"] += 4 * value.size * remote

@@ -18,10 +18,11 @@ from collections import defaultdict
 import numpy as np
 from singa_builtins.engines.ray.channels import (
     BATCH_BYTES,
+    FLUSH,
+    REGISTER,
     REPLY,
     REQUEST,
-    SMALL_BATCH,
-    plan_pieces,
+    PushCall,
     send,
 )
 from singa_builtins.engines.shm.worker import ShmStub, WorkerThread
@@ -33,23 +34,6 @@ from singa_core.layer import kTrain
 GROUP_WAIT = 10.0  # seconds a checkpoint waits for the other partitions of group 0
 
 
-class _Pieces:
-    """A push_pieces call: its return refs, and the sizes of its items."""
-
-    def __init__(self, refs: list, sizes: list[int]) -> None:
-        self.refs, self.sizes = refs, sizes
-
-    def assemble(self, parts: list) -> list:
-        """``[(version, value), ...]`` from the returned pieces."""
-        values = [np.empty(n, dtype=np.float32) for n in self.sizes]
-        versions = [0] * len(self.sizes)
-        for part in parts:
-            for item, version, start, value in part:
-                versions[item] = version
-                values[item][start : start + len(value)] = value
-        return list(zip(versions, values, strict=True))
-
-
 class RayStub(ShmStub):
     """The ParamStub of a Ray worker (the bookkeeping of :class:`ShmStub`).
 
@@ -57,9 +41,12 @@ class RayStub(ShmStub):
     shared memory and pipes: the gradient into this worker's gradient segment, a request on
     the server's pipe, the version back on this worker's reply pipe, the value read in the
     server's value segment (or viewed there). A slice whose server is on another node goes
-    with Ray: slices for one process are batched into one ``push_many`` call, sent when the
-    batch holds ``BATCH_BYTES`` of gradients, when every Param of the step has been pushed,
-    or before anything waits for an answer.
+    the same way to the node's gateway of the group when the node has other workers of the
+    group (see :mod:`~singa_builtins.engines.ray.gateway`; the value is then read in the
+    gateway's mirror); otherwise with Ray: slices for one process are batched into one call
+    (:class:`~singa_builtins.engines.ray.channels.PushCall`), sent when the batch holds
+    ``BATCH_BYTES`` of gradients, when every Param of the step has been pushed, or before
+    anything waits for an answer.
     """
 
     def __init__(self, rt, net) -> None:
@@ -71,9 +58,19 @@ class RayStub(ShmStub):
         self.reply_pipe = proc.replies[rt.windex]
         # per owner Param: how each of its slices reaches its server (see SingaProcess.route)
         self.routes = {
-            oid: [proc.route(sg, self.layout.slices[sid].server) for sid in sids]
+            oid: [proc.route(sg, self.layout.slices[sid].server, rt.group) for sid in sids]
             for oid, sids in self.layout.param_slices.items()
         }
+        # per slice sent by pipe: where its new value is read
+        self.sources = {
+            sid: proc.mirror(rt.group)
+            if route == "gateway"
+            else proc.value_view(sg, self.layout.slices[sid].server)
+            for oid, routes in self.routes.items()
+            for sid, route in zip(self.layout.param_slices[oid], routes, strict=True)
+            if route != "remote"
+        }
+        self.unflushed = False  # a request is with the gateway without a FLUSH after it
         self.waiting_node: dict[int, list[int]] = {}  # oid -> its slices sent by pipe
         self.versions: dict[int, int] = {}  # slice -> version replied on the pipe
         self.batches: dict[int, list] = defaultdict(list)  # process -> (oid, item) queued
@@ -83,6 +80,17 @@ class RayStub(ShmStub):
         self.users: dict = defaultdict(int)  # call -> oids still to take their answers
         self.pushed: set[int] = set()  # oids pushed in this step
         self.step = -1
+
+    def register(self) -> None:
+        """Before the start gate: tell the gateway of this worker's group which slices it
+        contributes to, and how many gradients it sums into each update."""
+        rt = self.rt
+        for oid, n in self.local.items():
+            for sid, route in zip(self.layout.param_slices[oid], self.routes[oid], strict=True):
+                if route == "gateway":
+                    s = self.layout.slices[sid]
+                    send(self.proc.gateway_fd(rt.group), REQUEST, rt.server_group, s.server,
+                         rt.group, rt.windex, sid, -1, n, REGISTER)  # fmt: skip
 
     def update(self, step: int, param) -> None:
         oid = param.owner.id
@@ -113,10 +121,13 @@ class RayStub(ShmStub):
         if step != self.step:
             self.step, self.pushed = step, set()
         self.pushed.add(oid)
+        everything = len(self.pushed) == len(self.local)
         rt, proc = self.rt, self.proc
         sg = rt.server_group
         node, targets = [], set()
-        for sid, route in zip(self.layout.param_slices[oid], routes, strict=True):
+        sids = self.layout.param_slices[oid]
+        last_gateway = max((i for i, r in enumerate(routes) if r == "gateway"), default=-1)
+        for i, (sid, route) in enumerate(zip(sids, routes, strict=True)):
             s = self.layout.slices[sid]
             args = (sg, s.server, rt.group, rt.windex, sid, step, self.local[oid])
             if route == "remote":
@@ -125,12 +136,16 @@ class RayStub(ShmStub):
                 self.batches[q].append((oid, sid, (*args, grad)))
                 self.batch_bytes[q] += grad.nbytes
                 targets.add(q)
+            elif route == "gateway":  # the gateway reads the slice from the gradient buffer
+                flags = FLUSH if everything and i == last_gateway else 0
+                send(proc.gateway_fd(rt.group), REQUEST, *args, flags)
+                self.unflushed = not flags
+                node.append(sid)
             else:  # the server reads the slice from the shared gradient buffer
-                send(proc.request_fd(sg, s.server), REQUEST, *args)
+                send(proc.request_fd(sg, s.server), REQUEST, *args, 0)
                 node.append(sid)
         if node:
             self.waiting_node[oid] = node
-        everything = len(self.pushed) == len(self.local)
         for q in list(self.batches) if everything else targets:
             if everything or self.batch_bytes[q] >= BATCH_BYTES:
                 self._flush(q)
@@ -140,29 +155,12 @@ class RayStub(ShmStub):
         self.batch_bytes.pop(q, None)
         if not queued:
             return
-        items = [item for _, _, item in queued]
-        peer = self.proc.peers[q]
-        if sum(item[-1].nbytes for item in items) <= SMALL_BATCH:
-            sizes = [item[-1].size for item in items]
-            plan = plan_pieces(sizes)
-            pieces = [[(i, a, items[i][-1][a:b]) for i, a, b in piece] for piece in plan]
-            refs = peer.push_pieces.options(num_returns=len(plan)).remote(
-                [item[:-1] for item in items], *pieces
-            )
-            call = _Pieces(refs if len(plan) > 1 else [refs], sizes)
-        else:
-            call = peer.push_many.remote(items)
+        call = PushCall(self.proc.peers[q], [item for _, _, item in queued])
         for position, (oid, sid, _) in enumerate(queued):
             entry = self.remote.setdefault(oid, [])
             if not entry or entry[-1][0] is not call:  # one user per (call, Param)
                 self.users[call] += 1
             entry.append((call, position, sid))
-
-    def _fetch(self, call) -> list:
-        """The answers of a push_many or push_pieces call: ``[(version, value), ...]``."""
-        if isinstance(call, _Pieces):
-            return call.assemble(self.rt.ctx.get(call.refs))
-        return self.rt.ctx.get(call)
 
     def collect(self, param) -> None:
         oid = param.owner.id
@@ -179,6 +177,11 @@ class RayStub(ShmStub):
             self._flush(q)
         node = self.waiting_node.pop(oid, None)
         if node:
+            if self.unflushed:  # the gateway may be holding this worker's part back
+                rt = self.rt
+                send(self.proc.gateway_fd(rt.group), REQUEST, rt.server_group, 0, rt.group,
+                     rt.windex, -1, -1, 0, FLUSH)  # fmt: skip
+                self.unflushed = False
             for sid in node:
                 while sid not in self.versions:
                     if self.reply_pipe.wait(0.2):
@@ -193,14 +196,14 @@ class RayStub(ShmStub):
                 version = v if version is None else min(version, v)
                 if not viewed:
                     s = self.layout.slices[sid]
-                    src = self.proc.value_view(rt.server_group, s.server)
+                    src = self.sources[sid]
                     flat[s.start : s.start + s.size] = src[s.offset : s.offset + s.size]
         remote = self.remote.pop(oid, None)
         if remote:
             flat = self.shares[oid][0].owner.value.reshape(-1)
             for call in dict.fromkeys(c for c, _, _ in remote):
                 if call not in self.answers:
-                    self.answers[call] = self._fetch(call)
+                    self.answers[call] = call.answers(self.rt.ctx.get(call.refs))
             for call, position, sid in remote:
                 v, value = self.answers[call][position]
                 s = self.layout.slices[sid]
@@ -260,7 +263,7 @@ class RayWorker(WorkerThread):
             p.value[...] = self.values[info.offset : info.offset + info.size].reshape(p.shape)
 
     def make_stub(self):
-        return RayStub(self, self.net)
+        return self.stub
 
     def bridge_transport(self, pair):
         return RayBridgeTransport(self, pair)
@@ -291,6 +294,10 @@ class RayWorker(WorkerThread):
         )
 
     def start_gate(self) -> None:
+        # the stub first: its registrations with a gateway are in the gateway's pipe
+        # before any worker can start (see gateway)
+        self.stub = RayStub(self, self.net)
+        self.stub.register()
         self.ctx.send(("ready", (self.group, self.wid)))
         while not self.ctx.gate.wait(0.2):
             self.ctx.check_abort()
