@@ -342,10 +342,10 @@ def _wait_for_note(proc: subprocess.Popen, ws: Path, step: int) -> str:
     return note
 
 
-def _fault_after_checkpoint_50(cluster, conf: Path, ws: Path, fault):
+def _fault_after_checkpoint_50(cluster, conf: Path, ws: Path, fault, *args: str):
     """Start the job, call ``fault(start note)`` once checkpoint 50 exists, wait for the
     job to end: (process, its stderr, seconds from the fault to the end)."""
-    proc = _start(cluster, conf)
+    proc = _start(cluster, conf, *args)
     try:
         fault(_wait_for_note(proc, ws, 50))
         t0 = time.monotonic()
@@ -384,6 +384,29 @@ def test_killed_worker_stops_the_job_within_10_s(cluster, tmp_path):
     assert res.returncode == 0, res.stderr
     assert f"resuming at step {last}" in res.stderr
     assert (ws / "checkpoint" / f"step{last + 20}-worker0").exists()
+
+
+def test_killed_server_behind_a_gateway_stops_the_job_within_10_s(cluster, tmp_path):
+    """3 workers spread (workers 0 and 2 share a node and reach the server through their
+    gateway there): the server's process killed while the gateway waits for it."""
+    conf, ws = _blobs_job(tmp_path, steps=100000, checkpoint_freq=50)
+
+    def kill_server(note: str) -> None:
+        where = placement(note)
+        assert where["worker process 0"][0] == where["worker process 2"][0], note
+        assert where["server process 3"][0] != where["worker process 0"][0], note
+        os.kill(where["server process 3"][1], signal.SIGKILL)
+
+    proc, err, elapsed = _fault_after_checkpoint_50(
+        cluster, conf, ws, kill_server,
+        *_o("cluster.nworkers_per_group=3"), "--engine-option", "cpus_per_worker=0.5",
+    )  # fmt: skip
+    print(f"stopped {elapsed:.1f} s after the server was killed")
+    assert proc.returncode == 2, err
+    assert elapsed < 10, err
+    assert "server process 3 (server group 0, servers 0) on node 127.0.0.1 (Ray node" in err, err
+    assert "newest complete checkpoint is" in err and "Traceback" not in err, err
+    assert_nothing_left()
 
 
 def test_max_restarts_and_resume_finish_like_an_uninterrupted_run(cluster, tmp_path):
