@@ -1,7 +1,7 @@
 """The parameter-server engines (shm, and ray when installed) against the in-process
 engine, in one run.
 
-    python benchmarks/cluster.py [--rounds 3] [--part a|b|c|all] [--no-ray]
+    python benchmarks/cluster.py [--rounds 3] [--part a|b|c|d|all] [--no-ray]
 
 (a) overhead: SINGA's MNIST MLP (examples/mnist/job.conf, batch 64) with 1 worker process
     + 1 server process (``--engine shm``) against the in-process engine, same BLAS threads;
@@ -18,7 +18,11 @@ With Ray installed, every part also runs on the ``ray`` engine, on a 2-node Ray 
 in a private network namespace (``unshare -n``, only loopback up; needs root) so that Ray
 listens on 127.0.0.1 alone, and starts and shuts down that cluster itself. Ray rows: (a) 1
 worker actor + 1 server actor on the two nodes (and on one node: ``--placement pack``);
-(b) 1 worker vs 2 synchronous workers on the 2 nodes; (c) as (a) for the 64 MiB net.
+(b) 1 worker vs 2 synchronous workers on the 2 nodes; (c) as (a) for the 64 MiB net;
+(d) one copy per node: the MLP of (a) with 1 worker, then 2 worker threads of one group,
+on one node and its server on the other; the bytes that crossed per step (the engine's
+closing note) must not grow with the second worker (the node's gateway sums the gradients
+and receives one value copy for both).
 
 Every figure is ``singa train``'s own ms/step (the mean over the training steps, start-up
 excluded), from runs alternating A B A B; medians are printed.
@@ -43,6 +47,7 @@ import numpy as np
 from _common import REPO, cifar10_stores, mnist_stores, print_machine_facts
 
 STEP = re.compile(r"finished at step \d+ .*?([\d.]+) ms/step\)")
+TRAFFIC = re.compile(r"parameters between nodes: ([\d.]+) MB of gradients, ([\d.]+) MB of values")
 RAY: dict = {}  # "address" of the 2-node Ray cluster when the ray rows run
 MLP_PARAMS = 784 * 2500 + 2500 * 2000 + 2000 * 1500 + 1500 * 1000 + 1000 * 500 + 500 * 10 + 7510
 
@@ -50,17 +55,22 @@ MLP_PARAMS = 784 * 2500 + 2500 * 2000 + 2000 * 1500 + 1500 * 1000 + 1000 * 500 +
 STORE = 1 << 30
 
 
-def run_ms(conf: Path, overrides: dict, engine: str, placement: str = "spread") -> float:
+def run_ms(conf: Path, overrides: dict, engine: str, placement: str = "spread",
+           *extra: str, output: list | None = None) -> float:  # fmt: skip
+    """``singa train``'s ms/step (its stderr appended to ``output`` when given)."""
     ws = tempfile.mkdtemp(prefix="singa-bench-cluster-")
     args = [sys.executable, "-m", "singa_core.cli", "train", str(conf), "--engine", engine]
     if engine == "ray":
-        args += ["--address", RAY["address"], "--placement", placement]
+        args += ["--address", RAY["address"], "--placement", placement, *extra]
     for key, value in {**overrides, "cluster.workspace": ws, "checkpoint_freq": 0}.items():
         args += ["-o", f"{key}={value}"]
     proc = subprocess.run(args, capture_output=True, text=True, cwd=REPO, timeout=1800)
     found = STEP.search(proc.stdout + proc.stderr)
     if proc.returncode != 0 or found is None:
         raise SystemExit(f"{' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
+    if output is not None:
+        output.append(proc.stderr)
+    shutil.rmtree(ws, ignore_errors=True)
     return float(found.group(1))
 
 
@@ -212,6 +222,41 @@ def part_c(rounds: int, n: int = 4096) -> None:
             )
 
 
+def part_d(rounds: int) -> None:
+    stores = mnist_stores()
+    conf = REPO / "examples" / "mnist" / "job.conf"
+    steps = 150
+    common = {
+        "neuralnet.layer[0].store_conf.path": stores / "train_data.bin",
+        "neuralnet.layer[1].store_conf.path": stores / "test_data.bin",
+        "train_steps": steps,
+        "test_steps": 0,
+        "num_openblas_threads": 1,
+        "cluster.server_worker_separate": "true",
+    }
+    two = {**common, "cluster.nworkers_per_group": 2, "cluster.nworkers_per_procs": 2}
+    print("(d) MNIST MLP batch 64 on ray: the workers of one group on one node, the server "
+          "on the other")  # fmt: skip
+    notes: dict[str, list] = {"1 worker": [], "2 worker threads": []}
+    opt = ("--engine-option", "cpus_per_worker=0.5")
+    runs = {
+        "1 worker": lambda: run_ms(conf, common, "ray", "spread", *opt,
+                                   output=notes["1 worker"]),
+        "2 worker threads": lambda: run_ms(conf, two, "ray", "spread", *opt,
+                                           output=notes["2 worker threads"]),
+    }  # fmt: skip
+    alternate(rounds, runs)
+    for name, texts in notes.items():
+        found = TRAFFIC.search(texts[-1])
+        if found is None:
+            raise SystemExit(f"no traffic note in:\n{texts[-1]}")
+        grads, values = (float(x) for x in found.groups())
+        print(
+            f"  {name}: {grads / steps:.1f} MB of gradients and {values / steps:.1f} MB of "
+            f"values crossed per step"
+        )
+
+
 def in_private_namespace() -> bool:
     """Whether this process's network namespace has loopback alone."""
     return [name for _, name in socket.if_nameindex()] == ["lo"]
@@ -241,7 +286,7 @@ def start_ray_cluster():
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--part", choices=["a", "b", "c", "all"], default="all")
+    ap.add_argument("--part", choices=["a", "b", "c", "d", "all"], default="all")
     ap.add_argument("--threads", type=int, default=1, help="BLAS threads per process in (a)")
     ap.add_argument("--no-ray", action="store_true", help="skip the ray rows")
     args = ap.parse_args()
@@ -262,6 +307,8 @@ def main() -> None:
             part_b(args.rounds)
         if args.part in ("c", "all"):
             part_c(args.rounds)
+        if args.part in ("d", "all") and RAY:
+            part_d(args.rounds)
     finally:
         if cluster is not None:
             cluster.shutdown()
