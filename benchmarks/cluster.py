@@ -127,6 +127,47 @@ def part_a(rounds: int, threads: int) -> None:
                 f"  two nodes vs one: {extra:+.1f} ms/step for {moved / 1e6:.0f} MB between "
                 f"the nodes per step = {moved / (extra / 1000) / 1e9:.2f} GB/s"
             )
+        bare = bare_round_trip_ms(4 * MLP_PARAMS)
+        print(
+            f"  Ray alone, the same bytes: an actor call on the other node taking a "
+            f"{4 * MLP_PARAMS / 1e6:.0f} MB array and returning one of that size: {bare:.1f} ms "
+            f"(median of 9); the engine's two-node step adds {extra - bare:+.1f} ms to that"
+        )
+
+
+def bare_round_trip_ms(nbytes: int) -> float:
+    """Ray's own cost of moving ``nbytes`` to an actor on the other node and as many back
+    (what the two-node MLP step cannot avoid), measured from this process."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    ray.init(address=RAY["address"], include_dashboard=False, log_to_driver=False)
+    try:
+        here = ray.get_runtime_context().get_node_id()
+        other = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeID"] != here)
+
+        @ray.remote(num_cpus=0)
+        class Echo:
+            def __init__(self, n: int) -> None:
+                self.out = np.zeros(n, dtype=np.float32)
+
+            def echo(self, x):
+                return self.out  # an array of the same size, as the server's answer
+
+        actor = Echo.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(other, soft=False)
+        ).remote(nbytes // 4)
+        x = np.ones(nbytes // 4, dtype=np.float32)
+        ray.get(actor.echo.remote(x))
+        times = []
+        for _ in range(9):
+            t0 = time.perf_counter()
+            ray.get(actor.echo.remote(x))
+            times.append(1000 * (time.perf_counter() - t0))
+        ray.kill(actor)
+        return statistics.median(times)
+    finally:
+        ray.shutdown()
 
 
 def part_b(rounds: int) -> None:
