@@ -140,6 +140,36 @@ def test_private_runtime_is_started_and_shut_down(tmp_path):
     assert not _ray_daemons() - before, "the private runtime's daemons are still running"
 
 
+def test_a_node_without_room_in_dev_shm_is_a_clean_error(tmp_path):
+    """A private runtime in a mount namespace whose /dev/shm has 1 MB (Docker's small
+    default in miniature; Ray puts its object store in /tmp then) and a job of 2 MB of
+    parameters: exit 2 naming the node before any segment is touched, and the runtime
+    is gone."""
+    conf, _ = _blobs_job(tmp_path, steps=5, hidden=65536)
+    before = _ray_daemons()
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    cmd = (
+        "mount -t tmpfs -o size=1m tmpfs /dev/shm && exec "
+        f"{sys.executable} -m singa_core.cli train {conf} --engine ray -q "
+        f"{' '.join(_o(SEPARATE))}"
+    )
+    res = subprocess.run(
+        ["unshare", "-m", "sh", "-c", cmd], cwd=REPO, env=env, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert res.returncode == 2, res.stderr
+    assert re.search(
+        r"/dev/shm: error: the job needs \d+ MiB of shared memory on node 127\.0\.0\.1 "
+        r"\(Ray node \w+\); /dev/shm has 1 MiB free there",
+        res.stderr,
+    ), res.stderr
+    assert "help: give /dev/shm more room" in res.stderr and "Traceback" not in res.stderr
+    deadline = time.monotonic() + 10
+    while _ray_daemons() - before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _ray_daemons() - before, "the private runtime's daemons are still running"
+
+
 # -- equivalence -------------------------------------------------------------------------------
 def test_sandblaster_equals_shm_and_inprocess(cluster, mnist_stores, tmp_path):
     """1 group x 2 workers (on different nodes) + separate servers, 30 steps of the MNIST

@@ -34,6 +34,7 @@ from singa_builtins.engines.ray.placement import (
     process_requests,
 )
 from singa_builtins.engines.ray.runtime import Runtime
+from singa_builtins.engines.ray.segments import touched_bytes
 from singa_builtins.engines.shm.context import job_shared
 from singa_builtins.engines.shm.launcher import (
     SignalCatcher,
@@ -41,6 +42,7 @@ from singa_builtins.engines.shm.launcher import (
     result_of,
     stopped_error,
 )
+from singa_builtins.engines.shm.segments import check_room
 
 from singa_core import checkpoint as ckpt
 from singa_core.engine import TrainResult
@@ -164,7 +166,7 @@ class Attempt:
                     )
                 )  # fmt: skip
             self.where = self._get_all([a.where.remote() for a in self.actors])
-            del values, state  # every actor has taken its copy: free the object store
+            self._check_shared_memory()
             engine.reporter.note(
                 "ray: "
                 + "; ".join(
@@ -173,6 +175,7 @@ class Attempt:
                 )
             )
             self._get_all([a.start.remote(self.actors, self.where) for a in self.actors])
+            del values, state  # every actor has made its servers: free the object store
             # every actor has attached its node's segments: their names can go
             self._get_all([a.unlink_segments.remote() for a in self.actors])
             self.signals.install()
@@ -182,6 +185,17 @@ class Attempt:
         finally:
             self.signals.restore()
             self._teardown()
+
+    def _check_shared_memory(self) -> None:
+        """Each node's /dev/shm has room for what training will touch there (a missing page
+        would kill the process touching it)."""
+        node_of = [w["node_id"] for w in self.where]
+        need = touched_bytes(self.topo, self.engine.layout, node_of)
+        for node, n in need.items():
+            places = [w for w in self.where if w["node_id"] == node]
+            frees = [w["shm_free"] for w in places if w["shm_free"] is not None]
+            check_room(n, min(frees) if frees else None,
+                       f"node {places[0]['address']} (Ray node {node[:12]})")  # fmt: skip
 
     def _note_traffic(self) -> None:
         """A closing note of the parameter bytes that crossed between nodes."""

@@ -54,6 +54,7 @@ from singa_builtins.engines.ray.channels import (
 )
 from singa_builtins.engines.ray.gateway import NodeGateway
 from singa_builtins.engines.ray.segments import NodeSegments
+from singa_builtins.engines.shm.segments import shm_free
 
 
 class Aborted(Exception):
@@ -125,7 +126,6 @@ class RayProcessContext:
 class SingaProcess:
     def __init__(self, index, shared, cwd, blas_threads, values, versions, state) -> None:
         from singa_builtins.engines.shm.process import prepared_job_of
-        from singa_builtins.engines.shm.server import SliceServer
 
         from singa_core.blas import set_blas_threads
 
@@ -144,12 +144,11 @@ class SingaProcess:
         self.worker_proc = {w: ps.index for ps in topo.procs for w in ps.workers}
         self.server_proc = {s: ps.index for ps in topo.procs for s in ps.servers}
         total = layout.total
-
-        def state_of(s):
-            return {
-                name: np.array(state[k * total + s.offset : k * total + s.offset + s.size])
-                for k, name in enumerate(shared.state_names)
-            }
+        # the servers are made in start, once the driver has seen that this node's
+        # /dev/shm has room for what they and the workers will touch (see where)
+        self.start_values = values
+        self.start_state = state
+        self.servers: dict = {}
 
         # the node-shared memory: values of this process's slices (per server group), a
         # gradient buffer per worker, and per group of its workers the values it receives
@@ -163,24 +162,6 @@ class SingaProcess:
         for g in sorted({g for g, _ in self.spec.workers}):
             self.segments.create(f"m{g}", total)
 
-        def value_of(sg, s):
-            view = self.segments.arrays[f"v{sg}"][s.offset : s.offset + s.size]
-            view[...] = values[s.offset : s.offset + s.size]
-            return view
-
-        self.servers = {
-            (sg, j): SliceServer(
-                layout,
-                topo,
-                sg,
-                j,
-                self.prepared.make_updater(),
-                lambda s, sg=sg: value_of(sg, s),
-                lambda s: versions[s.id],
-                state_of,
-            )
-            for sg, j in self.spec.servers
-        }
         self.requests = Pipe() if self.spec.servers or self.spec.workers else None
         self.replies = {topo.worker_index(g, j): Pipe() for g, j in self.spec.workers}
         self.writers = Writers()
@@ -212,6 +193,40 @@ class SingaProcess:
         self.waiting: dict = defaultdict(list)
         self.peers: list = []
         self.threads: list[threading.Thread] = []
+
+    def _make_servers(self) -> None:
+        """This process's servers, their slices' values (in the value segments) and updater
+        state taken from the job's start."""
+        from singa_builtins.engines.shm.server import SliceServer
+
+        layout, topo = self.shared.layout, self.shared.topology
+        total, values, state = layout.total, self.start_values, self.start_state
+
+        def state_of(s):
+            return {
+                name: np.array(state[k * total + s.offset : k * total + s.offset + s.size])
+                for k, name in enumerate(self.shared.state_names)
+            }
+
+        def value_of(sg, s):
+            view = self.segments.arrays[f"v{sg}"][s.offset : s.offset + s.size]
+            view[...] = values[s.offset : s.offset + s.size]
+            return view
+
+        self.servers = {
+            (sg, j): SliceServer(
+                layout,
+                topo,
+                sg,
+                j,
+                self.prepared.make_updater(),
+                lambda s, sg=sg: value_of(sg, s),
+                lambda s: self.versions[s.id],
+                state_of,
+            )
+            for sg, j in self.spec.servers
+        }
+        self.start_values = self.start_state = None
 
     # -- handles of the other processes ------------------------------------------------------
     def server_handle(self, sg: int, j: int):
@@ -263,17 +278,19 @@ class SingaProcess:
             "node_id": ray.get_runtime_context().get_node_id(),
             "address": ray.util.get_node_ip_address(),
             "pid": os.getpid(),
+            "shm_free": shm_free(),
             "segments": self.segments.names(),
             "requests": self.requests.address() if self.requests else None,
             "replies": {w: pipe.address() for w, pipe in self.replies.items()},
         }
 
     async def start(self, peers, places) -> None:
-        """Attach the segments of this node's other actors (``places``: every process's
-        :meth:`where`), then start the worker threads (they build their nets, report
-        ready, wait for go)."""
+        """Make the servers, attach the segments of this node's other actors (``places``:
+        every process's :meth:`where`), then start the worker threads (they build their
+        nets, report ready, wait for go)."""
         from singa_builtins.engines.ray.worker import RayWorker
 
+        self._make_servers()
         self.loop = asyncio.get_running_loop()
         self.wake = asyncio.Event()
         self.peers = list(peers)

@@ -13,6 +13,15 @@ shm engine's processes do, and Ray carries only the small messages:
   layout: the worker copies a gradient slice there and tells the slice's server (on the same
   node) which slice is ready; the server sums from, and may scribble on, that buffer.
 
+A process that is its node's gateway of a worker group (see
+:mod:`~singa_builtins.engines.ray.gateway`) also keeps the values it receives for the group
+in a segment ``m<group>`` (every process with workers makes one per group; only a gateway's
+is touched).
+
+Segments are sparse until touched; :func:`touched_bytes` says how much of each node's
+``/dev/shm`` training will touch, which the driver checks against the room there before
+anything is written.
+
 Every segment is created by its owner when the actor starts and attached by the other
 actors of the same node (the same Ray node id: two Ray nodes on one machine do not share);
 then the driver has each owner unlink its names, so nothing stays in ``/dev/shm`` whatever
@@ -24,6 +33,7 @@ which removes them.
 from __future__ import annotations
 
 import secrets
+from collections import defaultdict
 from multiprocessing import resource_tracker, shared_memory
 
 import numpy as np
@@ -79,3 +89,35 @@ class NodeSegments:
             except BufferError:  # a view is still alive; the mapping goes with the process
                 pass
         self.unlink()
+
+
+def touched_bytes(topo, layout, node_of: list[str]) -> dict[str, int]:
+    """Node id -> bytes of its segments that training touches, the processes placed as
+    ``node_of`` (process index -> node id) says: the values of its servers' slices; in each
+    worker's gradient segment the slices that go through shared memory (served on the node,
+    or every slice when the node is the group's gateway: two or more of its workers there);
+    in each gateway's mirror the slices served elsewhere. An upper bound: a partitioned
+    worker touches only its own Params' slices."""
+    server_proc = {s: ps.index for ps in topo.procs for s in ps.servers}
+    hosts: dict[tuple[str, int], int] = defaultdict(int)  # (node, group) -> its workers there
+    for ps in topo.procs:
+        for g, _ in ps.workers:
+            hosts[(node_of[ps.index], g)] += 1
+    need: dict[str, int] = defaultdict(int)
+    for ps in topo.procs:
+        node = node_of[ps.index]
+        for _sg, j in ps.servers:
+            need[node] += 4 * sum(s.size for s in layout.slices_of_server(j))
+        for g, _ in ps.workers:
+            sg = topo.server_group_of(g)
+            gateway = hosts[(node, g)] >= 2
+            for s in layout.slices:
+                if gateway or node_of[server_proc[(sg, s.server)]] == node:
+                    need[node] += 4 * s.size
+    for (node, g), n in hosts.items():
+        if n >= 2:
+            sg = topo.server_group_of(g)
+            need[node] += 4 * sum(
+                s.size for s in layout.slices if node_of[server_proc[(sg, s.server)]] != node
+            )
+    return dict(need)

@@ -29,7 +29,13 @@ from multiprocessing.connection import wait
 import numpy as np
 from singa_builtins.engines.shm.context import job_shared
 from singa_builtins.engines.shm.process import process_main
-from singa_builtins.engines.shm.segments import Segments, SegmentSpec, new_prefix
+from singa_builtins.engines.shm.segments import (
+    Segments,
+    SegmentSpec,
+    check_room,
+    new_prefix,
+    shm_free,
+)
 
 from singa_core import checkpoint as ckpt
 from singa_core.engine import TrainResult
@@ -192,6 +198,7 @@ class Launcher:
     def run(self) -> TrainResult:
         topo = self.topo
         spec = self._segment_spec()
+        check_room(spec.nbytes(), shm_free(), "this machine")
         segs = Segments(spec, create=True)
         procs: list = []
         queues: list = []

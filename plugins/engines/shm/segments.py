@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 from dataclasses import dataclass, field
 from multiprocessing import shared_memory
 from pathlib import Path
 
 import numpy as np
+
+from singa_core.errors import SingaError
 
 _DTYPES = {"f4": np.float32, "i8": np.int64}
 
@@ -32,6 +35,36 @@ class SegmentSpec:
 
     def add(self, key: str, dtype: str, count: int) -> None:
         self.sizes[key] = (dtype, int(count))
+
+    def nbytes(self) -> int:
+        return sum(count * np.dtype(_DTYPES[dt]).itemsize for dt, count in self.sizes.values())
+
+
+SHM_DIR = "/dev/shm"
+
+
+def shm_free() -> int | None:
+    """Free bytes in ``/dev/shm``, where shared memory segments live (None without one)."""
+    try:
+        return shutil.disk_usage(SHM_DIR).free
+    except OSError:
+        return None
+
+
+def check_room(need: int, free: int | None, where: str) -> None:
+    """A clear error before any segment is touched when ``/dev/shm`` has less room than the
+    job will touch there: a page that cannot be had is a SIGBUS that kills the process
+    touching it (Docker gives containers 64 MB by default)."""
+    if free is None or need <= free:
+        return
+    raise SingaError(
+        f"the job needs {need / 2**20:.0f} MiB of shared memory on {where}; "
+        f"{SHM_DIR} has {free / 2**20:.0f} MiB free there",
+        where=SHM_DIR,
+        help="give /dev/shm more room (Docker: `docker run --shm-size=2g ...`; Kubernetes: "
+        "an emptyDir volume with `medium: Memory` mounted at /dev/shm), or place fewer "
+        "worker and server processes there",
+    )
 
 
 class Segments:
