@@ -276,9 +276,22 @@ def test_workers_of_a_group_on_one_node_share_one_copy_and_equal_shm(
     assert diff <= (0 if layout == "threads" else 1e-5), diff
 
 
-def test_model_partitioned_group_across_nodes_equals_the_whole_net(cluster, tmp_path):
-    """ip1 split on its outputs (partition_dim 1) between 2 workers on the 2 nodes: the
-    bridges' features and gradients cross nodes; the result is the whole net's."""
+@pytest.mark.parametrize(
+    ("layout", "cluster_args", "apart"),
+    [
+        # the 2 partitions on the 2 nodes: the bridges' features and gradients cross nodes
+        ("nodes", (), ("worker+server process 0", "worker process 1")),
+        # the 2 partitions as threads of one process, the server on the other node: their
+        # different Params reach it through the process as the node's gateway
+        ("gateway", ("cluster.nworkers_per_procs=2", SEPARATE),
+         ("worker process 0", "server process 1")),
+    ],
+)  # fmt: skip
+def test_model_partitioned_group_equals_the_whole_net(
+    cluster, tmp_path, layout, cluster_args, apart
+):
+    """ip1 split on its outputs (partition_dim 1) between 2 workers: the result is the
+    whole net's."""
     data = tmp_path / "blobs.csv"
     write_csv_blobs(data)
     conf = tmp_path / "job.conf"
@@ -288,11 +301,15 @@ def test_model_partitioned_group_across_nodes_equals_the_whole_net(cluster, tmp_
     init = partitioned.split_start(tmp_path / "ws", tmp_path / "init")
     res = ray_train(
         cluster, conf, "--seed", "6", "--workspace", str(tmp_path / "model"),
-        *_o(*partitioned.COMMON, *partitioned.PARTITIONED, f"checkpoint_path={init}"),
+        *_o(*partitioned.COMMON, *partitioned.PARTITIONED, *cluster_args,
+            f"checkpoint_path={init}"),
+        "--engine-option", "cpus_per_worker=0.5",
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
     where = placement(res.stderr)
-    assert where["worker+server process 0"][0] != where["worker process 1"][0], res.stderr
+    assert where[apart[0]][0] != where[apart[1]][0], res.stderr
+    if layout == "gateway":
+        assert "value copies" in res.stderr, res.stderr  # the Params crossed
     partitioned.assert_equals_the_whole_net(
         params(tmp_path / "ws", 10), params(tmp_path / "model", 10)
     )
