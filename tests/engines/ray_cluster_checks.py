@@ -534,6 +534,15 @@ def test_dry_run_shows_nodes_and_checks_stores(cluster, tmp_path):
     assert len(nodes) == 2 and nodes[0] != nodes[1], out
     assert "server 1 of server group 0 holds" in out
     assert "stores found on all 2 node(s)" in out
+    assert "shared memory (/dev/shm) training touches: 127.0.0.1 (node" in out, out
+    assert "gateway:" not in out  # one worker per node
+    # 4 worker processes, 2 per node: the node without the server has a gateway
+    res = ray_train(
+        cluster, conf, "--dry-run", *_o(*FOUR_WORKER_PROCESSES, SEPARATE),
+        "--engine-option", "cpus_per_worker=0.5",
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert re.search(r"gateway: process [0-3] for the 2 workers of group 0 on node", res.stdout)
 
 
 def test_more_cpus_than_the_cluster_has_is_a_clean_error(cluster, tmp_path):

@@ -88,6 +88,41 @@ def test_a_store_missing_on_a_node_is_a_located_error():
     check_stores(fields, nodes, "/work", str, lambda n, c, p: {x.id: [] for x in n})
 
 
+def test_dry_run_names_gateways_and_checks_dev_shm_on_every_node():
+    """The dry-run's shared-memory lines for 4 workers of a group in their own processes, 2
+    per node, the server beside two of them: the other node's gateway is named, each node's
+    /dev/shm need is shown, and a node with too little room is an error naming it."""
+    from singa_builtins.engines.ray.dryrun import shared_memory_lines
+    from singa_builtins.engines.ray.runtime import Node
+    from singa_builtins.engines.shm.layout import ParamInfo, ParamLayout
+    from singa_builtins.engines.shm.topology import build_topology
+
+    from singa_core.errors import SingaError
+    from singa_core.schema import job_pb2
+
+    topo = build_topology(job_pb2.ClusterProto(nworkers_per_group=4, server_worker_separate=True))
+    layout = ParamLayout([ParamInfo(0, "w", (1 << 18,), 0, 1 << 18, True, 1.0, 1.0, 4)], 1, 1)
+    a, b = Node("a" * 56, "10.0.0.1", 2, 1e9), Node("b" * 56, "10.0.0.2", 2, 1e9)
+    node_of = [a.id, a.id, b.id, b.id, a.id]  # workers 0, 1 and the server on a
+
+    def roomy(nodes):
+        return {n.id: 64 << 20 for n in nodes}
+
+    lines = shared_memory_lines(topo, layout, [a, b], node_of, roomy)
+    assert lines[0] == (
+        "  gateway: process 2 for the 2 workers of group 0 on node 10.0.0.2 (node "
+        "bbbbbbbbbbbb) (one summed gradient out and one value in per slice)"
+    )
+    assert lines[1] == (
+        "  shared memory (/dev/shm) training touches: 10.0.0.1 (node aaaaaaaaaaaa) 3 of 64 "
+        "MiB free, 10.0.0.2 (node bbbbbbbbbbbb) 3 of 64 MiB free"
+    )  # 1 MiB of values + 2 gradient buffers on a; 2 gradient buffers + the mirror on b
+    with pytest.raises(SingaError) as err:
+        shared_memory_lines(topo, layout, [a, b], node_of, lambda nodes: {a.id: 64 << 20,
+                            b.id: 2 << 20})  # fmt: skip
+    assert "needs 3 MiB of shared memory on node 10.0.0.2 (node bbbbbbbbbbbb)" in str(err.value)
+
+
 def _namespace_problem() -> str | None:
     if not sys.platform.startswith("linux") or shutil.which("unshare") is None:
         return "needs Linux with unshare(1) for a private network namespace"

@@ -2,15 +2,18 @@
 data stores are on every node.
 
 It joins (or starts) the runtime, checks that the processes fit, creates the placement
-group to learn which node gets which process, removes it again, and runs a small task on
-every node that looks for the job's store paths there (relative paths are taken from the
-folder ``singa`` runs in, as the actors do).
+group to learn which node gets which process, removes it again, and runs small tasks on
+every node that look for the job's store paths there (relative paths are taken from the
+folder ``singa`` runs in, as the actors do) and for the room in its ``/dev/shm``. It names
+each node's gateways (see :mod:`~singa_builtins.engines.ray.gateway`) and the shared memory
+training will touch there.
 """
 
 from __future__ import annotations
 
 import os
 
+from singa_builtins.engines.ray.gateway import gateway_processes
 from singa_builtins.engines.ray.placement import (
     bundle_nodes,
     check_fits,
@@ -18,6 +21,8 @@ from singa_builtins.engines.ray.placement import (
     process_requests,
 )
 from singa_builtins.engines.ray.runtime import Runtime
+from singa_builtins.engines.ray.segments import touched_bytes
+from singa_builtins.engines.shm.segments import check_room, shm_free
 
 from singa_core.errors import SingaError
 
@@ -53,6 +58,45 @@ def missing_on_nodes(nodes, cwd: str, paths: list[str]) -> dict[str, list[str]]:
         for n in nodes
     }
     return {node_id: ray.get(ref) for node_id, ref in refs.items()}
+
+
+def shm_free_on_nodes(nodes) -> dict[str, int | None]:
+    """Node id -> free bytes in its /dev/shm (a small task pinned to every node)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    task = ray.remote(num_cpus=0)(shm_free)
+    refs = {
+        n.id: task.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(n.id, soft=False)
+        ).remote()
+        for n in nodes
+    }
+    return {node_id: ray.get(ref) for node_id, ref in refs.items()}
+
+
+def shared_memory_lines(topo, layout, nodes, node_of: list[str], free_on) -> list[str]:
+    """The gateways of every node and the /dev/shm each node needs (an error when one has
+    too little); ``free_on(nodes)`` gives each node's free room."""
+    by_id = {n.id: n for n in nodes}
+    lines = []
+    for (node, g), q in sorted(gateway_processes(topo, node_of).items(), key=lambda x: x[1]):
+        n = sum(1 for ps in topo.procs if node_of[ps.index] == node for h, _ in ps.workers
+                if h == g)  # fmt: skip
+        lines.append(
+            f"  gateway: process {q} for the {n} workers of group {g} on node "
+            f"{by_id[node].label()} (one summed gradient out and one value in per slice)"
+        )
+    need = touched_bytes(topo, layout, node_of)
+    free = free_on([by_id[n] for n in need])
+    parts = []
+    for node, n in need.items():
+        check_room(n, free[node], f"node {by_id[node].label()}")
+        room = "?" if free[node] is None else f"{free[node] / 2**20:.0f}"
+        parts.append(f"{by_id[node].label()} {n / 2**20:.0f} of {room} MiB free")
+    if parts:
+        lines.append("  shared memory (/dev/shm) training touches: " + ", ".join(parts))
+    return lines
 
 
 def check_stores(fields, nodes, cwd: str, locate, missing_on) -> None:
@@ -93,6 +137,11 @@ def placement_lines(engine, cwd: str) -> list[str]:
             node = by_id.get(placed.get(req.index))
             asks = ", ".join(f"{k} {v:g}" for k, v in req.bundle().items())
             lines.append(f"  {spec.role()} -> node {node.label() if node else '?'} (asks {asks})")
+        node_of = [placed.get(r.index, "?") for r in requests]
+        if all(n in by_id for n in node_of):
+            lines += shared_memory_lines(
+                engine.topology, engine.layout, nodes, node_of, shm_free_on_nodes
+            )
         fields = store_paths(engine.prepared.job)
         if fields:
             check_stores(fields, nodes, cwd, engine.prepared.cfg.locate, missing_on_nodes)

@@ -38,6 +38,24 @@ import numpy as np
 from singa_builtins.engines.ray.channels import BATCH_BYTES, REPLY, PushCall, send
 
 
+def gateway_processes(topo, node_of: list[str]) -> dict[tuple[str, int], int]:
+    """(node id, group) -> the process that is the node's gateway of the worker group, for
+    every group with two or more workers on a node and a server elsewhere (``node_of``:
+    process index -> node)."""
+    server_nodes: dict[int, set[str]] = defaultdict(set)  # server group -> its nodes
+    hosts: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for ps in topo.procs:
+        for sg, _ in ps.servers:
+            server_nodes[sg].add(node_of[ps.index])
+        for g, _ in ps.workers:
+            hosts[(node_of[ps.index], g)].append(ps.index)
+    return {
+        (node, g): min(qs)
+        for (node, g), qs in hosts.items()
+        if len(qs) >= 2 and server_nodes[topo.server_group_of(g)] - {node}
+    }
+
+
 class NodeGateway:
     """The gateway side in one process, for every group it is the node's gateway of.
     ``proc`` is the :class:`~singa_builtins.engines.ray.process.SingaProcess` (its event loop

@@ -52,7 +52,7 @@ from singa_builtins.engines.ray.channels import (
     plan_pieces,
     send,
 )
-from singa_builtins.engines.ray.gateway import NodeGateway
+from singa_builtins.engines.ray.gateway import NodeGateway, gateway_processes
 from singa_builtins.engines.ray.segments import NodeSegments
 from singa_builtins.engines.shm.segments import shm_free
 
@@ -299,11 +299,8 @@ class SingaProcess:
         self.local = {q for q, w in enumerate(places) if w["node_id"] == node}
         # a group with two or more workers on this node reaches other nodes through the
         # lowest-numbered of its processes here (see gateway)
-        hosts: dict[int, list[int]] = defaultdict(list)
-        for q in sorted(self.local):
-            for g, _ in topo.procs[q].workers:
-                hosts[g].append(q)
-        self.gateways = {g: qs[0] for g, qs in hosts.items() if len(qs) >= 2}
+        gateways = gateway_processes(topo, [w["node_id"] for w in places])
+        self.gateways = {g: q for (n, g), q in gateways.items() if n == node}
         my_worker_groups = {g for g, _ in self.spec.workers}
         my_groups = {topo.server_group_of(g) for g in my_worker_groups}
         my_servers = {sg for sg, _ in self.spec.servers}

@@ -37,6 +37,7 @@ from collections import defaultdict
 from multiprocessing import resource_tracker, shared_memory
 
 import numpy as np
+from singa_builtins.engines.ray.gateway import gateway_processes
 
 
 class NodeSegments:
@@ -99,10 +100,7 @@ def touched_bytes(topo, layout, node_of: list[str]) -> dict[str, int]:
     in each gateway's mirror the slices served elsewhere. An upper bound: a partitioned
     worker touches only its own Params' slices."""
     server_proc = {s: ps.index for ps in topo.procs for s in ps.servers}
-    hosts: dict[tuple[str, int], int] = defaultdict(int)  # (node, group) -> its workers there
-    for ps in topo.procs:
-        for g, _ in ps.workers:
-            hosts[(node_of[ps.index], g)] += 1
+    gateways = gateway_processes(topo, node_of)
     need: dict[str, int] = defaultdict(int)
     for ps in topo.procs:
         node = node_of[ps.index]
@@ -110,14 +108,13 @@ def touched_bytes(topo, layout, node_of: list[str]) -> dict[str, int]:
             need[node] += 4 * sum(s.size for s in layout.slices_of_server(j))
         for g, _ in ps.workers:
             sg = topo.server_group_of(g)
-            gateway = hosts[(node, g)] >= 2
+            through_gateway = (node, g) in gateways
             for s in layout.slices:
-                if gateway or node_of[server_proc[(sg, s.server)]] == node:
+                if through_gateway or node_of[server_proc[(sg, s.server)]] == node:
                     need[node] += 4 * s.size
-    for (node, g), n in hosts.items():
-        if n >= 2:
-            sg = topo.server_group_of(g)
-            need[node] += 4 * sum(
-                s.size for s in layout.slices if node_of[server_proc[(sg, s.server)]] != node
-            )
+    for node, g in gateways:  # the gateway's mirror: the slices served elsewhere
+        sg = topo.server_group_of(g)
+        need[node] += 4 * sum(
+            s.size for s in layout.slices if node_of[server_proc[(sg, s.server)]] != node
+        )
     return dict(need)
