@@ -146,9 +146,18 @@ class RayStub(ShmStub):
                 node.append(sid)
         if node:
             self.waiting_node[oid] = node
+        if everything and self.unflushed:  # this Param had no slice for the gateway
+            self._flush_gateway()
         for q in list(self.batches) if everything else targets:
             if everything or self.batch_bytes[q] >= BATCH_BYTES:
                 self._flush(q)
+
+    def _flush_gateway(self) -> None:
+        """Tell the gateway to send what it holds (a FLUSH record without a slice)."""
+        rt = self.rt
+        send(self.proc.gateway_fd(rt.group), REQUEST, rt.server_group, 0, rt.group, rt.windex,
+             -1, -1, 0, FLUSH)  # fmt: skip
+        self.unflushed = False
 
     def _flush(self, q: int) -> None:
         queued = self.batches.pop(q, None)
@@ -178,10 +187,7 @@ class RayStub(ShmStub):
         node = self.waiting_node.pop(oid, None)
         if node:
             if self.unflushed:  # the gateway may be holding this worker's part back
-                rt = self.rt
-                send(self.proc.gateway_fd(rt.group), REQUEST, rt.server_group, 0, rt.group,
-                     rt.windex, -1, -1, 0, FLUSH)  # fmt: skip
-                self.unflushed = False
+                self._flush_gateway()
             for sid in node:
                 while sid not in self.versions:
                     if self.reply_pipe.wait(0.2):
