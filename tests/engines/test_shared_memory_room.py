@@ -59,6 +59,22 @@ def test_touched_bytes_per_node_follow_the_placement():
     assert touched_bytes(topo, layout, ["A", "B", "B", "B"]) == {"B": 3 * value}
 
 
+def test_touched_bytes_count_the_sync_segments_of_same_node_hogwild():
+    """2 groups with a server group each (worker+server processes): a slice whose master
+    copy is the other server group's is synced through the sync segment when that group's
+    process is on the same node, by Ray otherwise."""
+    cluster = job_pb2.ClusterProto(nworker_groups=2, nserver_groups=2)
+    topo = build_topology(cluster)
+    info = ParamInfo(0, "w", (1000,), 0, 1000, True, 1.0, 1.0, 1)
+    layout = ParamLayout([info], 1, 2)
+    assert sorted((s.size, s.master) for s in layout.slices) == [(500, 0), (500, 1)]
+    value = 4 * 1000
+    # per process: its server group's values and its worker's gradients (all on its node),
+    # and on one node the half of the values whose master is the other group
+    assert touched_bytes(topo, layout, ["A", "A"]) == {"A": 4 * value + value}
+    assert touched_bytes(topo, layout, ["A", "B"]) == {"A": 2 * value, "B": 2 * value}
+
+
 def _can_mount_tmpfs() -> bool:
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         return False

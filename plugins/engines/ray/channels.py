@@ -11,6 +11,9 @@ and a pipe says it in microseconds:
   gradient slice in its gradient segment, for the slice's server or, when the server is on
   another node, for the node's gateway of its group (see
   :mod:`~singa_builtins.engines.ray.gateway`); the actor's event loop reads the pipe;
+* a server syncing with the master copy of a slice held by a process of the same node
+  (distributed Hogwild) writes ``SYNC_REQUEST`` on that process's request pipe and gets
+  ``SYNC_ANSWER`` on its own (see :meth:`SingaProcess._sync`);
 * a worker owns one **reply pipe**: a server writes ``(slice, version)`` when the update the
   worker contributed to is applied.
 
@@ -33,6 +36,12 @@ REPLY = struct.Struct("<2q")
 # REQUEST flags (for a gateway; a server ignores them)
 FLUSH = 1  # send what is ready now: the writer has pushed its step or is about to wait
 REGISTER = 2  # before the start: this worker will contribute n to the slice every update
+# between the server groups of one node (distributed Hogwild), the delta and the master's
+# value in the requester's sync segment: (master sg, server, requester's sg, requester's
+# process, slice, 0, 0, SYNC_REQUEST) to the master's process, and back to the requester's
+# (its sg, server, master sg, master's process, slice, 0, 0, SYNC_ANSWER)
+SYNC_REQUEST = 4
+SYNC_ANSWER = 8
 
 
 class Pipe:

@@ -47,6 +47,8 @@ from singa_builtins.engines.ray.channels import (
     REGISTER,
     REPLY,
     REQUEST,
+    SYNC_ANSWER,
+    SYNC_REQUEST,
     Pipe,
     Writers,
     plan_pieces,
@@ -161,6 +163,9 @@ class SingaProcess:
             self.segments.create(f"g{topo.worker_index(g, j)}", total)
         for g in sorted({g for g, _ in self.spec.workers}):
             self.segments.create(f"m{g}", total)
+        if topo.nserver_groups > 1:  # the deltas and master values of same-node syncs
+            for sg in sorted({sg for sg, _ in self.spec.servers}):
+                self.segments.create(f"y{sg}", total)
 
         self.requests = Pipe() if self.spec.servers or self.spec.workers else None
         self.replies = {topo.worker_index(g, j): Pipe() for g, j in self.spec.workers}
@@ -172,6 +177,7 @@ class SingaProcess:
         self.grad_views: dict[int, np.ndarray] = {}  # worker index -> its gradient buffer
         self.gateways: dict[int, int] = {}  # group -> its gateway process on this node
         self.mirrors: dict[int, np.ndarray] = {}  # group -> its gateway's values
+        self.sync_views: dict[tuple[int, int], np.ndarray] = {}  # (process, sg) -> y<sg>
         self.gateway = NodeGateway(self)
         # server group -> it serves a single worker group and never syncs with another
         # server group (see push)
@@ -311,7 +317,9 @@ class SingaProcess:
                     continue  # not the mirror of a gateway of this process's workers
                 if q == self.index:
                     arr = self.segments.arrays[key]
-                elif (kind == "v" and n in my_groups) or kind in "gm":
+                elif (
+                    (kind == "v" and n in my_groups) or kind in "gm" or (kind == "y" and my_servers)
+                ):
                     arr = self.segments.attach(name, total)
                 else:
                     continue
@@ -319,6 +327,8 @@ class SingaProcess:
                     self.value_views[(q, n)] = arr
                 elif kind == "m":
                     self.mirrors[n] = arr
+                elif kind == "y":
+                    self.sync_views[(q, n)] = arr
                 else:
                     group = n // topo.nworkers_per_group
                     if (
@@ -327,7 +337,7 @@ class SingaProcess:
                     ):
                         self.grad_views[n] = arr
                         self.reply_fds[n] = self.writers.open(places[q]["replies"][n])
-            if places[q]["requests"] is not None and self.spec.workers:
+            if places[q]["requests"] is not None and (self.spec.workers or my_servers):
                 self.request_fds[q] = self.writers.open(places[q]["requests"])
         if self.requests is not None:
             self.loop.add_reader(self.requests.read_fd, self._on_requests)
@@ -407,6 +417,18 @@ class SingaProcess:
         """The event loop's reader of the request pipe."""
         slices = self.shared.layout.slices
         for sg, j, group, worker, sid, step, n, flags in self.requests.read_records(REQUEST):
+            if flags & SYNC_REQUEST:  # sg j: the master; group, worker: the requester
+                s = slices[sid]
+                buf = self.sync_views[(worker, group)][s.offset : s.offset + s.size]
+                self.servers[(sg, j)].merge_delta(sid, buf, buf)
+                send(self.request_fds[worker], REQUEST, group, j, sg, self.index, sid, 0, 0,
+                     SYNC_ANSWER)  # fmt: skip
+                continue
+            if flags & SYNC_ANSWER:
+                s = slices[sid]
+                buf = self.sync_views[(self.index, sg)][s.offset : s.offset + s.size]
+                self.servers[(sg, j)].take_master(sid, buf)
+                continue
             if flags & REGISTER:
                 self.gateway.register(group, worker, sid, n)
                 continue
@@ -498,7 +520,17 @@ class SingaProcess:
             self.loop.create_task(self._sync(server, sid))
 
     async def _sync(self, server, sid) -> None:
+        """Send this server group's changes of ``sid`` to the slice's master copy and take
+        the other groups' changes from it: through the sync segments and pipes when the
+        master is on this node (answered in ``_on_requests``), else by a Ray call."""
         s = self.shared.layout.slices[sid]
+        q = self.server_proc[(s.master, s.server)]
+        if q in self.local:
+            buf = self.sync_views[(self.index, server.group)][s.offset : s.offset + s.size]
+            server.sync_delta(sid, buf)
+            send(self.request_fds[q], REQUEST, s.master, s.server, server.group, self.index, sid,
+                 0, 0, SYNC_REQUEST)  # fmt: skip
+            return
         delta = np.empty(s.size, dtype=np.float32)
         server.sync_delta(sid, delta)
         master = self.server_handle(s.master, s.server)

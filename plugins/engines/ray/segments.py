@@ -18,6 +18,10 @@ A process that is its node's gateway of a worker group (see
 in a segment ``m<group>`` (every process with workers makes one per group; only a gateway's
 is touched).
 
+With several server groups (distributed Hogwild) a process with servers keeps, per server
+group it serves, a sync segment ``y<sg>``: the delta of a slice for its master copy goes
+there and the master's value comes back there when the master is on the same node.
+
 Segments are sparse until touched; :func:`touched_bytes` says how much of each node's
 ``/dev/shm`` training will touch, which the driver checks against the room there before
 anything is written.
@@ -112,6 +116,15 @@ def touched_bytes(topo, layout, node_of: list[str]) -> dict[str, int]:
             for s in layout.slices:
                 if through_gateway or node_of[server_proc[(sg, s.server)]] == node:
                     need[node] += 4 * s.size
+    if topo.nserver_groups > 1:  # sync segments: slices whose master is on the same node
+        for ps in topo.procs:
+            node = node_of[ps.index]
+            for sg, j in ps.servers:
+                need[node] += 4 * sum(
+                    s.size
+                    for s in layout.slices_of_server(j)
+                    if s.master != sg and node_of[server_proc[(s.master, j)]] == node
+                )
     for node, g in gateways:  # the gateway's mirror: the slices served elsewhere
         sg = topo.server_group_of(g)
         need[node] += 4 * sum(
