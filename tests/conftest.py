@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -153,6 +154,21 @@ def run_singa(*args: str, cwd: Path | None = None, env: dict | None = None, time
         text=True,
         timeout=timeout,
     )
+
+
+def interrupt(proc: subprocess.Popen, ready, *, times: int = 1, timeout: int = 60) -> tuple:
+    """Ctrl-C a running ``singa`` process the way a user does: ``ready()`` waits until the
+    run is where the test wants it, then ``proc`` gets SIGINT ``times`` times; returns its
+    (stdout, stderr) once it has ended. If anything fails on the way the process is
+    killed, so no test leaves a training run behind."""
+    try:
+        ready()
+        for _ in range(times):
+            proc.send_signal(signal.SIGINT)
+        return proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
 
 
 def mnist_example_args(stores: Path) -> list[str]:

@@ -4,12 +4,11 @@ duplicated lines."""
 from __future__ import annotations
 
 import re
-import signal
 import subprocess
 import sys
 import time
 
-from conftest import REPO
+from conftest import REPO, interrupt
 from typer.testing import CliRunner
 
 from singa_core.cli import app
@@ -45,16 +44,14 @@ def test_ctrl_c_prints_one_message(small_job):
         stderr=subprocess.PIPE,
         text=True,
     )
-    try:
+
+    def at_checkpoint_50():
         deadline = time.monotonic() + 300
         while not (ws / "checkpoint" / "step50-worker0").exists():
             assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
             time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+
+    out, err = interrupt(proc, at_checkpoint_50)
     assert proc.returncode == 130, err
     lines = [x for x in err.splitlines() if x.strip()]
     assert lines[-2] == "stopping after this step (Ctrl-C again to abort now)"

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, mlp_conf, write_csv_blobs
+from conftest import REPO, interrupt, mlp_conf, write_csv_blobs
 
 SHM = ["--engine", "shm", "-o", "cluster.server_worker_separate=true"]
 
@@ -103,14 +103,12 @@ def test_stop_during_a_test_pass_then_resume_is_exact(tmp_path, engine):
 
     ws = tmp_path / "ws"
     proc = _start(conf, ws, *engine)
-    try:
+
+    def in_the_pass_of_step_30():
         _wait_for(lambda: any(r.get("step") == 29 for r in _records(ws)), proc)
-        time.sleep(0.1)  # into the pass of step 30
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+        time.sleep(0.1)
+
+    _, err = interrupt(proc, in_the_pass_of_step_30)
     assert proc.returncode == 130, err
     assert _steps(ws) == [30]  # 30 steps trained; the pass of step 30 was cut
     assert _tests(ws) == []  # the cut pass reported nothing
@@ -134,15 +132,12 @@ def test_a_second_signal_aborts_at_once(tmp_path):
     conf.write_text(conf.read_text().replace("test_steps: 5", "test_steps: 1000000"))
     ws = tmp_path / "ws"
     proc = _start(conf, ws)
-    try:
+
+    def evaluating():
         _wait_for(lambda: any(r.get("event") == "start" for r in _records(ws)), proc)
         time.sleep(0.3)
-        proc.send_signal(signal.SIGINT)
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+
+    _, err = interrupt(proc, evaluating, times=2)
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     _no_temp_files(ws)

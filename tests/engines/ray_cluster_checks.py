@@ -21,7 +21,14 @@ import numpy as np
 import pytest
 
 from singa_core.checkpoint import read_params
-from tests.conftest import REPO, mlp_conf, mnist_example_args, run_singa, write_csv_blobs
+from tests.conftest import (
+    REPO,
+    interrupt,
+    mlp_conf,
+    mnist_example_args,
+    run_singa,
+    write_csv_blobs,
+)
 from tests.engines import partitioned
 
 INSIDE = os.environ.get("SINGA_RAY_NETNS") == "1" and [
@@ -507,13 +514,7 @@ def test_max_restarts_and_resume_finish_like_an_uninterrupted_run(cluster, tmp_p
 def test_sigint_checkpoints_and_exits_130(cluster, tmp_path):
     conf, ws = _blobs_job(tmp_path, steps=100000, checkpoint_freq=50)
     proc = _start(cluster, conf)
-    try:
-        _wait_for_note(proc, ws, 50)
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    _, err = interrupt(proc, lambda: _wait_for_note(proc, ws, 50))
     assert proc.returncode == 130, err
     assert "interrupted at step" in err
     assert_nothing_left()

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from singa_core.checkpoint import read_params, read_state
-from tests.conftest import REPO, mlp_conf, run_singa, write_csv_blobs
+from tests.conftest import REPO, interrupt, mlp_conf, run_singa, write_csv_blobs
 from tests.engines import partitioned
 
 SEPARATE = "cluster.server_worker_separate=true"
@@ -221,13 +221,9 @@ def test_sigint_checkpoints_and_exits_130(tmp_path):
     conf, ws = _job(tmp_path, steps=100000, checkpoint_freq=100)
     before = _shm_entries()
     proc = _start(conf, *_overrides(*LONG))
-    try:
-        _wait_for(ws / "checkpoint" / "step100-worker0.state.npz", proc)
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    _, err = interrupt(
+        proc, lambda: _wait_for(ws / "checkpoint" / "step100-worker0.state.npz", proc), timeout=30
+    )
     assert proc.returncode == 130, err
     assert "interrupted at step" in err
     assert _shm_entries() <= before
