@@ -34,7 +34,7 @@ from singa_builtins.engines.ray.placement import (
     process_requests,
 )
 from singa_builtins.engines.ray.runtime import Runtime
-from singa_builtins.engines.ray.segments import touched_bytes
+from singa_builtins.engines.ray.segments import check_nodes_room
 from singa_builtins.engines.shm.context import job_shared
 from singa_builtins.engines.shm.launcher import (
     SignalCatcher,
@@ -42,7 +42,6 @@ from singa_builtins.engines.shm.launcher import (
     result_of,
     stopped_error,
 )
-from singa_builtins.engines.shm.segments import check_room
 
 from singa_core import checkpoint as ckpt
 from singa_core.engine import TrainResult
@@ -189,13 +188,12 @@ class Attempt:
     def _check_shared_memory(self) -> None:
         """Each node's /dev/shm has room for what training will touch there (a missing page
         would kill the process touching it)."""
+        # every actor of a node measured the same /dev/shm (its own segments untouched yet)
+        free = {w["node_id"]: w["shm_free"] for w in self.where}
+        labels = {w["node_id"]: f"{w['address']} (Ray node {w['node_id'][:12]})"
+                  for w in self.where}  # fmt: skip
         node_of = [w["node_id"] for w in self.where]
-        need = touched_bytes(self.topo, self.engine.layout, node_of)
-        for node, n in need.items():
-            places = [w for w in self.where if w["node_id"] == node]
-            frees = [w["shm_free"] for w in places if w["shm_free"] is not None]
-            check_room(n, min(frees) if frees else None,
-                       f"node {places[0]['address']} (Ray node {node[:12]})")  # fmt: skip
+        check_nodes_room(self.topo, self.engine.layout, node_of, free, labels)
 
     def _note_traffic(self) -> None:
         """A closing note of the parameter bytes that crossed between nodes."""

@@ -21,8 +21,8 @@ from singa_builtins.engines.ray.placement import (
     process_requests,
 )
 from singa_builtins.engines.ray.runtime import Runtime
-from singa_builtins.engines.ray.segments import touched_bytes
-from singa_builtins.engines.shm.segments import check_room, shm_free
+from singa_builtins.engines.ray.segments import check_nodes_room
+from singa_builtins.engines.shm.segments import shm_free
 
 from singa_core.errors import SingaError
 
@@ -87,11 +87,11 @@ def shared_memory_lines(topo, layout, nodes, node_of: list[str], free_on) -> lis
             f"  gateway: process {q} for the {n} workers of group {g} on node "
             f"{by_id[node].label()} (one summed gradient out and one value in per slice)"
         )
-    need = touched_bytes(topo, layout, node_of)
-    free = free_on([by_id[n] for n in need])
+    placed = [by_id[n] for n in dict.fromkeys(node_of)]
+    free = free_on(placed)
+    need = check_nodes_room(topo, layout, node_of, free, {n.id: n.label() for n in placed})
     parts = []
     for node, n in need.items():
-        check_room(n, free[node], f"node {by_id[node].label()}")
         room = "?" if free[node] is None else f"{free[node] / 2**20:.0f}"
         parts.append(f"{by_id[node].label()} {n / 2**20:.0f} of {room} MiB free")
     if parts:

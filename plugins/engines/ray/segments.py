@@ -42,6 +42,7 @@ from multiprocessing import resource_tracker, shared_memory
 
 import numpy as np
 from singa_builtins.engines.ray.gateway import gateway_processes
+from singa_builtins.engines.shm.segments import check_room
 
 
 class NodeSegments:
@@ -131,3 +132,13 @@ def touched_bytes(topo, layout, node_of: list[str]) -> dict[str, int]:
             s.size for s in layout.slices if node_of[server_proc[(sg, s.server)]] != node
         )
     return dict(need)
+
+
+def check_nodes_room(topo, layout, node_of: list[str], free: dict, labels: dict) -> dict:
+    """Node id -> the bytes training touches there (:func:`touched_bytes`), after checking
+    each against ``free[node]`` (its /dev/shm's free bytes, None: unknown); ``labels[node]``
+    names the node in the error."""
+    need = touched_bytes(topo, layout, node_of)
+    for node, n in need.items():
+        check_room(n, free[node], f"node {labels[node]}")
+    return need
