@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -156,19 +157,31 @@ def run_singa(*args: str, cwd: Path | None = None, env: dict | None = None, time
     )
 
 
-def interrupt(proc: subprocess.Popen, ready, *, times: int = 1, timeout: int = 60) -> tuple:
-    """Ctrl-C a running ``singa`` process the way a user does: ``ready()`` waits until the
-    run is where the test wants it, then ``proc`` gets SIGINT ``times`` times; returns its
-    (stdout, stderr) once it has ended. If anything fails on the way the process is
-    killed, so no test leaves a training run behind."""
+def act_and_wait(proc: subprocess.Popen, ready, act, *, timeout: int = 60) -> tuple:
+    """``ready()`` waits until a running ``singa`` process is where the test wants it,
+    ``act(what ready returned)`` does something to it (a signal, a kill of one of its
+    parts); returns (stdout, stderr, seconds from the act to the end) once it has ended. If
+    anything fails on the way the process is killed, so no test leaves a run behind."""
     try:
-        ready()
-        for _ in range(times):
-            proc.send_signal(signal.SIGINT)
-        return proc.communicate(timeout=timeout)
+        act(ready())
+        t0 = time.monotonic()
+        out, err = proc.communicate(timeout=timeout)
+        return out, err, time.monotonic() - t0
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def interrupt(proc: subprocess.Popen, ready, *, times: int = 1, timeout: int = 60) -> tuple:
+    """Ctrl-C ``proc`` the way a user does, ``times`` times, once ``ready()`` returns:
+    (stdout, stderr) once it has ended (see :func:`act_and_wait`)."""
+
+    def ctrl_c(_):
+        for _ in range(times):
+            proc.send_signal(signal.SIGINT)
+
+    out, err, _ = act_and_wait(proc, ready, ctrl_c, timeout=timeout)
+    return out, err
 
 
 def mnist_example_args(stores: Path) -> list[str]:

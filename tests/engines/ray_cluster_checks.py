@@ -23,6 +23,7 @@ import pytest
 from singa_core.checkpoint import read_params
 from tests.conftest import (
     REPO,
+    act_and_wait,
     interrupt,
     mlp_conf,
     mnist_example_args,
@@ -405,14 +406,7 @@ def _fault_after_checkpoint_50(cluster, conf: Path, ws: Path, fault, *args: str)
     """Start the job, call ``fault(start note)`` once checkpoint 50 exists, wait for the
     job to end: (process, its stderr, seconds from the fault to the end)."""
     proc = _start(cluster, conf, *args)
-    try:
-        fault(_wait_for_note(proc, ws, 50))
-        t0 = time.monotonic()
-        _, err = proc.communicate(timeout=60)
-        elapsed = time.monotonic() - t0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    _, err, elapsed = act_and_wait(proc, lambda: _wait_for_note(proc, ws, 50), fault)
     return proc, err, elapsed
 
 

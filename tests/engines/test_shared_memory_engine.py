@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from singa_core.checkpoint import read_params, read_state
-from tests.conftest import REPO, interrupt, mlp_conf, run_singa, write_csv_blobs
+from tests.conftest import REPO, act_and_wait, interrupt, mlp_conf, run_singa, write_csv_blobs
 from tests.engines import partitioned
 
 SEPARATE = "cluster.server_worker_separate=true"
@@ -187,17 +187,16 @@ def test_killed_process_stops_the_job_and_resume_works(tmp_path, victim, role):
     conf, ws = _job(tmp_path, steps=100000, checkpoint_freq=100)
     before = _shm_entries()
     proc = _start(conf, *_overrides(*LONG))
-    try:
+    kids: list[int] = []
+
+    def at_checkpoint_100():
         _wait_for(ws / "checkpoint" / "step100-worker0.state.npz", proc)
-        kids = _children(proc.pid)
+        kids.extend(_children(proc.pid))
         assert len(kids) == 4, kids
-        os.kill(kids[victim], signal.SIGKILL)
-        t0 = time.monotonic()
-        _, err = proc.communicate(timeout=30)
-        elapsed = time.monotonic() - t0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+
+    _, err, elapsed = act_and_wait(
+        proc, at_checkpoint_100, lambda _: os.kill(kids[victim], signal.SIGKILL), timeout=30
+    )
     assert proc.returncode not in (0, None)
     assert f"{role}" in err and "died (SIGKILL)" in err, err
     assert "--resume" in err
