@@ -16,8 +16,8 @@ def mnist_stores() -> Path:
     ex = REPO / "examples" / "mnist"
     if (ex / "train_data.bin").exists() and (ex / "test_data.bin").exists():
         return ex
-    from singa_core.datasets import prepare_dataset
-    from singa_core.plugin_host import get_host
+    from singa_core.commands.datasets import prepare_dataset
+    from singa_core.plugin_host.host import get_host
 
     out = Path(tempfile.mkdtemp(prefix="singa-bench-mnist-"))
     src = os.environ.get("SINGA_DATA", str(REPO.parent / "shared" / "data"))
@@ -203,8 +203,8 @@ def char_rnn_texts() -> Path:
     ex = REPO / "examples" / "char-rnn"
     if all((ex / n).exists() for n in ("train.txt", "val.txt", "vocab.txt")):
         return ex
-    from singa_core.datasets import prepare_dataset
-    from singa_core.plugin_host import get_host
+    from singa_core.commands.datasets import prepare_dataset
+    from singa_core.plugin_host.host import get_host
 
     out = Path(tempfile.mkdtemp(prefix="singa-bench-text-"))
     src = os.environ.get("SINGA_DATA", str(REPO.parent / "shared" / "data"))
@@ -221,8 +221,8 @@ def cifar10_stores() -> Path:
     names = ("train_data.bin", "test_data.bin", "image_mean.bin")
     if all((ex / n).exists() for n in names):
         return ex
-    from singa_core.datasets import prepare_dataset
-    from singa_core.plugin_host import get_host
+    from singa_core.commands.datasets import prepare_dataset
+    from singa_core.plugin_host.host import get_host
 
     out = Path(tempfile.mkdtemp(prefix="singa-bench-cifar10-"))
     src = os.environ.get("SINGA_DATA", str(REPO.parent / "shared" / "data"))
@@ -234,10 +234,10 @@ def singa_train_step(conf: Path, overrides: list[str], threads: int):
     """One training step (data, forward, backward, update through the stub) of ``conf``
     on the in-process engine, as a function of the step number."""
     from singa_core.blas import set_blas_threads
-    from singa_core.config import load_job
-    from singa_core.job import prepare_job
-    from singa_core.plugin_host import get_host
-    from singa_core.reporting import Reporter
+    from singa_core.jobconf.parse import load_job
+    from singa_core.plugin_host.host import get_host
+    from singa_core.running.job import prepare_job
+    from singa_core.running.reporting import Reporter
 
     ws = tempfile.mkdtemp(prefix="singa-bench-")
     cfg = load_job(

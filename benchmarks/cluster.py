@@ -59,7 +59,7 @@ def run_ms(conf: Path, overrides: dict, engine: str, placement: str = "spread",
            *extra: str, output: list | None = None) -> float:  # fmt: skip
     """``singa train``'s ms/step (its stderr appended to ``output`` when given)."""
     ws = tempfile.mkdtemp(prefix="singa-bench-cluster-")
-    args = [sys.executable, "-m", "singa_core.cli", "train", str(conf), "--engine", engine]
+    args = [sys.executable, "-m", "singa_core.commands.cli", "train", str(conf), "--engine", engine]
     if engine == "ray":
         args += ["--address", RAY["address"], "--placement", placement, *extra]
     for key, value in {**overrides, "cluster.workspace": ws, "checkpoint_freq": 0}.items():

@@ -2,7 +2,7 @@
 
     python benchmarks/layer_timing.py [--rounds 3] [--steps 10] [--threads 1]
 
-For each net, alternately: `singa time`'s measurement (singa_core.timing, --steps
+For each net, alternately: `singa time`'s measurement (singa_core.commands.timing, --steps
 iterations after 2 warm-up) and a real training run of the in-process engine's training
 loop (--steps + 2 steps, checkpoints and tests off), whose Reporter records each step's
 time. Prints the machine facts, the table's sum (layers + updater + engine) and the trained
@@ -24,11 +24,11 @@ from tensorboard_logging import FACTS_PRINTED, machine_facts
 def main() -> None:
     args = standard_args(__doc__.splitlines()[0], rounds=3, steps=10, warmup=2)
     from singa_core.blas import set_blas_threads
-    from singa_core.config import load_job
-    from singa_core.job import prepare_job
-    from singa_core.plugin_host import get_host
-    from singa_core.reporting import Reporter
-    from singa_core.timing import time_training_step
+    from singa_core.commands.timing import time_training_step
+    from singa_core.jobconf.parse import load_job
+    from singa_core.plugin_host.host import get_host
+    from singa_core.running.job import prepare_job
+    from singa_core.running.reporting import Reporter
 
     if not FACTS_PRINTED:
         print(machine_facts(args.threads))

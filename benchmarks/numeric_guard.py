@@ -3,7 +3,7 @@
     python benchmarks/numeric_guard.py [--rounds 10] [--steps 20] [--threads 2]
 
 The training loop checks after every step that the learning rate, the layers' metrics,
-every gradient and every Param value are finite (singa_core.numeric.NumericGuard). This
+every gradient and every Param value are finite (singa_core.running.numeric.NumericGuard). This
 times one training step of the in-process engine without and with that check, in
 alternating rounds, and the check alone; prints the medians, the difference per step and
 its share of a step. Machine facts (CPU count, BLAS threads) are printed first.
@@ -27,7 +27,7 @@ def main() -> None:
     ]
     step = singa_train_step(REPO / "examples" / "mnist" / "job.conf", overrides, args.threads)
     # the closure's net: build the guard exactly as the TrainingLoop does
-    from singa_core.numeric import NumericGuard
+    from singa_core.running.numeric import NumericGuard
 
     net = next(c.cell_contents for c in step.__closure__ if hasattr(c.cell_contents, "layers"))
     guard = NumericGuard(net)

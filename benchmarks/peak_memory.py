@@ -68,7 +68,7 @@ def singa_command(net: str, steps: int, threads: int, ws: str, *extra: str) -> l
         "checkpoint_freq=0",
         f"num_openblas_threads={threads}",
     ]
-    cmd = ["singa_core.cli", "train", str(conf), "-q"]
+    cmd = ["singa_core.commands.cli", "train", str(conf), "-q"]
     cmd += ["--seed", "0", "--workspace", ws, *extra]
     for s in settings:
         cmd += ["-o", s]

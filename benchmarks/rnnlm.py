@@ -29,8 +29,8 @@ VOCAB, CLASSES, DIM, LR = 3720, 100, 15, 0.1
 def rnnlm_plugin():
     """The singa-rnnlm plugin, registered with the plugin host (from examples/rnnlm when
     the distribution is not installed)."""
-    from singa_core.plugin_host import get_host
-    from singa_core.registry import Provider
+    from singa_core.plugin_host.host import get_host
+    from singa_core.plugin_host.registry import Provider
 
     host = get_host()
     if "singa-rnnlm" not in {dist for dist, _ in host.distributions()}:
@@ -47,7 +47,7 @@ def corpus() -> Path:
     """examples/rnnlm's stores if converted, else a temp conversion of tiny-shakespeare."""
     if all((EXAMPLE / n).exists() for n in ("train_data.bin", "valid_data.bin")):
         return EXAMPLE
-    from singa_core.datasets import prepare_dataset
+    from singa_core.commands.datasets import prepare_dataset
 
     out = Path(tempfile.mkdtemp(prefix="singa-bench-rnnlm-"))
     src = Path(os.environ.get("SINGA_DATA", str(REPO.parent / "shared" / "data")))

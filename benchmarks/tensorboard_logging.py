@@ -52,12 +52,12 @@ def machine_facts(threads: int) -> str:
 def main() -> None:
     args = standard_args(__doc__.splitlines()[0], rounds=10, steps=20, warmup=10)
     from singa_core.blas import set_blas_threads
-    from singa_core.config import load_job
-    from singa_core.job import prepare_job
-    from singa_core.plugin_host import get_host
-    from singa_core.reporting import Reporter
-    from singa_core.tensorboard import GradientHistograms, TensorBoardLog, param_histograms
-    from singa_core.training import pop_net_metrics
+    from singa_core.jobconf.parse import load_job
+    from singa_core.plugin_host.host import get_host
+    from singa_core.running.job import prepare_job
+    from singa_core.running.reporting import Reporter
+    from singa_core.running.tensorboard import GradientHistograms, TensorBoardLog, param_histograms
+    from singa_core.running.training import pop_net_metrics
 
     if not FACTS_PRINTED:
         print(machine_facts(args.threads))

@@ -1,11 +1,31 @@
 """singa: SINGA 0.x's config-driven deep learning in Python, extended through plugins.
 
-The path of a job: ``config`` (job.conf -> JobProto) -> ``plugin_host`` (registries) ->
-``net`` (NeuralNet: layers, Params) -> ``engine`` (workers + parameter servers) ->
-``training`` (the loop: train/test/display/checkpoint).
+The rooms, from the bottom up (a room imports only the rooms before it):
+
+* :mod:`singa_core.contracts`: the plugin contracts (Layer, Param, Updater, Worker, Store,
+  Engine, DatasetConverter, the hooks) and the services plugins call (errors, BLAS);
+* :mod:`singa_core.schema`: the generated ``singa.*`` protobuf messages of proto/;
+* :mod:`singa_core.plugin_host`: entry points -> registries;
+* :mod:`singa_core.jobconf`: job.conf text -> JobProto, with located errors;
+* :mod:`singa_core.netbuilder`: NetProto -> NeuralNet (layers, Params, unrolling,
+  partitioning, slicing);
+* :mod:`singa_core.running`: a prepared job, the training loop, checkpoints, reporting,
+  and ``singa_core.Job`` (the Python API);
+* :mod:`singa_core.commands`: the ``singa`` command line and its tools;
+* :mod:`singa_core.testing`: the plugin author's kit.
+
+The path of a job: ``jobconf`` (job.conf -> JobProto) -> ``plugin_host`` (registries) ->
+``running.job`` (checks, nets from ``netbuilder``) -> an engine plugin (workers + parameter
+servers) -> ``running.training`` (the loop: train/test/display/checkpoint).
+
+Plugin API 1.0 paths (kept for plugins; each is the module of the same name in
+``contracts``): ``singa_core.layer``, ``.param``, ``.updater``, ``.worker``, ``.stub``,
+``.store``, ``.dataset``, ``.engine``, ``.hookspecs``, ``.errors``, ``.blas``, plus
+``singa_core.testing``, ``singa_core.plugin_host.get_host``, :data:`hookimpl` and
+:class:`Job`.
 """
 
-from singa_core.hookspecs import hookimpl
+from singa_core.contracts.hookspecs import hookimpl
 
 __version__ = "0.1.0"
 
@@ -13,7 +33,7 @@ __version__ = "0.1.0"
 #: interfaces) this core implements, MAJOR.MINOR: a MINOR release only adds to the API, a
 #: MAJOR one may break plugins. A plugin states what it was built for with a module
 #: attribute ``SINGA_PLUGIN_API = ">=1,<2"`` or its dependency on ``singa-classic``; one
-#: built for another major version is skipped at load (see singa_core.plugin_host).
+#: built for another major version is skipped at load (see singa_core.plugin_host.host).
 PLUGIN_API_VERSION = "1.0"
 #: the distribution plugins depend on
 CORE_DISTRIBUTION = "singa-classic"
@@ -22,9 +42,9 @@ __all__ = ["hookimpl", "__version__", "PLUGIN_API_VERSION", "CORE_DISTRIBUTION",
 
 
 def __getattr__(name: str):
-    # the Python API (singa_core.api) on first use: `import singa_core` stays light
+    # the Python API (singa_core.running.python_api) on first use: `import singa_core` stays light
     if name in ("Job", "RunResult", "TestResult", "Event"):
-        from singa_core import api
+        from singa_core.running import python_api as api
 
         return getattr(api, name)
     raise AttributeError(f"module 'singa_core' has no attribute {name!r}")

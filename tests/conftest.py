@@ -45,8 +45,8 @@ def data_dir() -> Path:
 @pytest.fixture(scope="session")
 def mnist_stores(data_dir, tmp_path_factory) -> Path:
     """SINGA's MNIST kvfiles (train_data.bin, test_data.bin), converted once per session."""
-    from singa_core.datasets import prepare_dataset
-    from singa_core.plugin_host import get_host
+    from singa_core.commands.datasets import prepare_dataset
+    from singa_core.plugin_host.host import get_host
 
     out = tmp_path_factory.mktemp("mnist")
     conv = get_host().get("dataset", "mnist")()
@@ -148,7 +148,7 @@ def run_singa(*args: str, cwd: Path | None = None, env: dict | None = None, time
     full_env = dict(os.environ)
     full_env.update(env or {})
     return subprocess.run(
-        [sys.executable, "-m", "singa_core.cli", *args],
+        [sys.executable, "-m", "singa_core.commands.cli", *args],
         cwd=cwd or REPO,
         env=full_env,
         capture_output=True,
@@ -207,7 +207,7 @@ def invoke_singa(*args):
     """``singa ARGS`` in this process (typer's CliRunner); arguments may be Paths."""
     from typer.testing import CliRunner
 
-    from singa_core.cli import app
+    from singa_core.commands.cli import app
 
     return CliRunner().invoke(app, [str(a) for a in args])
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import REPO, run_singa
 
-from singa_core.checkpoint import read_params
+from singa_core.running.checkpoint import read_params
 
 JOB = REPO / "examples" / "char-rnn" / "job.conf"
 SAMPLE = REPO / "examples" / "char-rnn" / "sample.conf"
@@ -18,8 +18,8 @@ HIDDEN = 96
 
 @pytest.fixture(scope="module")
 def texts(data_dir, tmp_path_factory):
-    from singa_core.datasets import prepare_dataset
-    from singa_core.plugin_host import get_host
+    from singa_core.commands.datasets import prepare_dataset
+    from singa_core.plugin_host.host import get_host
 
     out = tmp_path_factory.mktemp("tinyshakespeare")
     conv = get_host().get("dataset", "tinyshakespeare")()

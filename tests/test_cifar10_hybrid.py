@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from conftest import REPO, run_singa
 
-from singa_core import checkpoint as ck
+from singa_core.running import checkpoint as ck
 
 EXAMPLE = REPO / "examples" / "cifar10"
 STEPS = 4
@@ -16,8 +16,8 @@ STEPS = 4
 
 @pytest.fixture(scope="module")
 def stores(data_dir, tmp_path_factory):
-    from singa_core.datasets import prepare_dataset
-    from singa_core.plugin_host import get_host
+    from singa_core.commands.datasets import prepare_dataset
+    from singa_core.plugin_host.host import get_host
 
     out = tmp_path_factory.mktemp("cifar10")
     prepare_dataset(get_host().get("dataset", "cifar10")(), out, data_dir / "cifar10")

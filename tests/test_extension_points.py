@@ -29,7 +29,7 @@ import pytest
 from conftest import mlp_conf, run_singa, write_csv_blobs
 from plugin_package import install_plugin_package, pyproject
 
-from singa_core import checkpoint as ck
+from singa_core.running import checkpoint as ck
 
 PROTO = """
 syntax = "proto2";

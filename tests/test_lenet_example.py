@@ -7,7 +7,7 @@ import pytest
 from conftest import REPO, full_test_accuracy, mnist_example_args
 from typer.testing import CliRunner
 
-from singa_core.cli import app
+from singa_core.commands.cli import app
 
 runner = CliRunner()
 
@@ -34,7 +34,7 @@ def test_lenet_resume_is_exact_on_both_pooling_paths(mnist_stores, tmp_path, mon
     compiled pooling kernels and with the numpy path."""
     import shutil
 
-    from singa_core.api import Job
+    from singa_core.running.python_api import Job
 
     if numba == "1":
         pytest.importorskip("numba")

@@ -8,7 +8,7 @@ import pytest
 from conftest import REPO, full_test_accuracy, mnist_example_args
 from typer.testing import CliRunner
 
-from singa_core.cli import app
+from singa_core.commands.cli import app
 
 runner = CliRunner()
 

@@ -12,7 +12,7 @@ from conftest import mlp_conf, run_singa, write_csv_blobs
 from plugin_package import install_plugin_package, pyproject
 
 from singa_core import PLUGIN_API_VERSION
-from singa_core import checkpoint as ck
+from singa_core.running import checkpoint as ck
 
 # kScaleA / kScaleB: y = scale * x, scale from the package's own LayerProto extension; both
 # packages took field number 1077 (a clash on purpose).
@@ -219,7 +219,7 @@ def test_same_extension_number_on_different_messages_is_no_clash():
     AlgProto 101 (tests/test_extension_points.py uses 101 on four messages) coexist."""
     from google.protobuf import descriptor_pb2
 
-    from singa_core.plugin_host import PluginHost, ProtoExtension, _extensions_of
+    from singa_core.plugin_host.host import PluginHost, ProtoExtension, _extensions_of
 
     fdp = descriptor_pb2.FileDescriptorProto(name="x.proto", package="px")
     fdp.extension.add(name="u", number=101, extendee=".singa.UpdaterProto")

@@ -17,8 +17,8 @@ from conftest import run_singa
 from plugin_package import pip_install_into
 from typer.testing import CliRunner
 
-from singa_core.cli import app
-from singa_core.scaffold import EXTENSION_RANGES, KINDS, field_number, names
+from singa_core.commands.cli import app
+from singa_core.commands.scaffold import EXTENSION_RANGES, KINDS, field_number, names
 
 pytestmark = pytest.mark.slow
 
@@ -119,7 +119,7 @@ def _mnist_csv(stores: Path, out: Path, n_train: int, n_test: int) -> None:
     """MNIST records as 'label,pixel,...' lines (the dataset plugin's input format)."""
     import numpy as np
 
-    from singa_core.plugin_host import get_host
+    from singa_core.plugin_host.host import get_host
     from singa_core.schema import common_pb2
     from singa_core.store import KREAD
 

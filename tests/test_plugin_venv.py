@@ -68,7 +68,7 @@ def test_plugin_installs_into_a_fresh_venv_and_works(tmp_path):
     installed = sorted(p.name for p in site_dir.iterdir())
     assert "singa_fresh_gate" in installed and "plugins" not in installed
 
-    cli = "import sys; from singa_core.cli import main; sys.argv[0] = 'singa'; main()"
+    cli = "import sys; from singa_core.commands.cli import main; sys.argv[0] = 'singa'; main()"
     listed = subprocess.run(
         [str(py), "-c", cli, "list-plugins", "--json"],
         capture_output=True,

@@ -15,9 +15,9 @@ import pytest
 from conftest import REPO, mnist_example_args
 from typer.testing import CliRunner
 
-from singa_core import checkpoint as ck
-from singa_core.cli import app
-from singa_core.config import load_job
+from singa_core.commands.cli import app
+from singa_core.jobconf.parse import load_job
+from singa_core.running import checkpoint as ck
 
 runner = CliRunner()
 EXAMPLE = REPO / "examples" / "rbm"

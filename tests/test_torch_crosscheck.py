@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from conftest import mlp_conf, write_csv_blobs
 
-from singa_core.config import load_job
-from singa_core.job import prepare_job
-from singa_core.plugin_host import get_host
-from singa_core.reporting import Reporter
+from singa_core.jobconf.parse import load_job
+from singa_core.plugin_host.host import get_host
+from singa_core.running.job import prepare_job
+from singa_core.running.reporting import Reporter
 
 torch = pytest.importorskip("torch")
 

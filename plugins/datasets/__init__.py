@@ -2,7 +2,7 @@
 
 from singa_core import hookimpl
 from singa_core.dataset import DatasetConverter
-from singa_core.discovery import register_submodule_types
+from singa_core.plugin_host.discovery import register_submodule_types
 
 
 @hookimpl

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from singa_core.dataset import DatasetConverter
 from singa_core.errors import SingaError
-from singa_core.plugin_host import get_host
+from singa_core.plugin_host.host import get_host
 from singa_core.schema import common_pb2
 from singa_core.store import KCREATE
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from singa_core.dataset import DatasetConverter
 from singa_core.errors import SingaError
-from singa_core.fileio import atomic_write_bytes
+from singa_core.running.fileio import atomic_write_bytes
 
 TRAIN_FRACTION = 0.9
 

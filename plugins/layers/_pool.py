@@ -33,8 +33,8 @@ from singa_builtins.layers._window import (
     window_slice,
 )
 
+from singa_core.contracts.memory import charge as charge_memory
 from singa_core.layer import NeuronLayer, kTrain
-from singa_core.memory import charge as charge_memory
 from singa_core.param import DTYPE
 from singa_core.schema import job_pb2
 

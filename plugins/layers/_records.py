@@ -15,7 +15,7 @@ from google.protobuf.message import DecodeError
 
 from singa_core.errors import SingaError
 from singa_core.layer import Layer, OutputLayer
-from singa_core.paths import readable_file_problem, writable_file_problem
+from singa_core.running.paths import readable_file_problem, writable_file_problem
 from singa_core.schema import common_pb2
 from singa_core.store import KAPPEND, KCREATE, KREAD
 
@@ -31,7 +31,7 @@ def store_class(layer: Layer, backend: str, field: str):
     """The store plugin registered as ``backend`` (an error located at ``field`` if none)."""
     get = layer.ctx.get_plugin
     if get is None:
-        from singa_core.plugin_host import get_host
+        from singa_core.plugin_host.host import get_host
 
         get = get_host().get
     try:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from singa_core.memory import charge as charge_memory
+from singa_core.contracts.memory import charge as charge_memory
 from singa_core.param import DTYPE
 
 

@@ -7,7 +7,7 @@ import mmap
 import os
 
 from singa_core.errors import SingaError
-from singa_core.fileio import AtomicFile
+from singa_core.running.fileio import AtomicFile
 from singa_core.store import KAPPEND, KCREATE, KREAD, Store
 
 

@@ -26,7 +26,7 @@ import os
 import struct
 
 from singa_core.errors import SingaError
-from singa_core.fileio import AtomicFile
+from singa_core.running.fileio import AtomicFile
 
 from ._files import _IndexedFileStore, as_bytes, map_file
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 
 from singa_core.errors import SingaError
-from singa_core.fileio import AtomicFile
+from singa_core.running.fileio import AtomicFile
 
 from ._files import _IndexedFileStore, as_bytes, map_file
 

@@ -1,7 +1,7 @@
 """Built-in types of this kind, one per module, registered through the plugin hook below."""
 
 from singa_core import hookimpl
-from singa_core.discovery import register_submodule_types
+from singa_core.plugin_host.discovery import register_submodule_types
 from singa_core.worker import Worker
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from singa_core.errors import SingaError
 from singa_core.layer import kAggGrad, kBackward, kForward, kTrain
-from singa_core.unrolling import base_layer_name, unrolled_name
+from singa_core.netbuilder.unrolling import base_layer_name, unrolled_name
 from singa_core.worker import Worker
 
 

@@ -137,10 +137,10 @@ def compile_plugin_protos(files: list[str], out_dir: str, include_dirs: Iterable
     ``include_dirs`` are on the import path; the generated module's name follows the
     file's path relative to the first one containing it (``foo.proto`` → ``foo_pb2.py``).
 
-    Raises :class:`~singa_core.errors.SingaError` with protoc's messages when a file
+    Raises :class:`~singa_core.contracts.errors.SingaError` with protoc's messages when a file
     does not compile, and RuntimeError when grpcio-tools is missing.
     """
-    from singa_core.errors import SingaError
+    from singa_core.contracts.errors import SingaError
 
     if isinstance(files, str | Path):
         files = [str(files)]

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from google.protobuf import text_format
 
-from singa_core.layer import Layer, LayerContext, kBackward, kForward, kTrain
+from singa_core.contracts.layer import Layer, LayerContext, kBackward, kForward, kTrain
 from singa_core.schema import job_pb2
 
 F32 = np.float32

@@ -42,7 +42,7 @@ class JobRun:
 
 
 def _read_checkpoints(workspace: Path) -> dict[int, dict[str, np.ndarray]]:
-    from singa_core.checkpoint import STATE_SUFFIX, checkpoint_dir, read_params
+    from singa_core.running.checkpoint import STATE_SUFFIX, checkpoint_dir, read_params
 
     out: dict[int, dict[str, np.ndarray]] = {}
     d = checkpoint_dir(workspace)
@@ -64,7 +64,7 @@ def run_job(conf: str, folder: str | Path | None = None, *args: str, check: bool
     are more command-line arguments (``"-o", "train_steps=20"``, ``"--seed", "3"``). With
     ``check`` (default) a non-zero exit status raises AssertionError with the output.
     """
-    from singa_core.cli import app
+    from singa_core.commands.cli import app
 
     folder = Path(folder) if folder is not None else Path(tempfile.mkdtemp(prefix="singa-job-"))
     folder.mkdir(parents=True, exist_ok=True)

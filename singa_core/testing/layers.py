@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from singa_core.checkpoint import ParamRecord, decode_params, encode_params
-from singa_core.layer import Layer, kAggGrad, kBackward, kForward, kTrain
+from singa_core.contracts.layer import Layer, kAggGrad, kBackward, kForward, kTrain
+from singa_core.running.checkpoint import ParamRecord, decode_params, encode_params
 from singa_core.testing.gradcheck import (
     CheckReport,
     GradientChecker,
@@ -54,7 +54,7 @@ class LayerReport:
 def resolve(kind: str, type_or_name):
     """A registered type by name (``"kFoo"``) from the installed plugins, or the class."""
     if isinstance(type_or_name, str):
-        from singa_core.plugin_host import get_host
+        from singa_core.plugin_host.host import get_host
 
         return get_host().get(kind, type_or_name)
     return type_or_name

@@ -4,7 +4,7 @@
 text:
 
 * snapshot/restore exactness: the state arrays a checkpoint saves (``<param>::<name>``),
-  restored into a fresh updater through :class:`~singa_core.stub.ParamShard`, continue the
+  restored into a fresh updater through :class:`~singa_core.contracts.stub.ParamShard`, continue the
   run bit for bit (and, for an updater with state, losing it changes the result);
 * clipping through :meth:`Updater.prologue`: with ``clip_low``/``clip_high`` set, an
   update equals the unclipped updater's update of the clipped gradient;
@@ -25,10 +25,10 @@ import tracemalloc
 import numpy as np
 from google.protobuf import text_format
 
+from singa_core.contracts.stub import ParamShard
+from singa_core.contracts.updater import LRChange
 from singa_core.schema import job_pb2
-from singa_core.stub import ParamShard
 from singa_core.testing.layers import resolve
-from singa_core.updater import LRChange
 
 
 class TableLR(LRChange):

@@ -1,6 +1,6 @@
 """Contract checks for worker plugins (TrainOneBatch algorithms).
 
-A worker reaches Params only through its :class:`~singa_core.stub.ParamStub`. The
+A worker reaches Params only through its :class:`~singa_core.contracts.stub.ParamStub`. The
 :class:`RecordingStub` here behaves like a strict remote server:
 
 * a Param's value is hidden (NaN) until the worker calls ``collect(p)`` for it, and hidden
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from singa_core.layer import kTest, kTrain
-from singa_core.stub import ParamStub
+from singa_core.contracts.layer import kTest, kTrain
+from singa_core.contracts.stub import ParamStub
 
 
 class RecordingStub(ParamStub):
@@ -123,9 +123,9 @@ def check_worker(job: str | Path, *, steps: int = 2, seed: int = 0) -> Recording
     ``events`` list the calls in order (``("collect", param)``, ``("forward", layer)``,
     ``("backward", layer)``, ``("update", param, nonzero)``). Raises AssertionError
     listing the violations."""
-    from singa_core.config import load_job
-    from singa_core.job import prepare_job
-    from singa_core.plugin_host import get_host
+    from singa_core.jobconf.parse import load_job
+    from singa_core.plugin_host.host import get_host
+    from singa_core.running.job import prepare_job
 
     folder = Path(tempfile.mkdtemp(prefix="singa-check-worker-"))
     if isinstance(job, Path) or ("{" not in job and Path(job).is_file()):

@@ -1,4 +1,5 @@
-"""The Python API (singa_core.api): Job.from_file, train, test, net, callbacks, errors."""
+"""The Python API (singa_core.running.python_api): Job.from_file, train, test, net, callbacks,
+errors."""
 
 from __future__ import annotations
 
@@ -14,13 +15,16 @@ import pytest
 from conftest import REPO
 
 from singa_core import Job
-from singa_core.checkpoint import read_params
 from singa_core.errors import Location, SingaError
-from singa_core.net import runtime_param_name
+from singa_core.netbuilder.net import runtime_param_name
+from singa_core.running.checkpoint import read_params
 
 
 def test_import_singa_core_stays_light():
-    code = "import sys, singa_core; print('singa_core.api' in sys.modules, 'numpy' in sys.modules)"
+    code = (
+        "import sys, singa_core; "
+        "print('singa_core.running.python_api' in sys.modules, 'numpy' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
 

@@ -7,8 +7,8 @@ import os
 import numpy as np
 import pytest
 
-from singa_core import checkpoint as ck
 from singa_core.errors import SingaError
+from singa_core.running import checkpoint as ck
 from singa_core.schema import common_pb2
 
 

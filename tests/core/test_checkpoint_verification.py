@@ -11,8 +11,8 @@ import pytest
 from conftest import invoke_singa as invoke
 from conftest import singa_ok as ok
 
-from singa_core import checkpoint as ck
 from singa_core.errors import SingaError
+from singa_core.running import checkpoint as ck
 from singa_core.schema import common_pb2
 
 

@@ -16,12 +16,12 @@ import numpy as np
 from conftest import mlp_conf, write_csv_blobs
 from typer.testing import CliRunner
 
-from singa_core import checkpoint as ck
-from singa_core.cli import app
-from singa_core.config import load_job
-from singa_core.job import prepare_job
+from singa_core.commands.cli import app
+from singa_core.jobconf.parse import load_job
 from singa_core.layer import kTest, kTrain
-from singa_core.plugin_host import get_host
+from singa_core.plugin_host.host import get_host
+from singa_core.running import checkpoint as ck
+from singa_core.running.job import prepare_job
 
 runner = CliRunner()
 HIDDEN, DIM = 16, 4

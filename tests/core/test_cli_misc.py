@@ -9,9 +9,9 @@ import pytest
 from conftest import REPO
 from typer.testing import CliRunner
 
-from singa_core.cli import app
-from singa_core.plugin_host import get_host
-from singa_core.reporting import Reporter
+from singa_core.commands.cli import app
+from singa_core.plugin_host.host import get_host
+from singa_core.running.reporting import Reporter
 
 runner = CliRunner()
 MNIST_FILES = [
@@ -113,7 +113,7 @@ def test_engine_that_cannot_run_the_cluster(small_job):
 
 
 def test_no_engine_supports_the_cluster(small_job, monkeypatch):
-    from singa_core import cli
+    from singa_core.commands import cli
     from singa_core.errors import SingaError
 
     class Nothing:

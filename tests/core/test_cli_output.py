@@ -11,7 +11,7 @@ import time
 from conftest import REPO, interrupt
 from typer.testing import CliRunner
 
-from singa_core.cli import app
+from singa_core.commands.cli import app
 
 runner = CliRunner()
 SPLIT = (
@@ -38,7 +38,15 @@ def test_end_of_run_line_gives_wall_time_and_its_split(small_job):
 def test_ctrl_c_prints_one_message(small_job):
     conf, ws = small_job(steps=100_000, checkpoint_freq=50)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "singa_core.cli", "train", str(conf), "-q", "--no-tensorboard"],
+        [
+            sys.executable,
+            "-m",
+            "singa_core.commands.cli",
+            "train",
+            str(conf),
+            "-q",
+            "--no-tensorboard",
+        ],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from conftest import mlp_conf, run_singa, write_csv_blobs
 
-from singa_core.config import index_locations, load_job, parse_job_text
 from singa_core.errors import SingaError
-from singa_core.job import prepare_job
-from singa_core.plugin_host import get_host
+from singa_core.jobconf.parse import index_locations, load_job, parse_job_text
+from singa_core.plugin_host.host import get_host
+from singa_core.running.job import prepare_job
 
 
 def prepare_text(tmp_path, text: str, **kw):

@@ -7,8 +7,8 @@ import os
 import pytest
 
 from singa_core.errors import SingaError
-from singa_core.fileio import AtomicFile, atomic_write_bytes
-from singa_core.plugin_host import get_host
+from singa_core.plugin_host.host import get_host
+from singa_core.running.fileio import AtomicFile, atomic_write_bytes
 from singa_core.store import KAPPEND, KREAD
 
 

@@ -8,10 +8,10 @@ import pytest
 from conftest import REPO
 from typer.testing import CliRunner
 
-from singa_core import checkpoint as ckpt
-from singa_core.cli import app
-from singa_core.config import load_job
+from singa_core.commands.cli import app
 from singa_core.errors import MAX_LINE, SingaError
+from singa_core.jobconf.parse import load_job
+from singa_core.running import checkpoint as ckpt
 
 runner = CliRunner()
 MNIST = (REPO / "examples" / "mnist" / "job.conf").read_text()

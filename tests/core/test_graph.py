@@ -11,7 +11,7 @@ import pytest
 from conftest import REPO, mnist_example_args
 from typer.testing import CliRunner
 
-from singa_core.cli import app
+from singa_core.commands.cli import app
 
 runner = CliRunner()
 NODE = re.compile(r'^\s*"([^"]+)" \[label="((?:[^"\\]|\\.)*)"')
@@ -119,6 +119,6 @@ def test_graph_errors(tmp_path, small_job):
 
 @pytest.mark.parametrize("name", ['a"b', "x\\y"])
 def test_quoting(name):
-    from singa_core.graph import _q
+    from singa_core.commands.graph import _q
 
     assert _q(name).startswith('"') and _q(name).count('"') - _q(name).count('\\"') == 2

@@ -17,7 +17,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from singa_core.cli import app
+from singa_core.commands.cli import app
 
 SNAPSHOTS = Path(__file__).parent / "help_snapshots"
 UPDATE = os.environ.get("SINGA_UPDATE_HELP") == "1"

@@ -10,7 +10,7 @@ import pytest
 from conftest import invoke_singa as invoke
 from conftest import singa_ok as ok
 
-from singa_core import checkpoint as ck
+from singa_core.running import checkpoint as ck
 
 
 def metric_records(ws):

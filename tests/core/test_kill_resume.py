@@ -58,7 +58,16 @@ def _alive(pid: int) -> bool:
 
 
 def _start(conf: Path, ws: Path, extra: list[str], resume: bool) -> subprocess.Popen:
-    args = [sys.executable, "-m", "singa_core.cli", "train", str(conf), "--seed", "7", "-q"]
+    args = [
+        sys.executable,
+        "-m",
+        "singa_core.commands.cli",
+        "train",
+        str(conf),
+        "--seed",
+        "7",
+        "-q",
+    ]
     args += ["--workspace", str(ws), *extra] + (["--resume"] if resume else [])
     return subprocess.Popen(
         args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from conftest import mlp_conf, write_csv_blobs
 
-from singa_core.config import load_job
-from singa_core.job import prepare_job
+from singa_core.jobconf.parse import load_job
 from singa_core.layer import kTest, kTrain
-from singa_core.plugin_host import get_host
+from singa_core.plugin_host.host import get_host
+from singa_core.running.job import prepare_job
 
 FANOUT = """
   layer { name: "acc" type: kAccuracy srclayers: "ip2" srclayers: "data" include: kTest }
@@ -95,8 +95,8 @@ def test_slice_hands_each_consumer_its_part_in_a_net(tmp_path):
     its own part, so the concatenation equals stanh(ip) and training runs."""
     from typer.testing import CliRunner
 
-    from singa_core.cli import app
-    from singa_core.config import parse_job_text
+    from singa_core.commands.cli import app
+    from singa_core.jobconf.parse import parse_job_text
 
     data = write_csv_blobs(tmp_path / "blobs.csv")
     text = f"""

@@ -12,9 +12,9 @@ from singa_builtins.lr_changes.fixed import FixedLR
 from singa_builtins.updaters.sgd import SGDUpdater
 from typer.testing import CliRunner
 
-from singa_core import checkpoint as ck
-from singa_core.cli import app
+from singa_core.commands.cli import app
 from singa_core.param import Param
+from singa_core.running import checkpoint as ck
 from singa_core.schema import job_pb2
 from singa_core.stub import ParamShard
 
@@ -78,10 +78,10 @@ def test_shard_never_updates_non_learnable_values():
 
 
 def test_running_statistics_are_only_written_by_the_layer(tmp_path):
-    from singa_core.config import load_job
-    from singa_core.job import prepare_job
-    from singa_core.plugin_host import get_host
-    from singa_core.reporting import Reporter
+    from singa_core.jobconf.parse import load_job
+    from singa_core.plugin_host.host import get_host
+    from singa_core.running.job import prepare_job
+    from singa_core.running.reporting import Reporter
 
     conf, ws = bn_job(tmp_path)
     host = get_host()

@@ -11,16 +11,16 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from singa_core import checkpoint as ck
-from singa_core.cli import app
-from singa_core.numeric import (
+from singa_core.commands.cli import app
+from singa_core.running import checkpoint as ck
+from singa_core.running.numeric import (
     NON_FINITE_EXIT,
     NonFiniteError,
     NumericGuard,
     all_finite,
     check_checkpoint_values,
 )
-from singa_core.reporting import Reporter, json_record
+from singa_core.running.reporting import Reporter, json_record
 
 runner = CliRunner()
 
@@ -162,10 +162,10 @@ def test_all_finite_handles_overflowing_sums_and_nan():
 
 
 def test_guard_names_the_first_layer_in_net_order(small_job):
-    from singa_core.config import load_job
-    from singa_core.job import prepare_job
+    from singa_core.jobconf.parse import load_job
     from singa_core.layer import kTrain
-    from singa_core.plugin_host import get_host
+    from singa_core.plugin_host.host import get_host
+    from singa_core.running.job import prepare_job
 
     conf, _ = small_job(steps=5)
     prepared = prepare_job(load_job(conf), get_host())

@@ -44,7 +44,7 @@ def test_every_source_package_is_listed():
 
 
 def test_the_command_is_still_singa():
-    assert PYPROJECT["project"]["scripts"] == {"singa": "singa_core.cli:main"}
+    assert PYPROJECT["project"]["scripts"] == {"singa": "singa_core.commands.cli:main"}
     for target in PYPROJECT["project"]["entry-points"]["singa"].values():
         assert target.startswith("singa_builtins."), target
 

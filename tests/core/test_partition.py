@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 from conftest import mlp_conf, run_singa, write_csv_blobs
 
-from singa_core import checkpoint as ck
-from singa_core.config import load_job
 from singa_core.errors import SingaError
-from singa_core.job import prepare_job
+from singa_core.jobconf.parse import load_job
 from singa_core.layer import kTrain
-from singa_core.plugin_host import get_host
+from singa_core.plugin_host.host import get_host
+from singa_core.running import checkpoint as ck
+from singa_core.running.job import prepare_job
 
 GROUP = ["-o", "cluster.nworkers_per_group=2", "-o", "cluster.nworkers_per_procs=2"]
 NO_SKIP = ["-o", "neuralnet.layer[0].store_conf.random_skip=0"]

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from singa_core.cli import app
-from singa_core.plotting import read_curves
+from singa_core.commands.cli import app
+from singa_core.commands.plotting import read_curves
 
 runner = CliRunner()
 

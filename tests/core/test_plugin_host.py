@@ -9,7 +9,7 @@ import pytest
 from conftest import run_singa
 
 from singa_core.errors import SingaError
-from singa_core.plugin_host import PluginHost
+from singa_core.plugin_host.host import PluginHost
 
 LAYER_PLUGIN = """
 from singa_core import hookimpl
@@ -161,10 +161,10 @@ BOTH_EMBEDDINGS = """
 def test_user_type_and_enum_type_of_one_name_live_side_by_side(site, tmp_path):
     from conftest import mlp_conf, write_csv_blobs
 
-    from singa_core.config import parse_job_text
-    from singa_core.job import prepare_job
+    from singa_core.jobconf.parse import parse_job_text
     from singa_core.layer import kTrain
-    from singa_core.registry import UserTypeName
+    from singa_core.plugin_host.registry import UserTypeName
+    from singa_core.running.job import prepare_job
 
     fake_dist(site, "singa-user-embedding", "singa_user_embedding", USER_EMBEDDING_PLUGIN)
     host = PluginHost()
@@ -277,7 +277,7 @@ def test_conflict_error_points_at_the_layer_that_names_the_type(site, tmp_path):
 
 def test_registry_namespaces_unit():
     from singa_core.layer import NeuronLayer
-    from singa_core.registry import Provider, UserTypeName, make_registries
+    from singa_core.plugin_host.registry import Provider, UserTypeName, make_registries
 
     class A(NeuronLayer):
         pass

@@ -27,7 +27,7 @@ def _job(tmp_path: Path, **kw) -> Path:
 
 def _start(conf: Path, ws: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "singa_core.cli", "train", str(conf), "--seed", "5", "-q",
+        [sys.executable, "-m", "singa_core.commands.cli", "train", str(conf), "--seed", "5", "-q",
          "--workspace", str(ws), *extra],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -95,7 +95,7 @@ def test_stop_during_a_test_pass_then_resume_is_exact(tmp_path, engine):
     conf.write_text(text.replace("disp_freq: 10", "disp_freq: 1"))
     ref = tmp_path / "ref"
     res = subprocess.run(
-        [sys.executable, "-m", "singa_core.cli", "train", str(conf), "--seed", "5", "-q",
+        [sys.executable, "-m", "singa_core.commands.cli", "train", str(conf), "--seed", "5", "-q",
          "--workspace", str(ref), *engine],
         cwd=REPO, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
@@ -113,7 +113,7 @@ def test_stop_during_a_test_pass_then_resume_is_exact(tmp_path, engine):
     assert _steps(ws) == [30]  # 30 steps trained; the pass of step 30 was cut
     assert _tests(ws) == []  # the cut pass reported nothing
     res = subprocess.run(
-        [sys.executable, "-m", "singa_core.cli", "train", str(conf), "--resume", "-q",
+        [sys.executable, "-m", "singa_core.commands.cli", "train", str(conf), "--resume", "-q",
          "--workspace", str(ws), *engine],
         cwd=REPO, capture_output=True, text=True, timeout=300,
     )  # fmt: skip

@@ -9,11 +9,11 @@ import pytest
 from conftest import REPO, mnist_example_args
 from typer.testing import CliRunner
 
-from singa_core.cli import app
-from singa_core.config import load_job
-from singa_core.job import prepare_job
-from singa_core.memory import ENV_AVAILABLE, parse_size
-from singa_core.plugin_host import get_host
+from singa_core.commands.cli import app
+from singa_core.contracts.memory import ENV_AVAILABLE, parse_size
+from singa_core.jobconf.parse import load_job
+from singa_core.plugin_host.host import get_host
+from singa_core.running.job import prepare_job
 
 runner = CliRunner()
 MNIST = str(REPO / "examples" / "mnist" / "job.conf")
@@ -164,7 +164,7 @@ def test_estimate_matches_the_buffers_of_a_convolutional_net(mnist_stores):
     """Every layer's data and gradient buffers, the spatial layers' batch-innermost ones
     included, are in the estimate with their real sizes; the convolutions declare their
     column buffers as scratch."""
-    from singa_core.net import PHASE_NAMES
+    from singa_core.netbuilder.net import PHASE_NAMES
 
     overrides = [a for a in mnist_example_args(mnist_stores) if a != "-o"]
     cfg = load_job(REPO / "examples" / "mnist" / "conv.conf", overrides)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
-from singa_core.cli import app
-from singa_core.scaffold import EXTENSION_RANGES, field_number, names
+from singa_core.commands.cli import app
+from singa_core.commands.scaffold import EXTENSION_RANGES, field_number, names
 
 
 def run(*args):

@@ -8,8 +8,8 @@ import pytest
 from conftest import run_singa
 from typer.testing import CliRunner
 
-from singa_core.cli import app
-from singa_core.legacy import settings_file_error, translate_argv
+from singa_core.commands.cli import app
+from singa_core.jobconf.legacy import settings_file_error, translate_argv
 
 runner = CliRunner()
 

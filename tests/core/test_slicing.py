@@ -2,7 +2,7 @@
 
 import pytest
 
-from singa_core.slicing import partition_slices, slice_params
+from singa_core.netbuilder.slicing import partition_slices, slice_params
 
 SIZES = [14112, 96, 256, 884736, 384]
 EIGHT = [97984, *[112448] * 6, 112064]

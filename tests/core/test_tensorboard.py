@@ -1,4 +1,4 @@
-"""TensorBoard event files (singa_core.tensorboard): what a run writes equals metrics.jsonl,
+"""TensorBoard event files (singa_core.running.tensorboard): what a run writes equals metrics.jsonl,
 for the in-process and the shm engine; histograms; a new run replaces the old curves; the
 note without the extra; `tensorboard --logdir` serves the scalars."""
 
@@ -17,8 +17,8 @@ import pytest
 from conftest import run_singa
 from typer.testing import CliRunner
 
-from singa_core.cli import app
-from singa_core.tensorboard import MISSING_NOTE, histogram
+from singa_core.commands.cli import app
+from singa_core.running.tensorboard import MISSING_NOTE, histogram
 
 pytest.importorskip("tensorboardX")
 pytest.importorskip("tensorboard")
@@ -204,7 +204,7 @@ def test_writer_is_imported_without_pytorch(tmp_path):
         pytest.skip("PyTorch is not installed: nothing for tensorboardX to import")
     code = (
         "import sys\n"
-        "from singa_core.tensorboard import TensorBoardLog\n"
+        "from singa_core.running.tensorboard import TensorBoardLog\n"
         f"log = TensorBoardLog.create({str(tmp_path)!r})\n"
         "assert log is not None\n"
         "log.start(0)\n"

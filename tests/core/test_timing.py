@@ -10,12 +10,12 @@ import pytest
 from conftest import REPO, mnist_example_args
 from typer.testing import CliRunner
 
-from singa_core.cli import app
-from singa_core.config import load_job
-from singa_core.job import prepare_job
-from singa_core.plugin_host import get_host
-from singa_core.reporting import Reporter
-from singa_core.timing import time_training_step
+from singa_core.commands.cli import app
+from singa_core.commands.timing import time_training_step
+from singa_core.jobconf.parse import load_job
+from singa_core.plugin_host.host import get_host
+from singa_core.running.job import prepare_job
+from singa_core.running.reporting import Reporter
 
 runner = CliRunner()
 MLP = REPO / "examples" / "mnist" / "job.conf"

@@ -13,9 +13,9 @@ import pytest
 from conftest import REPO
 from typer.testing import CliRunner
 
-from singa_core import checkpoint as ck
-from singa_core.cli import app
-from singa_core.training import fires
+from singa_core.commands.cli import app
+from singa_core.running import checkpoint as ck
+from singa_core.running.training import fires
 
 runner = CliRunner()
 
@@ -122,7 +122,7 @@ def test_checkpoint_path_fine_tuning_keeps_values(small_job, tmp_path):
 def train_until_step_10(conf) -> subprocess.Popen:
     """Start `singa train` in a subprocess and return once step 10 has been displayed."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "singa_core.cli", "train", str(conf), "--seed", "4"],
+        [sys.executable, "-m", "singa_core.commands.cli", "train", str(conf), "--seed", "4"],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 from conftest import write_csv_blobs
 
-from singa_core.config import load_job
 from singa_core.errors import SingaError
-from singa_core.job import prepare_job
+from singa_core.jobconf.parse import load_job
 from singa_core.layer import kForward, kTrain
-from singa_core.net import LayerSpec
-from singa_core.plugin_host import get_host
+from singa_core.netbuilder.net import LayerSpec
+from singa_core.netbuilder.unrolling import unroll
+from singa_core.plugin_host.host import get_host
+from singa_core.running.job import prepare_job
 from singa_core.schema import job_pb2
-from singa_core.unrolling import unroll
 
 GRU_PARAMS = ("w_z_hx", "w_r_hx", "w_c_hx", "w_z_hh", "w_r_hh", "w_c_hh")
 

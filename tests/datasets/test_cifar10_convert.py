@@ -59,7 +59,7 @@ def test_converter_metadata():
 
 
 def test_checksums_in_files_match_the_real_data(src):
-    from singa_core.datasets import sha256_of
+    from singa_core.commands.datasets import sha256_of
 
     for name, (sha, size, _) in CifarConverter.files.items():
         assert (src / name).stat().st_size == size
@@ -67,7 +67,7 @@ def test_checksums_in_files_match_the_real_data(src):
 
 
 def test_registered_as_a_dataset():
-    from singa_core.plugin_host import get_host
+    from singa_core.plugin_host.host import get_host
 
     assert get_host().get("dataset", "cifar10") is CifarConverter
 

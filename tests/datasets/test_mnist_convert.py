@@ -63,7 +63,7 @@ def test_converter_metadata():
 
 @needs_data
 def test_checksums_in_files_match_the_real_data():
-    from singa_core.datasets import sha256_of
+    from singa_core.commands.datasets import sha256_of
 
     for name, (sha, size, _) in MnistConverter.files.items():
         assert (SRC / name).stat().st_size == size

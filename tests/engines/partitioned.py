@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from singa_core.checkpoint import ParamRecord, encode_params, read_params
+from singa_core.running.checkpoint import ParamRecord, encode_params, read_params
 
 SPLIT = ("0#w1", "0#b1")  # ip1's Params: halves w1/b1 (partition 0) and w1@1/b1@1
 COMMON = ("neuralnet.layer[0].store_conf.random_skip=0", "test_steps=0")

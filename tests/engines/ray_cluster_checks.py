@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from singa_core.checkpoint import read_params
+from singa_core.running.checkpoint import read_params
 from tests.conftest import (
     REPO,
     act_and_wait,
@@ -137,7 +137,8 @@ def test_private_runtime_is_started_and_shut_down(tmp_path):
     before = _ray_daemons()
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     res = subprocess.run(
-        [sys.executable, "-m", "singa_core.cli", "train", str(conf), "--engine", "ray", "-q"],
+        [sys.executable, "-m", "singa_core.commands.cli", "train", str(conf)]
+        + ["--engine", "ray", "-q"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
@@ -158,7 +159,7 @@ def test_a_node_without_room_in_dev_shm_is_a_clean_error(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     cmd = (
         "mount -t tmpfs -o size=1m tmpfs /dev/shm && exec "
-        f"{sys.executable} -m singa_core.cli train {conf} --engine ray -q "
+        f"{sys.executable} -m singa_core.commands.cli train {conf} --engine ray -q "
         f"{' '.join(_o(SEPARATE))}"
     )
     res = subprocess.run(
@@ -193,7 +194,7 @@ def test_sandblaster_equals_shm_and_inprocess(cluster, mnist_stores, tmp_path):
             [
                 sys.executable,
                 "-m",
-                "singa_core.cli",
+                "singa_core.commands.cli",
                 "train",
                 str(conf),
                 *common,
@@ -382,7 +383,7 @@ GROUP = _o("cluster.nworkers_per_group=2", SEPARATE, "test_steps=0")
 
 def _start(cluster, conf: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "singa_core.cli", "train", str(conf), "--seed", "7", "-q",
+        [sys.executable, "-m", "singa_core.commands.cli", "train", str(conf), "--seed", "7", "-q",
          "--engine", "ray", "--address", cluster.address, *GROUP, *args],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

@@ -1,4 +1,4 @@
-"""The Ray engine (plugins/engines/ray_engine.py).
+"""The Ray engine (plugins/engines/ray/engine.py).
 
 Without a cluster: importing the plugin does not import Ray, a missing Ray is a clean
 error with the pip command, bad engine options are located errors. With a cluster:
@@ -30,8 +30,8 @@ def _job(tmp_path):
 
 def test_importing_the_plugin_does_not_import_ray():
     code = (
-        "import sys, singa_builtins.engines.ray_engine, singa_builtins.engines.ray.driver; "
-        "from singa_core.plugin_host import get_host; get_host().get('engine', 'ray'); "
+        "import sys, singa_builtins.engines.ray.engine, singa_builtins.engines.ray.driver; "
+        "from singa_core.plugin_host.host import get_host; get_host().get('engine', 'ray'); "
         "assert 'ray' not in sys.modules, 'ray imported'"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

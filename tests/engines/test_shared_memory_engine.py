@@ -1,4 +1,4 @@
-"""The shared-memory engine (plugins/engines/shared_memory.py): workers and servers in
+"""The shared-memory engine (plugins/engines/shm/engine.py): workers and servers in
 separate processes, params in shared memory, faults and cleanup."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from singa_core.checkpoint import read_params, read_state
+from singa_core.running.checkpoint import read_params, read_state
 from tests.conftest import REPO, act_and_wait, interrupt, mlp_conf, run_singa, write_csv_blobs
 from tests.engines import partitioned
 
@@ -159,7 +159,17 @@ def _children(pid: int) -> list[int]:
 
 def _start(conf: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "singa_core.cli", "train", str(conf), "--seed", "7", "-q", *args],
+        [
+            sys.executable,
+            "-m",
+            "singa_core.commands.cli",
+            "train",
+            str(conf),
+            "--seed",
+            "7",
+            "-q",
+            *args,
+        ],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -96,7 +96,7 @@ def test_shm_engine_refuses_a_dev_shm_without_room(tmp_path):
     conf.write_text(mlp_conf(data, tmp_path / "ws", steps=5, hidden=65536))
     cmd = (
         "mount -t tmpfs -o size=1m tmpfs /dev/shm && "
-        f"{sys.executable} -m singa_core.cli train {conf} --engine shm -q "
+        f"{sys.executable} -m singa_core.commands.cli train {conf} --engine shm -q "
         "-o cluster.server_worker_separate=true; code=$?; ls -A /dev/shm; exit $code"
     )
     res = subprocess.run(

@@ -1,7 +1,7 @@
 """Fuzzing job.conf text through `singa train --dry-run`, in-process (issue 11 point 6).
 
 Every example conf, mutated byte by byte and by structure, is run through the CLI's own
-entry point (``singa_core.cli.app``; no subprocess). Every outcome must be exit 0 or a
+entry point (``singa_core.commands.cli.app``; no subprocess). Every outcome must be exit 0 or a
 SingaError with a location (exit 2, ``WHERE: error: ...``, no traceback), within 5 s.
 
 The cases run in a folder laid out like the repository (``examples/mnist/train_data.bin``
@@ -30,9 +30,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from singa_core.cli import app
-from singa_core.datasets import prepare_dataset
-from singa_core.plugin_host import get_host
+from singa_core.commands.cli import app
+from singa_core.commands.datasets import prepare_dataset
+from singa_core.plugin_host.host import get_host
 
 CONFS = example_confs()
 runner = CliRunner()

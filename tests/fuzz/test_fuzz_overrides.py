@@ -22,7 +22,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from singa_core.cli import app
+from singa_core.commands.cli import app
 from singa_core.schema import job_pb2
 
 runner = CliRunner()

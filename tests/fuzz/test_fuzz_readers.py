@@ -12,9 +12,9 @@ from fuzzing import byte_mutation, count, fuzz_settings, time_limit, write_count
 from hypothesis import given
 from hypothesis import strategies as st
 
-from singa_core import checkpoint as ckpt
 from singa_core.errors import SingaError
-from singa_core.plugin_host import get_host
+from singa_core.plugin_host.host import get_host
+from singa_core.running import checkpoint as ckpt
 from singa_core.schema import common_pb2
 from singa_core.store import KCREATE, KREAD
 

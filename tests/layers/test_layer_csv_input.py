@@ -239,8 +239,8 @@ def test_no_store_conf_and_sources(tmp_path):
 
 
 def test_store_plugin_from_the_host(tmp_path):
-    pytest.importorskip("singa_core.plugin_host")
-    from singa_core.plugin_host import get_host
+    pytest.importorskip("singa_core.plugin_host.host")
+    from singa_core.plugin_host.host import get_host
 
     try:
         get_host().get("store", "textfile")

@@ -10,7 +10,7 @@ import pytest
 from singa_builtins.layers.mnist import MnistLayer
 from typer.testing import CliRunner
 
-from singa_core.cli import app
+from singa_core.commands.cli import app
 from singa_core.errors import SingaError
 from singa_core.layer import kForward, kTest, kTrain
 from singa_core.schema import common_pb2

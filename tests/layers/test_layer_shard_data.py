@@ -16,7 +16,7 @@ from singa_builtins.stores.kvfile import KVFileStore
 
 from singa_core.errors import SingaError
 from singa_core.layer import kForward, kTest, kTrain
-from singa_core.plugin_host import get_host
+from singa_core.plugin_host.host import get_host
 from singa_core.schema import common_pb2
 from singa_core.store import KCREATE
 from singa_core.testing import GradCase, layer_conf, make_ctx

@@ -21,7 +21,7 @@ import pkgutil
 import pytest
 
 import tests.layers
-from singa_core.plugin_host import get_host
+from singa_core.plugin_host.host import get_host
 from singa_core.testing import GradCase
 
 

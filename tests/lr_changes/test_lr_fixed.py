@@ -3,7 +3,7 @@
 import pytest
 from singa_builtins.lr_changes.fixed import FixedLR
 
-from singa_core.discovery import iter_submodule_types
+from singa_core.plugin_host.discovery import iter_submodule_types
 from singa_core.schema import job_pb2
 from singa_core.updater import LRChange
 

@@ -7,8 +7,8 @@ import time
 import pytest
 from singa_builtins.stores.kvfile import KVFileStore
 
-from singa_core.discovery import iter_submodule_types
 from singa_core.errors import SingaError
+from singa_core.plugin_host.discovery import iter_submodule_types
 from singa_core.store import KAPPEND, KCREATE, KREAD, Store
 
 

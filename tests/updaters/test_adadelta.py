@@ -9,7 +9,7 @@ import pytest
 from singa_builtins.updaters.adadelta import AdaDeltaUpdater
 
 from singa_core.errors import SingaError
-from singa_core.plugin_host import get_host
+from singa_core.plugin_host.host import get_host
 from singa_core.schema import job_pb2
 from singa_core.testing import (
     LeastSquares,

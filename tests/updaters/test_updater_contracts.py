@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from singa_core.plugin_host import get_host
+from singa_core.plugin_host.host import get_host
 from singa_core.testing import check_updater, updater_conf
 from singa_core.updater import Updater, axpy
 

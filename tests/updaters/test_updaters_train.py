@@ -14,8 +14,8 @@ import pytest
 from conftest import mlp_conf, write_csv_blobs
 from typer.testing import CliRunner
 
-from singa_core import checkpoint as ck
-from singa_core.cli import app
+from singa_core.commands.cli import app
+from singa_core.running import checkpoint as ck
 
 runner = CliRunner()
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 from conftest import mlp_conf, write_csv_blobs
 
-from singa_core.config import load_job
-from singa_core.job import prepare_job
+from singa_core.jobconf.parse import load_job
 from singa_core.layer import kTest
-from singa_core.plugin_host import get_host
+from singa_core.plugin_host.host import get_host
+from singa_core.running.job import prepare_job
 from singa_core.testing import RecordingStub, expected_bp_order
 
 

@@ -9,7 +9,7 @@ import pytest
 from conftest import mlp_conf, write_csv_blobs
 
 from singa_core.layer import kBackward, kForward, kTrain
-from singa_core.plugin_host import get_host
+from singa_core.plugin_host.host import get_host
 from singa_core.testing import check_worker
 from singa_core.worker import Worker
 from tests.core.test_unrolling import gru_lm_conf

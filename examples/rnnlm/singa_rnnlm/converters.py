@@ -23,7 +23,7 @@ from pathlib import Path
 
 from singa_core.dataset import DatasetConverter
 from singa_core.errors import SingaError
-from singa_core.fileio import atomic_write_bytes
+from singa_core.running.fileio import atomic_write_bytes
 
 from singa_rnnlm.corpus import (
     END_OF_SENTENCE,
@@ -41,7 +41,7 @@ OUTPUTS = {"train": "train_data.bin", "valid": "valid_data.bin", "test": "test_d
 
 
 def kvfile_factory():
-    from singa_core.plugin_host import get_host
+    from singa_core.plugin_host.host import get_host
 
     return get_host().get("store", "kvfile")
 

@@ -137,7 +137,7 @@ def write_store(
 
 def write_vocabulary(vocab: Vocabulary, path: Path) -> None:
     """``index word count class`` per line (for reading; the job does not need it)."""
-    from singa_core.fileio import atomic_write_bytes
+    from singa_core.running.fileio import atomic_write_bytes
 
     lines = [
         f"{i} {w} {c} {k}\n"

@@ -44,7 +44,7 @@ def open_store(layer, backend: str, path: str, mode: int):
     """A ``backend`` store plugin opened at ``path``; errors located at ``[data_conf]``."""
     get = layer.ctx.get_plugin
     if get is None:  # a layer built outside a net (tests)
-        from singa_core.plugin_host import get_host
+        from singa_core.plugin_host.host import get_host
 
         get = get_host().get
     try:

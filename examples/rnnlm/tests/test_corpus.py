@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from singa_core.errors import SingaError
-from singa_core.plugin_host import get_host
+from singa_core.plugin_host.host import get_host
 from singa_core.store import KREAD
 
 from singa_rnnlm import rnnlm_pb2
@@ -75,7 +75,7 @@ def test_shakespeare_sentences():
 
 
 def test_singa_data_rnnlm_converts_rnnlm_0_4b_files(tmp_path):
-    from singa_core.datasets import prepare_dataset
+    from singa_core.commands.datasets import prepare_dataset
 
     src, out = tmp_path / "rnnlm-0.4b", tmp_path / "out"
     src.mkdir()

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from singa_core.errors import SingaError
 from singa_core.layer import Layer, kAggGrad, kBackward, kForward, kTrain
-from singa_core.plugin_host import get_host
+from singa_core.plugin_host.host import get_host
 from singa_core.testing import GradientChecker, build, check_layer, layer_conf
 
 from singa_rnnlm import rnnlm_pb2

@@ -1,4 +1,4 @@
-"""The Ray engine's parts (see :mod:`singa_builtins.engines.ray_engine`). Importing them
+"""The Ray engine's parts (see :mod:`singa_builtins.engines.ray.engine`). Importing them
 does not import Ray: every module imports it inside its functions.
 
 * :mod:`.runtime`: a private local Ray runtime or an existing cluster; its nodes;

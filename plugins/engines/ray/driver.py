@@ -9,7 +9,7 @@ then long-poll every actor's ``events``:
 * ``("report", method, args, kwargs)`` from group 0 worker 0: forwarded to the Reporter
   (display, test and validation lines, progress, metrics.jsonl: on this machine);
 * ``("checkpoint", step, records, state)``: written here with
-  :func:`singa_core.checkpoint.write_checkpoint`, the path sent back;
+  :func:`singa_core.running.checkpoint.write_checkpoint`, the path sent back;
 * ``("done", worker, result)``, ``("error", role, text)``, ``("lost", role, text)``.
 
 A poll that fails with a Ray actor error means the process (or its node) is gone. The
@@ -43,8 +43,8 @@ from singa_builtins.engines.shm.launcher import (
     stopped_error,
 )
 
-from singa_core import checkpoint as ckpt
 from singa_core.engine import TrainResult
+from singa_core.running import checkpoint as ckpt
 
 POLL = 0.5  # seconds an actor holds the driver's events call when it has nothing to say
 LOST_GRACE = 3.0  # seconds to find the dead process after a worker saw a peer vanish
@@ -73,7 +73,7 @@ class Driver:
 
     def _restart(self, engine, lost: str, restarts: int):
         """A new engine for the same job, prepared from its newest checkpoint."""
-        from singa_core.job import prepare_job
+        from singa_core.running.job import prepare_job
 
         prepared = engine.prepared
         latest = ckpt.latest_checkpoint(prepared.workspace)

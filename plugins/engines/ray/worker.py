@@ -28,8 +28,8 @@ from singa_builtins.engines.ray.channels import (
 from singa_builtins.engines.shm.worker import ShmStub, WorkerThread
 from singa_builtins.layers.bridge import BridgeTransport
 
-from singa_core import checkpoint as ckpt
 from singa_core.layer import kTrain
+from singa_core.running import checkpoint as ckpt
 
 GROUP_WAIT = 10.0  # seconds a checkpoint waits for the other partitions of group 0
 

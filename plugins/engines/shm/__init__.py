@@ -1,4 +1,4 @@
-"""The shared-memory engine's parts (see :mod:`singa_builtins.engines.shared_memory`).
+"""The shared-memory engine's parts (see :mod:`singa_builtins.engines.shm.engine`).
 
 * :mod:`.topology`: ClusterProto → processes, worker and server placement (§5.1);
 * :mod:`.layout`: owner Params → flat offsets, slices, slice → server / server group (§4.1);

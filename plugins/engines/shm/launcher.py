@@ -37,11 +37,11 @@ from singa_builtins.engines.shm.segments import (
     shm_free,
 )
 
-from singa_core import checkpoint as ckpt
 from singa_core.engine import TrainResult
 from singa_core.errors import SingaError
-from singa_core.job import updater_type_name
-from singa_core.numeric import NonFiniteError
+from singa_core.running import checkpoint as ckpt
+from singa_core.running.job import updater_type_name
+from singa_core.running.numeric import NonFiniteError
 
 GRACE = 3.0  # seconds the processes get to leave after an abort before they are killed
 

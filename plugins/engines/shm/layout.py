@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from singa_core.net import runtime_param_name
-from singa_core.slicing import partition_slices, slice_params
+from singa_core.netbuilder.net import runtime_param_name
+from singa_core.netbuilder.slicing import partition_slices, slice_params
 
 
 @dataclass(frozen=True)

@@ -68,9 +68,9 @@ def _setup(shared, ctrl):
 def prepared_job_of(shared):
     """The PreparedJob of the ``singa`` process, rebuilt in this process from the
     job's text, locations and overrides (plugins loaded first, for their extensions)."""
-    from singa_core.config import JobConfig
-    from singa_core.job import PreparedJob
-    from singa_core.plugin_host import get_host
+    from singa_core.jobconf.parse import JobConfig
+    from singa_core.plugin_host.host import get_host
+    from singa_core.running.job import PreparedJob
     from singa_core.schema import job_pb2
 
     host = get_host()  # loads the plugins (and their proto extensions) before parsing

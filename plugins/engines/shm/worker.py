@@ -19,13 +19,13 @@ import numpy as np
 from singa_builtins.engines.shm.bridge import ShmBridgeTransport, install_bridges
 from singa_builtins.engines.shm.context import Mailbox, ProcessContext
 
-from singa_core import checkpoint as ckpt
-from singa_core.fileio import atomic_write_bytes
-from singa_core.job import updater_type_name
 from singa_core.layer import kTrain
-from singa_core.net import stable_seed
+from singa_core.netbuilder.net import stable_seed
+from singa_core.running import checkpoint as ckpt
+from singa_core.running.fileio import atomic_write_bytes
+from singa_core.running.job import updater_type_name
+from singa_core.running.training import TrainingLoop
 from singa_core.stub import ParamStub
-from singa_core.training import TrainingLoop
 
 
 def _is_ver(m) -> bool:

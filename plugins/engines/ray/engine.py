@@ -1,0 +1,117 @@
+"""The Ray engine: the same job.conf on many machines (SINGA 0.3 §5 on a Ray cluster).
+
+The cluster section means what it means for the ``shm`` engine
+(:mod:`singa_builtins.engines.shm.engine`): the same SINGA processes (worker groups, server
+groups, ``nworkers_per_procs``, ``nservers_per_procs``, ``server_worker_separate``), the
+same slices (:mod:`singa_core.netbuilder.slicing`) on the same servers
+(:class:`ParamShard` behind the per-group aggregation), the same worker threads and TrainingLoop.
+Each SINGA process is one Ray actor; a placement group puts them on the nodes (``--placement
+spread|pack``). Between actors of one node gradient slices and fresh values go through shared
+memory and pipes (as with shm); between nodes as batched actor calls and object refs: synchronous
+inside a group, asynchronous across groups, Hogwild sync between server groups, bridges
+between the partitions of a group on different nodes. Reports, metrics and
+checkpoints appear on the machine that runs ``singa train``.
+
+Without ``--address`` (or ``RAY_ADDRESS``) a private one-node runtime is started and shut
+down; ``--address HOST:PORT`` or ``auto`` joins a cluster made with ``ray start``.
+``--max-restarts N`` restarts a job that lost a process or node from its newest checkpoint.
+Engine option ``cpus_per_worker`` (``--engine-option cpus_per_worker=0.5``) sets the CPUs a
+worker thread asks for (default 1). Never chosen automatically: ``--engine ray``. Importing
+this module does not import Ray. Parts: :mod:`singa_builtins.engines.ray`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from singa_builtins.engines.ray.runtime import PIP_COMMAND, ray_installed
+from singa_builtins.engines.shm.engine import SharedMemoryEngine
+
+from singa_core.blas import blas_threads_for
+from singa_core.engine import TrainResult
+from singa_core.errors import SingaError
+
+
+@dataclass
+class RayOptions:
+    address: str | None = None
+    placement: str = "spread"
+    max_restarts: int = 0
+    cpus_per_worker: float = 1.0
+
+
+def _number(options, name, kind, minimum, where):
+    try:
+        value = kind(options[name])
+    except ValueError:
+        value = None
+    if value is None or value < minimum or (kind is float and value == 0):
+        raise SingaError(
+            f"{name.replace('_', '-')} is {options[name]!r}; it must be a number "
+            f"{'above' if kind is float else 'of at least'} {minimum}",
+            where=where,
+            help=f"e.g. {where} {'0.5' if kind is float else '1'}",
+        )
+    return value
+
+
+class RayEngine(SharedMemoryEngine):
+    type_names = ("ray",)
+    priority = -10  # only when asked for: --engine ray
+    option_names = ("address", "placement", "max_restarts", "cpus_per_worker")
+
+    @classmethod
+    def unavailable(cls) -> str | None:
+        return None if ray_installed() else f"needs Ray: {PIP_COMMAND}"
+
+    @classmethod
+    def supports(cls, job) -> str | None:
+        if not ray_installed():
+            return f"Ray is not installed; install it with: {PIP_COMMAND}"
+        return super().supports(job)
+
+    def __init__(self, prepared, reporter) -> None:
+        super().__init__(prepared, reporter)
+        self.ray_options = RayOptions()
+
+    def configure(self, options: dict[str, str]) -> None:
+        super().configure(options)
+        o = RayOptions(address=options.get("address") or None)
+        if "placement" in options:
+            o.placement = options["placement"].lower()
+            if o.placement not in ("spread", "pack"):
+                raise SingaError(
+                    f"placement is {options['placement']!r}",
+                    where="--placement",
+                    help="--placement spread (a process on every node first) or pack",
+                )
+        if "max_restarts" in options:
+            o.max_restarts = _number(options, "max_restarts", int, 0, "--max-restarts")
+        if "cpus_per_worker" in options:
+            o.cpus_per_worker = _number(
+                options, "cpus_per_worker", float, 0, "--engine-option cpus_per_worker="
+            )
+        self.ray_options = o
+
+    def process_blas_threads(self, request) -> int:
+        """BLAS threads of one SINGA process: num_openblas_threads, else the driver's
+        OPENBLAS_NUM_THREADS / OMP_NUM_THREADS, else its CPUs."""
+        return blas_threads_for(self.prepared.job, int(request.cpus))
+
+    def describe(self) -> list[str]:
+        from singa_builtins.engines.ray.dryrun import placement_lines
+
+        topo = self.topology
+        head = (
+            f"engine: ray ({len(topo.procs)} processes as Ray actors, placement "
+            f"{self.ray_options.placement}, {self.ray_options.cpus_per_worker:g} CPU per worker "
+            f"thread; {topo.nworker_groups} worker group(s) x {topo.nworkers_per_group}, "
+            f"{topo.nserver_groups} server group(s) x {topo.nservers_per_group})"
+        )
+        return [head, *placement_lines(self, os.getcwd()), *self.slice_lines()]
+
+    def train(self) -> TrainResult:
+        from singa_builtins.engines.ray.driver import Driver
+
+        return Driver(self).run()

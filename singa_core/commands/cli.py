@@ -1,0 +1,766 @@
+"""The ``singa`` command line.
+
+User errors (:class:`~singa_core.contracts.errors.SingaError`) are printed as ``WHERE: error: WHAT``
+plus a ``help:`` line and exit with status 2, without a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from typer.core import TyperCommand, TyperGroup
+
+from singa_core import __version__
+from singa_core.contracts.errors import USER_ERROR_EXIT, SingaError
+
+
+class _Command(TyperCommand):
+    """Plain help, as a well-kept CLI prints it: ``singa train [OPTIONS] JOB.conf``, arguments
+    by their metavar (no ``{job}`` or ``<path>``), options with their value's metavar, the
+    examples in the epilog kept as written."""
+
+    def collect_usage_pieces(self, ctx) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if param.param_type_name == "argument":
+                name = _argument_name(param)
+                pieces.append(name if param.required else f"[{name}]")
+        return pieces
+
+    def format_options(self, ctx, formatter) -> None:
+        args, opts = [], []
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None:
+                continue
+            if param.param_type_name == "argument":
+                text = record[1].replace("[required]", "").rstrip()  # it is an argument
+                args.append((_argument_name(param), text))
+            else:
+                opts.append(record)
+        if args:
+            with formatter.section("Arguments"):
+                formatter.write_dl(args)
+        if opts:
+            with formatter.section("Options"):
+                formatter.write_dl(opts)
+
+    def format_epilog(self, ctx, formatter) -> None:
+        _write_epilog(self.epilog, formatter)
+
+
+class _Group(TyperGroup):
+    """The command list with each command's whole first line; the epilog as written."""
+
+    def format_commands(self, ctx, formatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit=200)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+    def format_epilog(self, ctx, formatter) -> None:
+        _write_epilog(self.epilog, formatter)
+
+
+def _argument_name(param) -> str:
+    name = param.metavar or param.name.upper()
+    return name + "..." if param.nargs != 1 and not name.endswith("...") else name
+
+
+def _write_epilog(epilog: str | None, formatter) -> None:
+    """The epilog line by line: a heading, then examples indented as written."""
+    if not epilog:
+        return
+    formatter.write_paragraph()
+    for line in epilog.strip("\n").splitlines():
+        formatter.write(f"{'':>{formatter.current_indent}}{line}\n")
+
+
+class _App(typer.Typer):
+    """Every command gets :class:`_Command`'s help."""
+
+    def command(self, *args, cls=None, **kwargs):
+        return super().command(*args, cls=cls or _Command, **kwargs)
+
+
+app = _App(
+    cls=_Group,
+    add_completion=False,
+    rich_markup_mode=None,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="singa: train SINGA 0.x job.conf files; extend it with pip-installable plugins.",
+    epilog="""Examples:
+  singa data mnist --out examples/mnist
+  singa train examples/mnist/job.conf
+  singa test examples/mnist/job.conf --steps 100
+  singa COMMAND --help""",
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+
+JobArg = Annotated[
+    Path,
+    typer.Argument(metavar="JOB.conf", help="the job.conf file (protobuf text format)"),
+]
+OverrideOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "-o",
+        "--override",
+        metavar="FIELD=VALUE",
+        help="set a field, e.g. -o train_steps=100 (repeatable)",
+    ),
+]
+
+
+def _fail(err: SingaError) -> None:
+    print(err.format(), file=sys.stderr)
+    raise typer.Exit(getattr(err, "exit_code", USER_ERROR_EXIT))  # 3: numeric.NonFiniteError
+
+
+def _host():
+    from singa_core.plugin_host.host import get_host
+
+    host = get_host()
+    for f in host.failures:
+        print(f.warning(), file=sys.stderr)
+    return host
+
+
+def select_engine(host, job, name: str | None):
+    """The engine class to run ``job`` (see singa_core.running.python_api.select_engine)."""
+    from singa_core.running.python_api import select_engine as choose
+
+    return choose(host, job, name)
+
+
+def _print_net(prepared, engine) -> None:
+    from singa_core.contracts.layer import kTrain
+    from singa_core.netbuilder.net import PHASE_NAMES
+
+    for phase, net in prepared.nets.items():
+        rows = net.summary()
+        print(f"{PHASE_NAMES[phase]} net ({len(rows)} layers):")
+        w = max(len(r[0]) for r in rows)
+        t = max(len(r[1]) for r in rows)
+        for name, typ, srcs, shape, nparams in rows:
+            shape_s = "x".join(str(s) for s in shape) if shape else "-"
+            print(
+                f"  {name:<{w}}  {typ:<{t}}  <- {', '.join(srcs) or '(none)':<20} "
+                f"out {shape_s:<14} params {nparams:,}"
+            )
+        if phase == kTrain:
+            print(
+                f"  total: {net.num_param_values():,} parameter values in "
+                f"{len(net.owner_params)} params"
+            )
+    if prepared.memory is not None:
+        for line in prepared.memory.table():
+            print(line)
+    for line in engine.describe():
+        print(line)
+
+
+def _write_graph(prepared, engine, path: Path, job: Path) -> None:
+    from singa_core.commands.graph import net_graph, write_graph
+    from singa_core.netbuilder.net import PHASE_NAMES
+
+    title = f"{prepared.job.name or job.stem} ({job})"
+    text = net_graph(prepared.nets, PHASE_NAMES, engine.describe(), title)
+    written, note = write_graph(text, path)
+    if note:
+        print(note, file=sys.stderr)
+    print(f"wrote {written}")
+
+
+def _engine_options(*, extra: list[str], **given) -> dict[str, str]:
+    """The engine options given on the command line (name -> text)."""
+    out = {k: str(v) for k, v in given.items() if v is not None}
+    for item in extra:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise SingaError(
+                f"engine option {item!r} is not KEY=VALUE",
+                where="--engine-option",
+                help="e.g. --engine-option cpus_per_worker=0.5",
+            )
+        out[key.strip().replace("-", "_")] = value.strip()
+    return out
+
+
+@app.command(
+    epilog="""Examples:
+  singa train examples/mnist/job.conf
+  singa train examples/mnist/job.conf -o train_steps=200 --seed 1 --workspace /tmp/run1
+  singa train examples/mnist/job.conf --dry-run
+  singa train examples/mnist/job.conf --resume"""
+)
+def train(
+    job: JobArg,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="continue from the newest checkpoint in the workspace")
+    ] = False,
+    resume_from: Annotated[
+        int | None,
+        typer.Option(
+            "--resume-from",
+            metavar="STEP",
+            help="continue from the workspace's checkpoint of step STEP (e.g. when the newest "
+            "is damaged)",
+        ),
+    ] = None,
+    keep_checkpoints: Annotated[
+        int | None,
+        typer.Option(
+            "--keep-checkpoints",
+            metavar="N",
+            help="keep only the N newest checkpoints (plus those marked with "
+            "checkpoint/step<S>.keep); same as -o keep_checkpoints=N",
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="validate and print the net; do not train")
+    ] = False,
+    override: OverrideOpt = None,
+    seed: Annotated[
+        int | None,
+        typer.Option(metavar="N", help="job-level random seed (overrides job.conf's seed)"),
+    ] = None,
+    engine: Annotated[
+        str | None,
+        typer.Option(
+            metavar="NAME",
+            help="engine plugin to run the job (default: chosen from the cluster config)",
+        ),
+    ] = None,
+    workspace: Annotated[
+        str | None, typer.Option(metavar="DIR", help="override cluster.workspace")
+    ] = None,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="no metric lines, only the summary")
+    ] = False,
+    address: Annotated[
+        str | None,
+        typer.Option(
+            metavar="HOST:PORT",
+            help="engines that run on a cluster: the cluster to join, HOST:PORT or auto "
+            "(default: the engine's own, e.g. a private one-node runtime)",
+        ),
+    ] = None,
+    placement: Annotated[
+        str | None,
+        typer.Option(
+            metavar="spread|pack",
+            help="engines that run on a cluster: spread (default) or pack processes",
+        ),
+    ] = None,
+    max_restarts: Annotated[
+        int | None,
+        typer.Option(
+            metavar="N",
+            help="engines that run on a cluster: restart from the newest checkpoint up to N "
+            "times when a process or node is lost (default 0: stop)",
+        ),
+    ] = None,
+    engine_option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--engine-option",
+            metavar="KEY=VALUE",
+            help="an engine's own option KEY=VALUE (repeatable)",
+        ),
+    ] = None,
+    tensorboard: Annotated[
+        bool,
+        typer.Option(
+            "--tensorboard/--no-tensorboard",
+            show_default=False,
+            help="write TensorBoard event files to WORKSPACE/tensorboard/ (default on; needs "
+            "singa-classic[tensorboard])",
+        ),
+    ] = True,
+    histograms: Annotated[
+        bool,
+        typer.Option(
+            "--histograms",
+            help="also write each Param's and its gradient's histogram to TensorBoard every "
+            "disp_freq steps",
+        ),
+    ] = False,
+    graph: Annotated[
+        Path | None,
+        typer.Option(
+            "--graph",
+            metavar="FILE",
+            help="with --dry-run: write the nets (after unrolling and partitioning) and the "
+            "placement as a Graphviz graph, FILE.dot (or .svg/.png/.pdf when Graphviz's dot "
+            "is installed)",
+        ),
+    ] = None,
+) -> None:
+    """Train the model a job.conf describes.
+
+    Prints SINGA-style metric lines, writes checkpoints, WORKSPACE/metrics.jsonl and
+    TensorBoard event files, and ends with the wall time and where it went. Ctrl-C stops
+    after the current step with a checkpoint (exit 130); --resume continues."""
+    from singa_core.running.python_api import Job
+
+    if keep_checkpoints is not None:
+        override = [*(override or []), f"keep_checkpoints={keep_checkpoints}"]
+    if graph is not None and not dry_run:
+        _fail(
+            SingaError(
+                "--graph writes the net of a dry run",
+                where="--graph",
+                help=f"add --dry-run: singa train {job} --dry-run --graph {graph}",
+            )
+        )
+    try:
+        run = Job.from_file(
+            job,
+            override,
+            seed=seed,
+            workspace=workspace,
+            engine=engine,
+            engine_options=_engine_options(
+                address=address,
+                placement=placement,
+                max_restarts=max_restarts,
+                extra=engine_option or [],
+            ),
+            quiet=quiet,
+            tensorboard=tensorboard,
+            histograms=histograms,
+        )
+        if dry_run:
+            checked = run.dry_run()
+            prepared, eng = checked.prepared, checked.engine
+            _print_net(prepared, eng)
+            if graph is not None:
+                _write_graph(prepared, eng, graph, job)
+            print(f"{job}: ok")
+            return
+        result = run.train(resume=resume, resume_from=resume_from)
+    except SingaError as err:
+        _fail(err)
+    if not result.trained:
+        return
+    print(result.summary(), file=sys.stderr)
+    if result.interrupted:
+        raise typer.Exit(128 + (result.stop_signal or 2))  # 130 for Ctrl-C, 143 for SIGTERM
+
+
+@app.command(
+    epilog="""Examples:
+  singa test examples/mnist/job.conf --steps 100
+  singa test examples/mnist/job.conf --checkpoint examples/mnist/checkpoint/step600-worker0
+  singa test examples/char-rnn/sample.conf --steps 600"""
+)
+def test(
+    job: JobArg,
+    override: OverrideOpt = None,
+    steps: Annotated[
+        int | None, typer.Option(metavar="N", help="test mini-batches (default: test_steps)")
+    ] = None,
+    checkpoint: Annotated[
+        list[Path] | None,
+        typer.Option(
+            metavar="FILE",
+            help="checkpoint file(s) to load, repeatable (default: the newest in the workspace, "
+            "else checkpoint_path)",
+        ),
+    ] = None,
+    engine: Annotated[
+        str | None,
+        typer.Option(
+            metavar="NAME", help="engine plugin (default: chosen from the cluster config)"
+        ),
+    ] = None,
+) -> None:
+    """Evaluate a trained model on the test net (SINGA's -test).
+
+    Loads the newest checkpoint of the job's workspace (else job.conf's checkpoint_path)
+    and prints the test net's metrics over N mini-batches. A job.conf without an updater
+    (e.g. a sampling job) is fine."""
+    from singa_core.running.python_api import Job
+
+    try:
+        run = Job.from_file(job, override, engine=engine)
+        result = run.test(steps, checkpoint)
+    except SingaError as err:
+        _fail(err)
+    print(result.summary())
+
+
+@app.command(
+    "list-plugins",
+    epilog="""Examples:
+  singa list-plugins
+  singa list-plugins --json""",
+)
+def list_plugins(
+    as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="show import tracebacks")
+    ] = False,
+) -> None:
+    """Show every plugin distribution, its version and the types it provides.
+
+    Each type is listed under the job.conf field that selects it (`type` for the built-in
+    enum names, `user_type` for user types, ...); a name two plugins claim is listed under
+    every provider and marked (conflict)."""
+    from singa_core import CORE_DISTRIBUTION, PLUGIN_API_VERSION
+    from singa_core.plugin_host.host import get_host
+
+    host = get_host()
+    # (dist, version) -> kind -> selecting field -> labels
+    dists: dict[tuple[str, str], dict[str, dict[str, list[str]]]] = {}
+    conflicted = {(k, ns, n) for k, ns, n, _ in host.conflicts()}
+    for kind, reg in host.registries.items():
+        for entry in reg.all_entries():
+            key = (entry.provider.dist, entry.provider.version)
+            label = entry.name
+            if entry.alias_of:
+                label += f" (alias of {entry.alias_of})"
+            elif getattr(entry.obj, "unavailable", None) and entry.obj.unavailable():
+                label += f" ({entry.obj.unavailable()})"
+            if (kind, entry.namespace, entry.name) in conflicted:
+                label += " (conflict)"
+            by_field = dists.setdefault(key, {}).setdefault(kind, {})
+            by_field.setdefault(reg.field_of(entry.namespace), []).append(label)
+    for p in host.plugins:
+        dists.setdefault((p.provider.dist, p.provider.version), {})
+    conflicts = [
+        {
+            "kind": k,
+            "name": n,
+            "field": host.registry(k).field_of(ns),
+            "providers": [f"{p.dist} {p.version}" for p in ps],
+        }
+        for k, ns, n, ps in host.conflicts()
+    ]
+    failures = [
+        {"plugin": f.plugin, "dist": f.dist, "error": f.error, "skipped": f.skipped, "help": f.help}
+        for f in host.failures
+    ]
+    declared: dict[tuple[str, str], tuple[str, str]] = {}  # dist -> (requires, plugin API)
+    for p in host.plugins:
+        if p.provider.dist != CORE_DISTRIBUTION:
+            key = (p.provider.dist, p.provider.version)
+            old_req, old_api = declared.get(key, ("", ""))
+            declared[key] = (old_req or p.requires_core, old_api or p.plugin_api)
+    if as_json:
+        out = {
+            "core": {
+                "distribution": CORE_DISTRIBUTION,
+                "version": __version__,
+                "plugin_api": PLUGIN_API_VERSION,
+            },
+            "plugins": [
+                {
+                    "name": d,
+                    "version": v,
+                    "types": {
+                        kind: [x for labels in by_field.values() for x in labels]
+                        for kind, by_field in types.items()
+                    },
+                    "types_by_field": types,
+                    "requires": declared.get((d, v), ("", ""))[0] or None,
+                    "plugin_api": declared.get((d, v), ("", ""))[1] or None,
+                }
+                for (d, v), types in sorted(dists.items())
+            ],
+            "conflicts": conflicts,
+            "failed": failures,
+        }
+        print(json.dumps(out, indent=2))
+        return
+    rows = []
+    for (d, v), types in sorted(dists.items()):
+        for kind in host.registries:
+            for fieldname, labels in types.get(kind, {}).items():
+                rows.append((f"{d} {v}", fieldname, kind, ", ".join(labels)))
+    heads = ("distribution", "selected by", "kind")
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(heads)]
+    print("  ".join(f"{h:<{w}}" for h, w in zip(heads, widths, strict=True)) + "  types")
+    print("  ".join("-" * w for w in widths) + "  -----")
+    last = None
+    for dist, fieldname, kind, names in rows:
+        shown = dist if dist != last else ""
+        print(f"{shown:<{widths[0]}}  {fieldname:<{widths[1]}}  {kind:<{widths[2]}}  {names}")
+        last = dist
+    core = f"{CORE_DISTRIBUTION} {__version__}"
+    print(f"\nplugin API {PLUGIN_API_VERSION} ({core}); plugins declare:")
+    for (d, v), (requires, api) in sorted(declared.items()):
+        ranges = [f"{CORE_DISTRIBUTION}{requires}"] if requires else []
+        ranges += [f"SINGA_PLUGIN_API {api}"] if api else []
+        said = ", ".join(ranges) + ": compatible" if ranges else "no range (assumed compatible)"
+        print(f"  {d} {v}  {said}")
+    for c in conflicts:
+        print(
+            f"conflict: {c['kind']} {c['field']} {c['name']} is provided by "
+            f"{' and '.join(c['providers'])}",
+            file=sys.stderr,
+        )
+    for f in host.failures:
+        said = "skipped" if f.skipped else "failed"
+        print(f"{said}: plugin '{f.plugin}' from {f.dist}: {f.error}", file=sys.stderr)
+        if f.help:
+            print(f"help: {f.help}", file=sys.stderr)
+        if verbose and f.detail:
+            print(f.detail, file=sys.stderr)
+
+
+@app.command(
+    epilog="""Examples:
+  singa data mnist --out examples/mnist
+  SINGA_DATA=/data singa data mnist --out examples/mnist   # /data/mnist holds the .gz files
+  singa data cifar10 --out examples/cifar10 --from ~/Downloads/cifar-10-batches-bin"""
+)
+def data(
+    name: Annotated[
+        str, typer.Argument(metavar="NAME", help="dataset name: mnist, cifar10, tinyshakespeare")
+    ],
+    out: Annotated[
+        Path, typer.Option("--out", metavar="DIR", help="folder to write SINGA's stores into")
+    ],
+    source: Annotated[
+        Path | None,
+        typer.Option(
+            "--from",
+            metavar="DIR",
+            help="folder holding the raw files (default: $SINGA_DATA/NAME, else download "
+            "into ~/.cache/singa)",
+        ),
+    ] = None,
+) -> None:
+    """Convert a dataset's raw files into SINGA's record stores."""
+    from singa_core.commands.datasets import prepare_dataset
+
+    try:
+        host = _host()
+        conv_cls = host.get("dataset", name, what="dataset")
+        said: list[str] = []
+
+        def log(message: str) -> None:
+            said.append(message)
+            print(message, file=sys.stderr)
+
+        written = prepare_dataset(conv_cls(), out, source, log=log)
+    except SingaError as err:
+        _fail(err)
+    for p in written:  # the files the converter did not already tell of
+        if not any(str(p) in message for message in said):
+            print(f"wrote {p}")
+
+
+@app.command(
+    "compile-proto",
+    epilog="""Examples:
+  singa compile-proto singa_foo/foo.proto --out singa_foo""",
+)
+def compile_proto(
+    files: Annotated[
+        list[Path], typer.Argument(metavar="FILE.proto", help="your plugin's .proto files")
+    ],
+    out: Annotated[
+        Path,
+        typer.Option("--out", metavar="DIR", help="where to write the _pb2.py modules"),
+    ] = Path("."),
+    include: Annotated[
+        list[Path] | None,
+        typer.Option("-I", metavar="DIR", help="extra include folder (repeatable)"),
+    ] = None,
+) -> None:
+    """Compile a plugin's .proto (which may `import "singa_core/schema/job.proto"`)."""
+    from singa_core.schema import compile_plugin_protos
+
+    try:
+        compile_plugin_protos([str(f) for f in files], str(out), [str(i) for i in include or []])
+    except SingaError as err:
+        _fail(err)
+    except RuntimeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise typer.Exit(USER_ERROR_EXIT) from None
+
+
+@app.command(
+    "new-plugin",
+    epilog="""Examples:
+  singa new-plugin scaled-tanh --kind layer
+  singa new-plugin my-sgd --kind updater --out plugins-dev""",
+)
+def new_plugin(
+    name: Annotated[
+        str, typer.Argument(metavar="NAME", help="the plugin's name, e.g. scaled-tanh")
+    ],
+    kind: Annotated[
+        str,
+        typer.Option(
+            "--kind",
+            metavar="KIND",
+            help="layer, worker, updater, lr, paramgen, engine, store or dataset",
+        ),
+    ],
+    out: Annotated[
+        Path,
+        typer.Option("--out", metavar="DIR", help="folder to create the package folder in"),
+    ] = Path("."),
+    field_number: Annotated[
+        int | None,
+        typer.Option(
+            metavar="N", help="the .proto extension's field number (default: from the name)"
+        ),
+    ] = None,
+) -> None:
+    """Write a ready plugin package: pyproject, module, .proto extension, README, tests."""
+    from singa_core.commands.scaffold import new_plugin as scaffold
+
+    try:
+        root, written, note = scaffold(name, kind, out, number=field_number)
+    except SingaError as err:
+        _fail(err)
+    for path in written:
+        print(f"wrote {path}")
+    if note:
+        print(f"note: {note}", file=sys.stderr)
+    print(f"next: pip install {root} && singa list-plugins; pytest {root / 'tests'}")
+
+
+@app.command(
+    "time",
+    epilog="""Examples:
+  singa time examples/mnist/job.conf
+  singa time examples/mnist/conv.conf --iterations 20 --json""",
+)
+def time_command(
+    job: JobArg,
+    iterations: Annotated[
+        int, typer.Option("--iterations", "-n", metavar="N", help="timed training steps")
+    ] = 10,
+    warmup: Annotated[
+        int, typer.Option("--warmup", metavar="N", help="untimed steps before them")
+    ] = 2,
+    as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+    override: OverrideOpt = None,
+    seed: Annotated[
+        int | None, typer.Option(metavar="N", help="random seed (overrides job.conf's seed)")
+    ] = None,
+) -> None:
+    """Time the train net's layers, forward and backward, like `caffe time`.
+
+    Runs N training steps on real batches in memory (nothing is written: no checkpoint,
+    no metrics) and prints per layer its type, output shape, forward and backward ms, its
+    share of the step and GFLOP/s where the layer knows its FLOPs, then the updater's and
+    the engine's share."""
+    import os
+
+    from singa_core.commands.timing import time_training_step
+    from singa_core.contracts.blas import blas_threads_for, set_blas_threads
+    from singa_core.jobconf.parse import load_job
+    from singa_core.running.job import prepare_job
+
+    try:
+        if iterations < 1 or warmup < 0:
+            raise SingaError(
+                f"--iterations must be at least 1 and --warmup not negative "
+                f"(got {iterations}, {warmup})",
+                where="--iterations" if iterations < 1 else "--warmup",
+                help="e.g. --iterations 10",
+            )
+        host = _host()
+        cfg = load_job(job, override or [])
+        prepared = prepare_job(cfg, host, seed=seed)
+        # as the in-process engine runs it (job.conf, else the environment, else all cores)
+        set_blas_threads(blas_threads_for(prepared.job, os.cpu_count() or 1))
+        timing = time_training_step(prepared, iterations, warmup)
+    except SingaError as err:
+        _fail(err)
+    if as_json:
+        print(json.dumps({"job": str(job), **timing.as_dict()}, indent=2))
+        return
+    for line in timing.table():
+        print(line)
+
+
+@app.command(
+    epilog="""Examples:
+  singa plot examples/mnist
+  singa plot examples/mnist --terminal
+  singa plot runs/lr-0.01 runs/lr-0.001 --out compare.png --metric loss"""
+)
+def plot(
+    workspaces: Annotated[
+        list[Path],
+        typer.Argument(metavar="WORKSPACE", help="workspaces written by `singa train` (overlaid)"),
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            metavar="FILE.png",
+            help="the PNG to write (default: FIRST_WORKSPACE/plot.png)",
+        ),
+    ] = None,
+    terminal: Annotated[
+        bool, typer.Option("--terminal", help="draw in the terminal instead (no matplotlib)")
+    ] = False,
+    metric: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--metric",
+            metavar="NAME",
+            help="plot this metric (repeatable; default: loss, accuracy)",
+        ),
+    ] = None,
+) -> None:
+    """Plot loss and accuracy against step (train, test, validation) from metrics.jsonl."""
+    from singa_core.commands import plotting
+
+    try:
+        runs = plotting.load_runs(workspaces)
+        metrics = plotting.choose_metrics(runs, metric)
+        if terminal:
+            import shutil
+
+            width = shutil.get_terminal_size((100, 24)).columns
+            print(plotting.plot_terminal(runs, metrics, width=width))
+            return
+        target = (
+            out if out is not None else plotting.metrics_file(workspaces[0]).parent / "plot.png"
+        )
+        plotting.plot_png(runs, metrics, target)
+    except SingaError as err:
+        _fail(err)
+    print(f"wrote {target}")
+
+
+@app.command()
+def version() -> None:
+    """Print singa's version."""
+    print(__version__)
+
+
+def main() -> None:
+    from singa_core.jobconf.legacy import translate_argv
+
+    args, notes = translate_argv(sys.argv[1:])  # SINGA 0.3's -conf, -singa_conf, ...
+    for note in notes:
+        print(note, file=sys.stderr)
+    try:
+        app(args=args, prog_name="singa")
+    except KeyboardInterrupt:  # Ctrl-C outside the training loop (which handles its own)
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,255 @@
+"""Pin the number of BLAS threads of this process (SINGA's ``num_openblas_threads``).
+
+Uses the OpenBLAS that numpy loaded (``openblas_set_num_threads``, under the symbol names
+of the scipy-openblas builds numpy's wheels ship). Engines call :func:`set_blas_threads`
+in every worker process; without a known OpenBLAS it does nothing and says so.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+
+_SETTERS = (
+    "scipy_openblas_set_num_threads64_",
+    "scipy_openblas_set_num_threads",
+    "openblas_set_num_threads64_",
+    "openblas_set_num_threads",
+)
+_GETTERS = tuple(s.replace("set_num", "get_num") for s in _SETTERS)
+
+
+def _openblas_libs() -> list[ctypes.CDLL]:
+    import numpy
+
+    libs = []
+    base = os.path.dirname(numpy.__file__)
+    for pattern in (
+        "../numpy.libs/*openblas*.so*",
+        ".libs/*openblas*",
+        "../numpy.libs/*openblas*.dll",
+    ):
+        for path in glob.glob(os.path.join(base, pattern)):
+            try:
+                libs.append(
+                    ctypes.CDLL(path, mode=getattr(ctypes, "RTLD_NOLOAD", 0) | ctypes.RTLD_GLOBAL)
+                )
+            except OSError:
+                continue
+    try:
+        libs.append(ctypes.CDLL(None))
+    except OSError:
+        pass
+    return libs
+
+
+#: environment variables that set the BLAS thread count, in the order they are honoured
+THREAD_ENV_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")
+
+
+def blas_threads_for(job, default: int, environ=None) -> int:
+    """The BLAS threads of one SINGA process: job.conf's ``num_openblas_threads`` when it
+    is set; else the user's ``OPENBLAS_NUM_THREADS``, else ``OMP_NUM_THREADS`` (as numpy
+    and PyTorch honour them; a value that is not a positive integer, such as OpenMP's
+    ``"4,2"`` lists, counts as unset); else ``default`` (the engine's choice: all cores for
+    the in-process engine, a share of them per process for the others)."""
+    if job is not None and job.HasField("num_openblas_threads"):
+        return max(1, int(job.num_openblas_threads))
+    env = os.environ if environ is None else environ
+    for name in THREAD_ENV_VARS:
+        value = env.get(name, "").strip()
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return max(1, int(default))
+
+
+def set_blas_threads(n: int) -> bool:
+    """Set OpenBLAS's thread count; True if an OpenBLAS was found and set."""
+    n = max(1, int(n))
+    for lib in _openblas_libs():
+        for sym in _SETTERS:
+            fn = getattr(lib, sym, None)
+            if fn is not None:
+                fn(ctypes.c_int(n))
+                return True
+    return False
+
+
+def get_blas_threads() -> int | None:
+    for lib in _openblas_libs():
+        for sym in _GETTERS:
+            fn = getattr(lib, sym, None)
+            if fn is not None:
+                fn.restype = ctypes.c_int
+                return int(fn())
+    return None
+
+
+_SAXPY_SYMBOLS = (  # (symbol, integer type of its sizes)
+    ("scipy_cblas_saxpy64_", ctypes.c_int64),
+    ("cblas_saxpy64_", ctypes.c_int64),
+    ("scipy_cblas_saxpy", ctypes.c_int),
+    ("cblas_saxpy", ctypes.c_int),
+)
+_saxpy = None  # resolved lazily: a ctypes function, or False when unavailable
+
+
+def _find_saxpy():
+    for lib in _openblas_libs():
+        for sym, itype in _SAXPY_SYMBOLS:
+            fn = getattr(lib, sym, None)
+            if fn is not None:
+                fn.restype = None
+                fn.argtypes = [
+                    itype,
+                    ctypes.c_float,
+                    ctypes.c_void_p,
+                    itype,
+                    ctypes.c_void_p,
+                    itype,
+                ]
+                return fn
+    return False
+
+
+def axpy(a: float, x, y) -> None:
+    """``y += a * x`` in place in one fused pass, with numpy's own BLAS (cblas_saxpy).
+
+    Updaters touch every parameter every step; one fused pass is several times faster than
+    numpy's ``x * a`` then ``y += ...`` and allocates nothing. (scipy's BLAS is avoided on
+    purpose: it is a second OpenBLAS whose spinning threads slow down numpy's GEMMs.)
+    """
+    import numpy as np
+
+    global _saxpy
+    if _saxpy is None:
+        _saxpy = _find_saxpy()
+    if (
+        _saxpy
+        and x.dtype == np.float32
+        and y.dtype == np.float32
+        and x.flags.c_contiguous
+        and y.flags.c_contiguous
+        and x.size == y.size
+    ):
+        _saxpy(x.size, a, x.ctypes.data, 1, y.ctypes.data, 1)
+    else:
+        y += np.float32(a) * x
+
+
+_SGEMM_SYMBOLS = (
+    ("scipy_cblas_sgemm64_", ctypes.c_int64),
+    ("cblas_sgemm64_", ctypes.c_int64),
+    ("scipy_cblas_sgemm", ctypes.c_int),
+    ("cblas_sgemm", ctypes.c_int),
+)
+_sgemm = None  # resolved lazily: a ctypes function, or False when unavailable
+_ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
+
+
+def _find_sgemm():
+    for lib in _openblas_libs():
+        for sym, itype in _SGEMM_SYMBOLS:
+            fn = getattr(lib, sym, None)
+            if fn is not None:
+                fn.restype = None
+                i, f, p = itype, ctypes.c_float, ctypes.c_void_p
+                fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, i, i, i, f, p, i, p, i]
+                fn.argtypes += [f, p, i]
+                return fn
+    return False
+
+
+def _blas_operand(x):
+    """(transposed?, leading dimension) of a 2-D float32 array for row-major BLAS, or None
+    when its memory layout is neither row- nor column-major with a leading dimension.
+
+    Views into a larger array qualify as long as one axis has unit stride (a block of rows
+    of ``x[:, a:b]`` in a wider matrix, say)."""
+    item = x.itemsize
+    rows, cols = x.shape
+    s0, s1 = x.strides
+    if (s1 == item or cols <= 1) and s0 % item == 0 and s0 // item >= max(cols, 1):
+        return False, s0 // item
+    if (s0 == item or rows <= 1) and s1 % item == 0 and s1 // item >= max(rows, 1):
+        return True, s1 // item
+    if x.flags.c_contiguous:
+        return False, max(cols, 1)
+    if x.flags.f_contiguous:
+        return True, max(rows, 1)
+    return None
+
+
+def _call_sgemm(a, b, c, alpha: float, beta: float) -> bool:
+    """``c = alpha·a@b + beta·c`` through cblas_sgemm when the layouts allow; False if not."""
+    import numpy as np
+
+    global _sgemm
+    if _sgemm is None:
+        _sgemm = _find_sgemm()
+    if not (
+        _sgemm
+        and a.ndim == 2
+        and b.ndim == 2
+        and c.ndim == 2
+        and a.dtype == b.dtype == c.dtype == np.float32
+        and c.shape == (a.shape[0], b.shape[1])
+        and a.shape[1] == b.shape[0]
+    ):
+        return False
+    la, lb, lc = _blas_operand(a), _blas_operand(b), _blas_operand(c)
+    if la is None or lb is None or lc is None or lc[0]:
+        return False
+    m, k = a.shape
+    n = b.shape[1]
+    if m == 0 or n == 0:
+        return True
+    _sgemm(
+        _ROW_MAJOR,
+        _TRANS if la[0] else _NO_TRANS,
+        _TRANS if lb[0] else _NO_TRANS,
+        m,
+        n,
+        k,
+        alpha,
+        a.ctypes.data,
+        max(la[1], 1),
+        b.ctypes.data,
+        max(lb[1], 1),
+        beta,
+        c.ctypes.data,
+        max(lc[1], 1),
+    )
+    return True
+
+
+def gemm_acc(a, b, c) -> None:
+    """``c += a @ b`` in place (one GEMM with beta = 1, no temporary), with numpy's own BLAS.
+
+    ``a`` and ``b`` may be transposed views (``x.T``); ``c`` must be C-contiguous float32.
+    Layers accumulating parameter gradients over unrolled time steps (``kAggGrad``) use it.
+    Falls back to numpy when the layout or dtype does not allow a direct call.
+    """
+    if c.flags.c_contiguous and _call_sgemm(a, b, c, 1.0, 1.0):
+        return
+    c += a @ b
+
+
+def gemm(a, b, c, *, beta: float = 0.0) -> None:
+    """``c = a @ b + beta·c`` in place, with numpy's own BLAS, on strided 2-D views.
+
+    Unlike ``np.dot(out=)``, every operand may be a block of a larger array as long as one
+    of its axes has unit stride (BLAS's leading dimension): the convolutions multiply
+    shifted windows of their column buffers and accumulate into them this way, without
+    copies. ``beta`` is 0 (overwrite) or 1 (accumulate) in practice. Falls back to numpy
+    (with a temporary) when the layout or dtype does not allow a direct call.
+    """
+    if _call_sgemm(a, b, c, 1.0, beta):
+        return
+    if beta == 0.0:
+        c[...] = a @ b
+    else:
+        if beta != 1.0:
+            c *= beta
+        c += a @ b

@@ -1,0 +1,320 @@
+"""The Layer interface every layer plugin implements (SINGA 0.3 §2.1).
+
+Data flows through numpy float32 arrays whose first dimension is the batch. A layer owns
+``data`` (its output) and ``grad`` (the gradient of the loss w.r.t. ``data``, filled by its
+consumers). In ``backward`` a layer computes its Params' gradients and writes the gradient
+w.r.t. each source into ``src.grad_for(self)`` (overwriting, as SINGA does); sources that
+return ``None`` take no gradient. Labels travel in ``aux`` (int array) of input layers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from singa_core.contracts.errors import Location, SingaError
+from singa_core.contracts.memory import charge as charge_memory
+from singa_core.contracts.param import DTYPE, Param
+from singa_core.netbuilder.partition import split_replica_name
+from singa_core.schema import job_pb2
+
+# Phase bit flags (SINGA's Phase enum); flags passed to forward/backward are OR-ed sets.
+kTrain, kVal, kTest = job_pb2.kTrain, job_pb2.kVal, job_pb2.kTest
+kPositive, kNegative = job_pb2.kPositive, job_pb2.kNegative
+kForward, kBackward, kLoss = job_pb2.kForward, job_pb2.kBackward, job_pb2.kLoss
+kDeploy, kAggGrad = job_pb2.kDeploy, job_pb2.kAggGrad
+
+
+@dataclass
+class LayerContext:
+    """What the net gives a layer when constructing it."""
+
+    rng: np.random.Generator
+    locate: Callable[[str | None], Location | str | None] = lambda field=None: None
+    get_plugin: Callable[[str, str], Any] | None = None  # (kind, name) -> registered object
+    partition_id: int = 0
+    num_partitions: int = 1
+    phase: int = 0  # the phase of the net being built (kTrain, kVal, kTest); 0 if unknown
+
+
+class Layer:
+    """Base class and contract of layer plugins.
+
+    Subclasses override :meth:`setup`, :meth:`forward` and (unless they take no part in
+    backpropagation) :meth:`backward`. Class attributes describe the layer to the net:
+
+    * ``num_srclayers``: ``(min, max)`` number of source layers, ``max=None`` unbounded;
+    * ``one_to_many``: consumers may read ``data`` directly without a split layer
+      (SINGA's kOneToMany: input layers, GRU);
+    * ``is_loss``: reports a loss; the worker reads ``loss`` for gradient checks;
+    * ``type_names``: the registered names (first canonical, the rest aliases) and
+      ``alias_note``, a reason printed once per job when an alias is used;
+    * ``needs_whole_source``: each output depends on every source value (0.3's
+      kOneToAll src_neuron_connection: kInnerProduct, convolutions, kSoftmax); when such a
+      layer is partitioned on dimension 1, every partition gets the whole source;
+    * ``recurrent``: in an unrolled net copy ``i#L`` also takes ``(i−1)#L`` as its last
+      source (kGRU). A recurrent layer without that source starts from its
+      ``initial_state`` (zeros unless a worker carries a state over, see
+      :meth:`carry_state`).
+    """
+
+    num_srclayers: tuple[int, int | None] = (1, 1)
+    #: shown once per job when the layer is used under an alias (``type_names[1:]``)
+    alias_note: str = ""
+    one_to_many: bool = False
+    is_loss: bool = False
+    recurrent: bool = False
+    needs_whole_source: bool = False
+
+    def __init__(self, conf, ctx: LayerContext | None = None) -> None:
+        self.conf = conf  # singa.LayerProto
+        self.name: str = conf.name
+        self.unroll_index: int = int(conf.unroll_index)  # which time step of an unrolled net
+        self.ctx = ctx or LayerContext(rng=np.random.default_rng(0))
+        self.params: list[Param] = []
+        self.data: np.ndarray | None = None
+        self.grad: np.ndarray | None = None
+        self.aux: np.ndarray | None = None  # int labels of input layers
+        self.loss: float = 0.0
+        self._metric_sum: dict[str, float] = {}
+        self._metric_count: dict[str, int] = {}
+
+    # -- the contract ---------------------------------------------------------------
+    def setup(self, srcs: Sequence[Layer]) -> None:
+        """Infer shapes from ``srcs``, allocate ``data``/``grad``, create Params."""
+        raise NotImplementedError
+
+    def forward(self, phase: int, srcs: Sequence[Layer]) -> None:
+        raise NotImplementedError
+
+    def backward(self, phase: int, srcs: Sequence[Layer]) -> None:
+        """Default: no gradient (input and output layers)."""
+
+    def grad_for(self, consumer: Layer) -> np.ndarray | None:
+        """The buffer ``consumer`` writes d(loss)/d(self.data) into, or None."""
+        return self.grad
+
+    def output_for(self, consumer: Layer) -> Layer:
+        """The source object ``consumer`` is handed (SINGA's ``data(from)``): the layer
+        itself, or, for layers with one output per consumer (kSlice), an object standing
+        for that consumer's part, with its own ``data``, ``grad_for`` and ``labels``."""
+        return self
+
+    def labels(self) -> np.ndarray | None:
+        """Integer labels this layer provides to loss/accuracy layers (SINGA's aux_data)."""
+        return self.aux
+
+    def state_dict(self) -> dict[str, Any]:
+        """Resumable state besides Params (data cursors); JSON-serialisable values."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+    def carry_state(self, last: Layer | None = None) -> None:
+        """Recurrent layers: make ``last``'s output (default: this layer's own) the state
+        the next forward starts from, when the layer has no previous-step source."""
+
+    def reset_state(self) -> None:
+        """Recurrent layers: start from the zero state again."""
+
+    def close(self) -> None:
+        """Publish what the layer has written (output layers' files). Called after every
+        evaluation pass and at the end of a run; may be called again, and the layer may
+        keep working (appending) afterwards."""
+
+    def flops(self, srcs: Sequence[Layer]) -> tuple[float, float] | None:
+        """Optional: the floating-point operations of one ``forward`` and one ``backward``
+        over the current batch, given the layer's sources (a multiply-add counts as two;
+        the gradient for a source whose ``grad_for`` is None is not computed). ``singa
+        time`` shows GFLOP/s from it; None (the default): the layer does not say."""
+        return None
+
+    # -- helpers for subclasses ---------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.data.shape) if self.data is not None else ()
+
+    def alloc(self, shape: Sequence[int], *, grad: bool = True) -> None:
+        """Allocate ``data`` (and ``grad``) of ``shape`` (charged to the job's memory
+        estimate first, see :mod:`singa_core.contracts.memory`)."""
+        shape = tuple(int(s) for s in shape)
+        charge_memory(self, "data", shape)
+        if grad:
+            charge_memory(self, "grad", shape)
+        self.data = np.zeros(shape, dtype=DTYPE)
+        self.grad = np.zeros_like(self.data) if grad else None
+
+    def alloc_like(self, src: np.ndarray, *, grad: bool = True) -> None:
+        """Allocate ``data`` (and ``grad``) shaped like ``src`` *and laid out like it in
+        memory*. Convolution and pooling expose NCHW arrays that are strided views of a
+        batch-innermost buffer; elementwise layers keep that layout so their ufuncs run over
+        contiguous memory and hand the same layout on."""
+        charge_memory(self, "data", src.shape)
+        if grad:
+            charge_memory(self, "grad", src.shape)
+        self.data = np.zeros_like(src, dtype=DTYPE)
+        self.grad = np.zeros_like(self.data) if grad else None
+
+    def param_defaults(self, index: int, role: str) -> job_pb2.ParamProto | None:
+        """Defaults for this layer's Param ``index`` (its ``role``: "weight", "alpha" ...).
+
+        The net builder creates a layer's Params through :meth:`create_param` while setting
+        the layer up; that asks this hook first. Return ``None`` (the default: the user's
+        ``param { }`` entry must say everything, including ``init``) or a ``ParamProto``
+        holding what to use where the user's entry is silent: the user's ``init`` replaces
+        the default ``init`` as a whole, any other field the user sets wins over the
+        default's. A layer with defaults may have its ``param`` entries left out. Typical
+        use: an initialiser from the layer's own conf, e.g. a PReLU's ``init_alpha``::
+
+            def param_defaults(self, index, role):
+                alpha = self.conf.Extensions[prelu_pb2.prelu_conf].init_alpha
+                return ParamProto(init=ParamGenProto(type=kConstant, value=alpha))
+
+        Called in ``setup`` (the conf, sources and ``self.ctx`` are available).
+        """
+        return None
+
+    def create_param(self, index: int, shape: Sequence[int], role: str) -> Param:
+        """Param number ``index`` of this layer's conf (``param { ... }`` entries), with
+        the layer's :meth:`param_defaults` filled in where the entry is silent."""
+        defaults = self.param_defaults(index, role)
+        if defaults is not None and not isinstance(defaults, job_pb2.ParamProto):
+            raise TypeError(
+                f"{type(self).__name__}.param_defaults must return a ParamProto or None, "
+                f"got {defaults!r}"
+            )
+        if index < len(self.conf.param):
+            proto = self.conf.param[index]
+        elif defaults is not None:
+            proto = job_pb2.ParamProto()
+        else:
+            raise self.error(
+                f"layer '{self.name}' needs a param entry for its {role} "
+                f"(param #{index + 1}); it has {len(self.conf.param)}",
+                field="param",
+                help=f'add `param {{ name: "{self.name}_{role}" '
+                f"init {{ type: kGaussian std: 0.01 }} }}`",
+            )
+        if defaults is not None:
+            merged = job_pb2.ParamProto()
+            merged.CopyFrom(defaults)
+            if proto.HasField("init"):
+                merged.ClearField("init")
+            merged.MergeFrom(proto)
+            proto = merged
+        name = proto.name
+        if not name:  # "ip1/weight"; replica i ≥ 1 of a partitioned layer: "ip1/weight@i"
+            pid, base = split_replica_name(self.name)
+            name = f"{base}/{role}" + (f"@{pid}" if pid else "")
+        charge_memory(self, "params", (2, *shape), what=f"param '{name}' (value and gradient)")
+        p = Param(proto, tuple(shape), name)
+        self.params.append(p)
+        return p
+
+    def partitioned_size(self, value: int, what: str) -> int:
+        """``value`` (e.g. num_output) divided among the partitions when the layer is
+        partitioned on dimension 1; a configuration error when it does not divide."""
+        n = self.ctx.num_partitions
+        if self.conf.partition_dim <= 0 or n <= 1:
+            return value
+        if value % n:
+            raise self.error(
+                f"layer '{self.name}' is partitioned on dimension 1 across {n} workers, but "
+                f"its {what} ({value}) is not divisible by that",
+                field="partition_dim",
+                help=f"use a {what} divisible by {n}, or partition_dim: 0",
+            )
+        return value // n
+
+    def error(self, message: str, *, field: str | None = None, help: str | None = None):
+        """A SingaError pointing at this layer (or one of its fields) in job.conf."""
+        return SingaError(message, where=self.ctx.locate(field), help=help)
+
+    def expect_srcs(self, srcs: Sequence[Layer]) -> None:
+        lo, hi = self.num_srclayers
+        n = len(srcs)
+        if n < lo or (hi is not None and n > hi):
+            want = f"{lo}" if lo == hi else (f"at least {lo}" if hi is None else f"{lo} to {hi}")
+            raise self.error(
+                f"layer '{self.name}' ({type(self).__name__}) takes {want} source layer(s), "
+                f"got {n}",
+                field="srclayers",
+            )
+
+    def expect_labels(self, src: Layer, batchsize: int) -> None:
+        """Setup-time check that ``src`` provides ``batchsize`` labels (``labels()``)."""
+        labels = src.labels()
+        if labels is None:
+            raise self.error(
+                f"layer '{self.name}': its label source '{src.name}' provides no labels",
+                field="srclayers",
+                help="the second source of a loss/accuracy layer must be an input layer "
+                "that reads labels (e.g. the data layer)",
+            )
+        if len(labels) < batchsize:
+            raise self.error(
+                f"layer '{self.name}': label source '{src.name}' provides {len(labels)} "
+                f"labels for a batch of {batchsize}",
+                field="srclayers",
+            )
+
+    def add_metric(self, name: str, value: float, count: int = 1) -> None:
+        self._metric_sum[name] = self._metric_sum.get(name, 0.0) + float(value)
+        self._metric_count[name] = self._metric_count.get(name, 0) + count
+
+    def pop_metrics(self) -> dict[str, float]:
+        """Averages of the metrics added since the last call; resets them."""
+        out = {k: v / max(self._metric_count[k], 1) for k, v in self._metric_sum.items()}
+        self._metric_sum.clear()
+        self._metric_count.clear()
+        return out
+
+    def peek_metrics(self) -> dict[str, float]:
+        """The sums of the metrics added since the last ``pop_metrics`` (not reset; the
+        numeric guard checks them after every step)."""
+        return self._metric_sum
+
+
+class NeuronLayer(Layer):
+    """A layer that transforms its source(s) and backpropagates."""
+
+
+class InputLayer(Layer):
+    """A source of data: no source layers, no gradient, feeds many consumers."""
+
+    num_srclayers = (0, 0)
+    one_to_many = True
+
+    def grad_for(self, consumer: Layer) -> np.ndarray | None:
+        return None
+
+
+class LossLayer(Layer):
+    """Computes a loss; ``self.loss`` holds the last batch's value (scaled as reported).
+
+    A replica of a loss layer partitioned on the batch across n workers reports the mean
+    over its own instances but scales its gradient by :meth:`group_share` (1/n), so that the
+    group's gradients *sum* to the gradient of the mean loss over the whole batch — what the
+    servers need for data-parallel replicas and for the model-partitioned layers below,
+    which see every replica's gradient."""
+
+    is_loss = True
+
+    def group_share(self) -> float:
+        if self.conf.partition_dim == 0 and self.ctx.num_partitions > 1:
+            return 1.0 / self.ctx.num_partitions
+        return 1.0
+
+    def grad_for(self, consumer: Layer) -> np.ndarray | None:
+        return None
+
+
+class OutputLayer(Layer):
+    """Consumes data (metrics, files); takes no part in backpropagation."""
+
+    def grad_for(self, consumer: Layer) -> np.ndarray | None:
+        return None

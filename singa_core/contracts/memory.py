@@ -1,0 +1,190 @@
+"""Memory estimates of a job's nets, checked against the machine *before* allocating.
+
+While :func:`singa_core.running.job.prepare_job` builds the nets it holds a :class:`MemoryEstimate`
+active (:func:`estimating`). Every buffer a layer allocates through the Layer helpers
+(``alloc``/``alloc_like``: its data and gradient buffers; ``create_param``: a Param's value
+and gradient) and the updater state of every trained Param are charged to it from their
+*shapes*, before numpy allocates anything. When the running total would exceed the memory
+available, the charge raises a :class:`~singa_core.contracts.errors.SingaError` located at the layer
+that asked for it, with the estimate, instead of numpy's ``MemoryError`` (or the kernel's
+OOM killer, for a lazily committed ``np.zeros``).
+
+The available memory is ``MemAvailable`` of ``/proc/meminfo``, or the environment variable
+``SINGA_MEMORY_AVAILABLE`` (bytes, or with a K/M/G/T suffix: ``512M``) when set; on a system
+without either, nothing is checked.
+
+A layer that allocates large work buffers of its own charges them with :func:`charge` as
+``"scratch"`` (the convolutions' column buffers, padded inputs) and its buffers outside the
+helpers as ``"data"``/``"grad"`` (the spatial layers' batch-innermost outputs). Small scratch
+arrays are not in the estimate; a ``MemoryError`` they raise is still reported as a located
+error by the net. This is the contract for layer plugins: charge before allocating.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+
+from singa_core.contracts.errors import SingaError
+
+ENV_AVAILABLE = "SINGA_MEMORY_AVAILABLE"
+
+#: what a charge is for; the columns of ``singa train --dry-run``'s memory table
+KINDS = ("data", "grad", "params", "updater", "scratch")
+
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """``"1000"``, ``"64K"``, ``"512M"``, ``"2G"``, ``"1.5T"`` (binary units) in bytes."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgtKMGT]?)(?:i?[bB])?\s*", text)
+    if not m:
+        raise ValueError(f"not a size: {text!r}")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def format_bytes(n: int) -> str:
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+def available_memory() -> tuple[int | None, str]:
+    """(bytes available for a new job, where that number comes from); None if unknown."""
+    env = os.environ.get(ENV_AVAILABLE)
+    if env:
+        try:
+            return parse_size(env), f"${ENV_AVAILABLE}"
+        except ValueError:
+            raise SingaError(
+                f"{ENV_AVAILABLE}={env!r} is not a size",
+                where=f"${ENV_AVAILABLE}",
+                help="give bytes, or a number with K, M, G or T (e.g. 512M), or unset it",
+            ) from None
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024, "MemAvailable in /proc/meminfo"
+    except (OSError, ValueError, IndexError):
+        pass
+    return None, "unknown"
+
+
+def nbytes(shape: Sequence[int], itemsize: int = 4) -> int:
+    """Bytes of an array of ``shape`` (exact Python integers: no overflow for huge shapes)."""
+    return math.prod(int(s) for s in shape) * int(itemsize)
+
+
+@dataclass
+class LayerMemory:
+    """The bytes one layer of one phase's net allocates, by kind (see :data:`KINDS`)."""
+
+    phase: str
+    layer: str
+    bytes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+
+    @property
+    def total(self) -> int:
+        return sum(self.bytes.values())
+
+
+class MemoryEstimate:
+    """A running estimate of a job's allocations, refused past ``limit`` bytes."""
+
+    def __init__(self, limit: int | None, source: str = "", updater_slots: int = 0) -> None:
+        self.limit = limit
+        self.source = source
+        self.updater_slots = updater_slots  # history arrays per trained Param (momentum...)
+        self.rows: dict[tuple[str, str], LayerMemory] = {}
+        self.total = 0
+
+    def charge(self, phase: str, layer: str, kind: str, n: int, *, where=None, what="") -> None:
+        """Add ``n`` bytes of ``kind`` for ``layer``; a located error past the limit."""
+        if self.limit is not None and self.total + n > self.limit:
+            raise SingaError(
+                f"not enough memory: layer '{layer}' ({phase} net) needs "
+                f"{format_bytes(n)} for {what or kind}, bringing the job's estimate to "
+                f"{format_bytes(self.total + n)}; {format_bytes(self.limit)} is available "
+                f"({self.source})",
+                where=where,
+                notes=[f"the layers before it need {format_bytes(self.total)}"]
+                if self.total
+                else [],
+                help="reduce the batchsize or the layer's size (num_output, num_filters, "
+                f"shape ...); set {ENV_AVAILABLE} (e.g. 8G) if the available memory is "
+                "misjudged",
+            )
+        row = self.rows.get((phase, layer))
+        if row is None:
+            row = self.rows[(phase, layer)] = LayerMemory(phase, layer)
+        row.bytes[kind] += n
+        self.total += n
+
+    def table(self) -> list[str]:
+        """Per layer and kind, then the total and what is available (for --dry-run)."""
+        lines = [
+            "memory estimate (allocated at set-up; scratch: the large work buffers layers "
+            "declare, e.g. convolution columns):"
+        ]
+        w = max([len(f"{r.phase} {r.layer}") for r in self.rows.values()] + [5])
+        lines.append(
+            f"  {'layer':<{w}}  " + "  ".join(f"{k:>10}" for k in KINDS) + f"  {'total':>10}"
+        )
+        for r in self.rows.values():
+            cells = "  ".join(f"{format_bytes(r.bytes[k]):>10}" for k in KINDS)
+            lines.append(f"  {f'{r.phase} {r.layer}':<{w}}  {cells}  {format_bytes(r.total):>10}")
+        sums = "  ".join(
+            f"{format_bytes(sum(r.bytes[k] for r in self.rows.values())):>10}" for k in KINDS
+        )
+        lines.append(f"  {'total':<{w}}  {sums}  {format_bytes(self.total):>10}")
+        avail = (
+            f"{format_bytes(self.limit)} available ({self.source})"
+            if self.limit is not None
+            else "available memory unknown"
+        )
+        lines.append(f"  total {format_bytes(self.total)} ({self.total:,} bytes); {avail}")
+        return lines
+
+
+_active: ContextVar[tuple[MemoryEstimate, str] | None] = ContextVar("singa_memory", default=None)
+
+
+@contextmanager
+def estimating(estimate: MemoryEstimate | None, phase: str) -> Iterator[None]:
+    """Charge the allocations of the net of ``phase`` built inside the block to ``estimate``
+    (None: charge nothing)."""
+    token = _active.set((estimate, phase) if estimate is not None else None)
+    try:
+        yield
+    finally:
+        _active.reset(token)
+
+
+def charge(layer, kind: str, shape: Sequence[int], *, itemsize: int = 4, what: str = "") -> None:
+    """Charge an array of ``shape`` that ``layer`` is about to allocate to the active
+    estimate (nothing when none is active); located at the layer's config."""
+    active = _active.get()
+    if active is None:
+        return
+    estimate, phase = active
+    if kind == "updater":  # one history array per state the updater keeps (momentum...)
+        if not estimate.updater_slots:
+            return
+        shape = (estimate.updater_slots, *shape)
+    n = nbytes(shape, itemsize)
+    dims = "x".join(str(int(s)) for s in shape) or "scalar"
+    estimate.charge(
+        phase,
+        layer.name,
+        kind,
+        n,
+        where=layer.ctx.locate(None),
+        what=f"{what or kind} ({dims} float32)",
+    )

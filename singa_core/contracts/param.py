@@ -1,0 +1,86 @@
+"""Params (a layer's learnable tensors) and the ParamGenerator interface.
+
+SINGA 0.3 conventions kept here: weights are stored ``(out, in)`` so ``fan_in`` is the number
+of columns (``shape[1]``); a Param's ``version`` counts the updates applied to it (-1 before
+initialisation); Params that share values (``share_from``, test nets) hold the very same
+``value`` array, and each keeps its own ``grad`` — except the unrolled copies of a Param
+(``"i#w"`` for i ≥ 1), which also use the gradient array of ``"0#w"`` (``grad_owner``).
+
+A Param with ``learnable = False`` holds state its layer maintains itself (batch
+normalisation's running statistics): the layer writes ``value`` in ``forward``; servers never
+apply the updater to it (no gradient step, weight decay or momentum) but still count its
+updates in ``version``, so collecting and checkpointing proceed as for other Params. It is
+initialised from its ``param`` entry and checkpointed like any Param.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+DTYPE = np.float32
+
+
+class Param:
+    """One learnable tensor: value, gradient, version and per-param hyper-parameters."""
+
+    def __init__(self, proto, shape: tuple[int, ...], name: str | None = None) -> None:
+        self.proto = proto  # singa.ParamProto
+        self.name = name if name is not None else proto.name
+        self.shape = tuple(int(s) for s in shape)
+        self.value = np.zeros(self.shape, dtype=DTYPE)
+        self.grad = np.zeros(self.shape, dtype=DTYPE)
+        self.version = -1
+        self.owner: Param = self  # the Param whose value array this one uses
+        self.id = -1  # set by the net: position among all Params
+        self.learnable = True  # False: layer-maintained state, never touched by the updater
+        self.grad_owner: Param = self  # the Param whose grad array this one uses
+        self.replica = False  # a data-parallel replica's copy (partition_dim 0, "w@i")
+
+    @property
+    def size(self) -> int:
+        return int(self.value.size)
+
+    @property
+    def lr_scale(self) -> float:
+        return float(self.proto.lr_scale)
+
+    @property
+    def wd_scale(self) -> float:
+        return float(self.proto.wd_scale)
+
+    @property
+    def is_owner(self) -> bool:
+        return self.owner is self
+
+    def share_data_from(self, other: Param) -> None:
+        """Use ``other``'s value array (values shared, gradient kept separate)."""
+        if other.shape != self.shape:
+            raise ValueError(
+                f"cannot share {self.name} {self.shape} with {other.name} {other.shape}"
+            )
+        self.owner = other.owner
+        self.value = other.owner.value
+
+    def share_grad_from(self, other: Param) -> None:
+        """Also use ``other``'s gradient array (the unrolled copies of one Param: layers
+        accumulate into it with ``kAggGrad`` and only ``other`` is sent to the servers)."""
+        self.grad_owner = other.grad_owner
+        self.grad = other.grad_owner.grad
+
+    def __repr__(self) -> str:
+        return f"Param({self.name!r}, shape={self.shape}, version={self.version})"
+
+
+class ParamGenerator:
+    """Contract for param-generator plugins (SINGA's ParamGenerator / InitMethod).
+
+    Constructed as ``cls(conf)`` with the ``singa.ParamGenProto``; :meth:`fill` writes the
+    initial values into ``value`` (float32, shape ``(out, in)`` for matrices) in place,
+    drawing randomness only from ``rng`` so that a job seed makes runs repeatable.
+    """
+
+    def __init__(self, conf) -> None:
+        self.conf = conf
+
+    def fill(self, value: np.ndarray, rng: np.random.Generator) -> None:  # pragma: no cover
+        raise NotImplementedError

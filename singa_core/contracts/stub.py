@@ -1,0 +1,159 @@
+"""The worker/server seam (SINGA 0.3 §5.2-5.5): ParamStub and the server-side ParamShard.
+
+Workers never apply updates themselves. They call, per Param:
+
+* ``collect(p)``: block until ``p`` has a value newer than the last gradient it sent;
+* ``update(step, p)``: hand ``p.grad`` to the server side.
+
+The server side (:class:`ParamShard`) owns the authoritative values of the owner Params
+(or slices of them), their versions and the updater state. It waits until all
+``num_total`` contributions of a Param have arrived, sums them, and applies the updater
+with ``scale = 1/num_replicas``. The built-in engines pass ``num_replicas = 1``: a group's
+contributions are summed (the loss layers of batch replicas already scale by 1/n, and
+shares through ``share_from`` are summed — see docs/compat.md). Engines decide
+where stubs and shards live and how values and gradients move between them.
+
+Entries of non-learnable Params (``Param.learnable`` False, e.g. batch-norm running
+statistics, written by their layer) take contributions like any other, but the updater is
+never applied to them: their version advances without the value being touched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from singa_core.contracts.param import Param
+from singa_core.contracts.updater import Updater
+
+
+class ParamStub:
+    """Worker-side contract implemented by every engine."""
+
+    def collect(self, param: Param) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def update(self, step: int, param: Param) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def collect_all(self, params) -> None:
+        for p in params:
+            self.collect(p)
+
+
+@dataclass
+class ShardEntry:
+    """Server-side record of one owner Param (or one slice of it)."""
+
+    value: np.ndarray  # authoritative values (a view into the server's memory)
+    lr_scale: float
+    wd_scale: float
+    num_total: int  # contributions expected per update
+    num_replicas: int  # the summed gradient is divided by this (1: plain sum)
+    version: int = 0
+    state: dict[str, np.ndarray] = field(default_factory=dict)
+    received: int = 0  # contributions received towards the next update
+    grad_sum: np.ndarray | None = None  # aggregation buffer (num_total > 1)
+    learnable: bool = True  # False: count contributions, never apply the updater
+
+
+class ParamShard:
+    """Applies the updater to the Params (slices) it owns; engine-independent."""
+
+    def __init__(self, updater: Updater) -> None:
+        self.updater = updater
+        self.entries: dict[int, ShardEntry] = {}
+
+    def put(
+        self,
+        key: int,
+        value: np.ndarray,
+        version: int,
+        *,
+        lr_scale: float,
+        wd_scale: float,
+        num_total: int = 1,
+        num_replicas: int = 1,
+        learnable: bool = True,
+    ) -> None:
+        self.entries[key] = ShardEntry(
+            value=value,
+            lr_scale=lr_scale,
+            wd_scale=wd_scale,
+            num_total=num_total,
+            num_replicas=num_replicas,
+            version=version,
+            state=self.updater.init_state(value) if learnable else {},
+            grad_sum=np.zeros_like(value) if num_total > 1 and learnable else None,
+            learnable=learnable,
+        )
+
+    def put_net(self, net) -> None:
+        """Hold every owner Param of ``net`` with its value array shared (no copy), each
+        expecting ``net.contributions()`` gradients per update (one process, one group)."""
+        counts = net.contributions()
+        for p in net.owner_params:
+            self.put(
+                p.id,
+                p.value,
+                p.version,
+                lr_scale=p.lr_scale,
+                wd_scale=p.wd_scale,
+                num_total=counts[p.id],
+                learnable=p.learnable,
+            )
+
+    def update(self, key: int, step: int, grad: np.ndarray) -> int | None:
+        """Add one contribution; apply the update when all have arrived.
+
+        The shard may use (and overwrite) ``grad`` as its scratch buffer: a worker hands a
+        gradient over and recomputes it next step. Returns the new version when the update
+        was applied, else None.
+        """
+        e = self.entries[key]
+        if not e.learnable:
+            e.received += 1
+            if e.received < e.num_total:
+                return None
+            e.received = 0
+            e.version += 1
+            return e.version
+        if e.num_total == 1:
+            total = grad  # nothing to aggregate: no copy
+        else:
+            if e.received == 0:
+                np.copyto(e.grad_sum, grad)
+            else:
+                e.grad_sum += grad
+            e.received += 1
+            if e.received < e.num_total:
+                return None
+            e.received = 0
+            total = e.grad_sum
+        self.updater.apply(
+            step,
+            e.value,
+            total,
+            e.state,
+            scale=1.0 / e.num_replicas,
+            lr_scale=e.lr_scale,
+            wd_scale=e.wd_scale,
+        )
+        e.version += 1
+        return e.version
+
+    # -- checkpointing of updater history ------------------------------------------------
+    def state_arrays(self, names: dict[int, str]) -> dict[str, np.ndarray]:
+        out = {}
+        for key, e in self.entries.items():
+            for sname, arr in e.state.items():
+                out[f"{names[key]}::{sname}"] = arr
+        return out
+
+    def load_state_arrays(self, names: dict[int, str], arrays: dict[str, np.ndarray]) -> None:
+        for key, e in self.entries.items():
+            for sname, arr in e.state.items():
+                k = f"{names[key]}::{sname}"
+                if k in arrays:
+                    np.copyto(arr, arrays[k])

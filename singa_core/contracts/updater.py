@@ -1,0 +1,135 @@
+"""Interfaces of the server-side update rule: Updater and the learning-rate change method.
+
+An Updater runs on the parameter server for every Param slice (SINGA 0.3 §1.6). The server
+hands it the summed gradient of a slice and ``scale = 1/num_total`` (the number of
+data-parallel replicas that contributed); the updater clips, scales, adds weight decay and
+applies its rule to ``value`` in place. Per-slice history lives in ``state``, a dict of
+arrays created by :meth:`Updater.init_state`, so it can be checkpointed and restored.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from singa_core.contracts.blas import axpy
+from singa_core.contracts.errors import SingaError
+
+__all__ = ["LRChange", "Updater", "axpy"]
+
+
+class LRChange:
+    """Contract for learning-rate change plugins (SINGA's LRGenerator / ChangeMethod).
+
+    Constructed as ``cls(conf)`` with the ``singa.LRGenProto``; ``lr(step)`` returns the
+    base learning rate for a training step. Must be a pure function of ``step`` so that a
+    resumed job continues exactly.
+    """
+
+    def __init__(self, conf) -> None:
+        self.conf = conf
+        self.base_lr = float(conf.base_lr)
+
+    def __call__(self, step: int) -> float:  # pragma: no cover
+        raise NotImplementedError
+
+
+class Updater:
+    """Contract for updater plugins (kSGD, kAdaGrad, ...).
+
+    Constructed as ``cls(conf, lr)`` with the ``singa.UpdaterProto`` and its LRChange.
+    ``state_names`` lists the per-slice history arrays (zeros at start).
+    """
+
+    state_names: tuple[str, ...] = ()
+
+    def __init__(self, conf, lr: LRChange) -> None:
+        self.conf = conf
+        self.lr = lr
+        self.momentum = float(conf.momentum)
+        self.weight_decay = float(conf.weight_decay)
+        self.delta = float(conf.delta)
+        self.clip_low = float(conf.clip_low)
+        self.clip_high = float(conf.clip_high)
+        self._scratch: dict[int, np.ndarray] = {}  # see scratch()
+
+    def init_state(self, value: np.ndarray) -> dict[str, np.ndarray]:
+        return {n: np.zeros_like(value) for n in self.state_names}
+
+    def require_positive_delta(self) -> None:
+        """For updaters dividing by ``sqrt(... + delta)``: a configuration error unless
+        ``delta > 0``."""
+        if not self.delta > 0:
+            raise SingaError(
+                f"{getattr(self, 'type_names', (type(self).__name__,))[0]} needs "
+                f"updater.delta > 0 (got {self.delta})",
+                help="leave delta out for the default 1e-8, or set e.g. `delta: 1e-8`",
+            )
+
+    def scratch(self, like: np.ndarray) -> np.ndarray:
+        """A float32 work array shaped like ``like``: one per size, reused by every later
+        update (not state: never checkpointed)."""
+        buf = self._scratch.get(like.size)
+        if buf is None:
+            buf = self._scratch[like.size] = np.empty(like.size, np.float32)
+        return buf.reshape(like.shape)
+
+    def prologue(
+        self,
+        value: np.ndarray,
+        grad: np.ndarray,
+        scale: float,
+        wd_scale: float,
+        clip: bool = True,
+        weight_decay: bool = True,
+    ) -> np.ndarray:
+        """SINGA's common first steps, in its order: clip, scale, add weight decay.
+
+        The weight decay added here is *coupled* (L2: ``grad += weight_decay · wd_scale ·
+        value``, so it passes through the update rule). Updaters with *decoupled* decay
+        (AdamW, Lion) pass ``weight_decay=False`` and call :meth:`decay_weights`.
+        Modifies and returns ``grad`` (the server's own buffer).
+        """
+        if clip and self.clip_high > self.clip_low:
+            np.clip(grad, self.clip_low, self.clip_high, out=grad)
+        if scale != 1.0:
+            grad *= np.float32(scale)
+        wd = self.weight_decay * wd_scale
+        if weight_decay and wd > 0:
+            axpy(wd, value, grad)
+        return grad
+
+    def decay_weights(self, value: np.ndarray, lr: float, wd_scale: float) -> None:
+        """Decoupled weight decay: ``value -= lr · weight_decay · wd_scale · value`` with
+        ``lr`` the step's effective rate (``self.lr(step) · lr_scale``). Call it before the
+        rule changes ``value``, so the decay is taken on the old weights (AdamW's
+        ``w ← w − lr·(u + λw)``)."""
+        wd = self.weight_decay * wd_scale
+        if wd > 0 and lr != 0:
+            value *= np.float32(1.0 - lr * wd)
+
+    def apply(
+        self,
+        step: int,
+        value: np.ndarray,
+        grad: np.ndarray,
+        state: dict[str, np.ndarray],
+        *,
+        scale: float = 1.0,
+        lr_scale: float = 1.0,
+        wd_scale: float = 1.0,
+    ) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+
+class EvaluationOnly(Updater):
+    """The updater of a job run only to evaluate its test net (``singa test`` of a job.conf
+    without ``updater``, which SINGA 0.3's test mode allowed, e.g. char-rnn's sample.conf):
+    it holds no history and has no learning rate, and is never asked to update."""
+
+    def __init__(self) -> None:
+        from singa_core.schema import job_pb2
+
+        super().__init__(job_pb2.UpdaterProto(), None)
+
+    def apply(self, step, value, grad, state, **scales) -> None:
+        raise RuntimeError("a job without an updater was asked to train")

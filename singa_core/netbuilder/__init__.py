@@ -1,0 +1,11 @@
+"""The net builder: from a NetProto to set-up layers and Params (SINGA 0.3 §4).
+
+* :mod:`.net`: NeuralNet (phase filter, graph transforms, split layers, topological order,
+  layer set-up, Param binding and initialisation);
+* :mod:`.unrolling` and :mod:`.partition`: the graph transforms for recurrent nets and for
+  the workers of a group;
+* :mod:`.slicing`: Param slices for the parameter servers (§4.1).
+
+Imports :mod:`singa_core.contracts`, :mod:`singa_core.schema` and the registries of
+:mod:`singa_core.plugin_host`; never the runner or the commands.
+"""

@@ -1,0 +1,13 @@
+"""Running a job: from a parsed job.conf to trained, checkpointed Params.
+
+* :mod:`.job`: PreparedJob (every check that can fail on the user's input before step 0);
+* :mod:`.training`: the engine-independent training loop of one worker;
+* :mod:`.checkpoint`: SINGA 0.3's checkpoint format plus what exact resume needs;
+* :mod:`.numeric`: guards against non-finite numbers; :mod:`.reporting` and
+  :mod:`.tensorboard`: what a running job shows and writes;
+* :mod:`.fileio` (atomic files) and :mod:`.paths` (path checks);
+* :mod:`.python_api`: ``singa_core.Job``, the same runs from Python.
+
+Imports the rooms below it (contracts, schema, plugin_host, jobconf, netbuilder); never
+the commands.
+"""

@@ -1,0 +1,247 @@
+"""What a running job shows: SINGA-style lines, a live progress line, metrics.jsonl.
+
+Lines on stdout look like SINGA's (``Train step-10, loss = 2.2, accuracy = 0.2``). When
+stderr is a terminal a progress line (step, ms/step, ETA, last loss) is redrawn there in
+place; otherwise only plain lines are printed. Every metrics line is also appended as
+JSON to ``WORKSPACE/metrics.jsonl``.
+
+metrics.jsonl is strict JSON, one object a line: ``{"phase", "step", "time", metric: value
+...}`` records and ``{"event": ...}`` records (``start`` of every run, ``non_finite`` when a
+NaN stopped training). A non-finite metric is written as ``null`` and named, with its value,
+in the record's ``"non_finite"`` object (e.g. ``{"loss": null, "non_finite": {"loss":
+"nan"}}``). A resumed run first drops the records the interrupted run logged after its
+checkpoint (:func:`rewind_metrics`), so the file reads as if the run had never stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+from singa_core.running.fileio import atomic_write_bytes
+
+
+def json_record(rec: dict) -> str:
+    """``rec`` as one line of strict JSON: non-finite floats become null and are listed,
+    with their value, under ``"non_finite"``."""
+    bad = {k: str(v) for k, v in rec.items() if isinstance(v, float) and not math.isfinite(v)}
+    if bad:
+        rec = {k: (None if k in bad else v) for k, v in rec.items()}
+        rec["non_finite"] = bad
+    return json.dumps(rec, allow_nan=False)
+
+
+def rewind_metrics(path: Path, step: int, evaluated=()) -> int:
+    """Prepare ``path`` (metrics.jsonl) for a run resumed from checkpoint ``step``: in the
+    records of the current run (after its last non-resumed ``start`` event), drop the metric
+    records logged after that checkpoint was written: training at ``step`` or later,
+    evaluations after ``step``, and evaluations at ``step`` not in ``evaluated`` (those the
+    checkpoint says had run). Partial lines of a killed run go too. Returns the number of
+    lines dropped."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return 0
+    recs = []
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            rec = None
+        recs.append(rec if isinstance(rec, dict) else None)
+    begin = 0
+    for i, rec in enumerate(recs):
+        if rec and rec.get("event") == "start" and not rec.get("resumed"):
+            begin = i
+    kept = lines[:begin]
+    for line, rec in zip(lines[begin:], recs[begin:], strict=True):
+        if rec is None:
+            continue
+        s, phase = rec.get("step"), rec.get("phase")
+        if phase is not None and isinstance(s, int):
+            if phase == "train" and s >= step:
+                continue
+            if phase != "train" and (s > step or (s == step and phase not in evaluated)):
+                continue
+        kept.append(line)
+    if len(kept) != len(lines):
+        atomic_write_bytes(path, "".join(x + "\n" for x in kept).encode(), "metrics file")
+    return len(lines) - len(kept)
+
+
+def format_metrics(metrics: dict[str, float]) -> str:
+    parts = []
+    for k, v in metrics.items():
+        if isinstance(v, float) and (abs(v) >= 1e-3 or v == 0) and math.isfinite(v):
+            parts.append(f"{k} = {v:.6f}")
+        else:
+            parts.append(f"{k} = {v:.6g}")
+    return ", ".join(parts)
+
+
+class Reporter:
+    def __init__(
+        self,
+        out=None,
+        err=None,
+        metrics_path: Path | None = None,
+        live: bool | None = None,
+        quiet: bool = False,
+        tensorboard=None,
+    ) -> None:
+        self.out = out or sys.stdout
+        self.err = err or sys.stderr
+        self.live = self.err.isatty() if live is None else live
+        self.quiet = quiet
+        self.metrics_path = metrics_path
+        self._metrics_file = None
+        self._total = 0
+        self._start_step = 0
+        self._t_start = 0.0
+        self._last_draw = 0.0
+        self._step_times: list[float] = []
+        self._last_loss: float | None = None
+        self._progress_shown = False
+        # where the run's wall time went (seconds): every training step, every evaluation
+        # pass (validation/test), every checkpoint
+        self.train_seconds = 0.0
+        self.train_steps_timed = 0
+        self.evaluation_seconds = 0.0
+        self.checkpoint_seconds = 0.0
+        # a singa_core.running.tensorboard.TensorBoardLog (or None): gets every metrics line and
+        # step time; with param_histograms on, the loop hands it Param histograms
+        self.tensorboard = tensorboard
+
+    @property
+    def param_histograms(self) -> bool:
+        return self.tensorboard is not None and self.tensorboard.histograms_enabled
+
+    def histograms(self, step: int, hists: dict) -> None:
+        """Param/gradient histograms (``running.tensorboard.param_histograms``) at ``step``."""
+        if self.tensorboard is not None:
+            self.tensorboard.histograms(step, hists)
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def start(self, start_step: int, total: int, **info) -> None:
+        self._start_step = start_step
+        self._total = total
+        self._t_start = time.perf_counter()
+        if self.tensorboard is not None:
+            self.tensorboard.start(start_step)
+        if self.metrics_path is not None:
+            self.metrics_path.parent.mkdir(parents=True, exist_ok=True)
+            self._metrics_file = open(self.metrics_path, "a", encoding="utf-8")  # noqa: SIM115
+            rec = {
+                "event": "start",
+                "step": start_step,
+                "train_steps": total,
+                "time": round(time.time(), 3),
+                **info,
+            }
+            self._metrics_file.write(json_record(rec) + "\n")
+            self._metrics_file.flush()
+
+    def event(self, name: str, **fields) -> None:
+        """Append an ``{"event": name, ...}`` record to metrics.jsonl."""
+        if self.metrics_path is None:
+            return
+        rec = {"event": name, **fields, "time": round(time.time(), 3)}
+        if self._metrics_file is not None:
+            self._metrics_file.write(json_record(rec) + "\n")
+            self._metrics_file.flush()
+            return
+        self.metrics_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.metrics_path, "a", encoding="utf-8") as fh:
+            fh.write(json_record(rec) + "\n")
+
+    def finish(self) -> None:
+        self._clear_progress()
+        if self.tensorboard is not None:
+            self.tensorboard.close()
+        if self._metrics_file is not None:
+            self._metrics_file.close()
+            self._metrics_file = None
+
+    # -- output ------------------------------------------------------------------------
+    def line(self, text: str) -> None:
+        if self.quiet:
+            return
+        self._clear_progress()
+        print(text, file=self.out, flush=True)
+
+    def note(self, text: str) -> None:
+        self._clear_progress()
+        print(text, file=self.err, flush=True)
+
+    def metrics(self, phase: str, step: int, metrics: dict[str, float]) -> None:
+        self.line(f"{phase} step-{step}, {format_metrics(metrics)}")
+        if self.tensorboard is not None:
+            self.tensorboard.scalars(phase.lower(), step, metrics)
+        if "loss" in metrics and phase == "Train":
+            self._last_loss = metrics["loss"]
+        if self._metrics_file is not None:
+            rec = {"phase": phase.lower(), "step": step, "time": round(time.time(), 3)}
+            rec.update({k: float(v) for k, v in metrics.items()})
+            self._metrics_file.write(json_record(rec) + "\n")
+            self._metrics_file.flush()
+
+    def evaluated(self, phase: str, step: int | None, seconds: float) -> None:
+        """An evaluation pass (``"Test"``/``"Validation"``) took ``seconds``."""
+        self.evaluation_seconds += seconds
+
+    def checkpointed(self, step: int, path: str | None, seconds: float) -> None:
+        """Checkpoint ``step`` was written to ``path`` in ``seconds``."""
+        self.checkpoint_seconds += seconds
+
+    def step_done(self, step: int, seconds: float) -> None:
+        self.train_seconds += seconds
+        self.train_steps_timed += 1
+        self._step_times.append(seconds)
+        if self.tensorboard is not None:
+            self.tensorboard.step_done(seconds)
+        if len(self._step_times) > 50:
+            del self._step_times[:-50]
+        if not self.live or self.quiet:
+            return
+        now = time.perf_counter()
+        if now - self._last_draw < 0.2 and step + 1 < self._total:
+            return
+        self._last_draw = now
+        done = step + 1
+        avg = sum(self._step_times) / len(self._step_times)
+        elapsed = now - self._t_start
+        rate = elapsed / max(done - self._start_step, 1)
+        eta = rate * (self._total - done)
+        frac = done / max(self._total, 1)
+        bar = "#" * int(frac * 20)
+        text = (
+            f"\r[{bar:<20}] step {done}/{self._total}  {avg * 1000:.1f} ms/step  "
+            f"ETA {_fmt_seconds(eta)}"
+        )
+        if self._last_loss is not None:
+            text += f"  loss {self._last_loss:.4f}"
+        self.err.write(text + "\x1b[K")
+        self.err.flush()
+        self._progress_shown = True
+
+    def _clear_progress(self) -> None:
+        if self._progress_shown:
+            self.err.write("\r\x1b[K")
+            self.err.flush()
+            self._progress_shown = False
+
+    @property
+    def mean_step_ms(self) -> float:
+        return 1000 * sum(self._step_times) / max(len(self._step_times), 1)
+
+
+def _fmt_seconds(s: float) -> str:
+    s = int(s)
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    if s >= 60:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s}s"

@@ -1,0 +1,225 @@
+"""TensorBoard event files of a run: ``WORKSPACE/tensorboard/`` (optional extra).
+
+Written through tensorboardX (``pip install 'singa-classic[tensorboard]'``, which also
+installs ``tensorboard`` to view them). Without it a run prints one note and trains as
+usual; the core never imports tensorboardX otherwise.
+
+The :class:`~singa_core.running.reporting.Reporter` feeds a :class:`TensorBoardLog` with what it
+shows, so every engine whose display worker reports through a Reporter gets the same logs:
+
+* every metrics line as scalars ``<phase>/<metric>`` (``train/loss``, ``test/accuracy``,
+  ``validation/loss`` ...) at its step, the same values as metrics.jsonl (stored as
+  float32); the learning rate is the train metric ``lr`` (``train/lr``);
+* ``train/step_ms``: the mean compute time of the training steps since the previous
+  display, at each display step;
+* with histograms on (``singa train --histograms``), every ``disp_freq`` steps each
+  learnable Param's value and gradient as histograms ``param/<name>`` and
+  ``grad/<name>`` (see :func:`param_histograms`; off by default: they read every value at
+  each display, about 1-2 ms per million values, +4.6% per step for the MNIST MLP in
+  benchmarks/tensorboard_logging.py).
+
+A run starts its event file with TensorBoard's purge marker at its first step, so a
+resumed run replaces what the interrupted one logged after its checkpoint and a new run in
+the same workspace replaces the old run's curves (as metrics.jsonl reads).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from singa_core.contracts.stub import ParamStub
+
+#: printed once per run when the writer library is missing
+MISSING_NOTE = (
+    "note: no TensorBoard logs for this run (pip install 'singa-classic[tensorboard]' "
+    "to get WORKSPACE/tensorboard/)"
+)
+
+#: bucket counts of a histogram are taken over at most this many values of a tensor
+HISTOGRAM_SAMPLE = 1 << 16
+HISTOGRAM_BINS = 30
+
+
+def _import_summary_writer():
+    """tensorboardX's SummaryWriter, imported without PyTorch: tensorboardX imports torch
+    when it is installed (only to accept torch tensors, which singa never logs), and that
+    alone made a singa run about 200 MiB larger (benchmarks/peak_memory.py)."""
+    if "torch" in sys.modules:  # already there: nothing to save
+        from tensorboardX import SummaryWriter
+
+        return SummaryWriter
+    sys.modules["torch"] = None  # `import torch` raises ImportError, which it expects
+    try:
+        from tensorboardX import SummaryWriter
+    finally:
+        if sys.modules.get("torch", 0) is None:
+            del sys.modules["torch"]
+    return SummaryWriter
+
+
+def writer_problem() -> str | None:
+    """None when tensorboardX imports, else the one-line note saying why there are no logs."""
+    try:
+        _import_summary_writer()
+    except ImportError:
+        return MISSING_NOTE
+    except Exception as exc:  # noqa: BLE001 - a broken install (e.g. of torch, which it tries)
+        return f"note: no TensorBoard logs for this run: tensorboardX failed to import ({exc})"
+    return None
+
+
+def writer_available() -> bool:
+    return writer_problem() is None
+
+
+class TensorBoardLog:
+    """Event files in ``logdir``; see the module docstring for the tags."""
+
+    def __init__(self, logdir: Path, *, histograms: bool = False) -> None:
+        self.logdir = Path(logdir)
+        self.histograms_enabled = histograms
+        self._writer = None
+        self._step_seconds = 0.0
+        self._steps = 0
+
+    @classmethod
+    def create(cls, logdir: Path, *, histograms: bool = False, err=None):
+        """A log writing to ``logdir``, or None (after a one-line note on ``err``) when
+        tensorboardX is not installed."""
+        problem = writer_problem()
+        if problem is not None:
+            print(problem, file=err or sys.stderr)
+            return None
+        return cls(logdir, histograms=histograms)
+
+    def start(self, start_step: int) -> None:
+        SummaryWriter = _import_summary_writer()  # noqa: N806 - a class
+
+        self.logdir.mkdir(parents=True, exist_ok=True)
+        # purge_step: TensorBoard drops the events earlier files hold at steps >= start_step.
+        # TensorBoard reads a folder's files in name order: the suffix keeps the names of
+        # two runs started within one second distinct and in start order.
+        self._writer = SummaryWriter(
+            str(self.logdir),
+            purge_step=start_step,
+            flush_secs=10,
+            filename_suffix=f".{time.time_ns()}",
+        )
+        self._step_seconds, self._steps = 0.0, 0
+
+    def step_done(self, seconds: float) -> None:
+        self._step_seconds += seconds
+        self._steps += 1
+
+    def scalars(self, phase: str, step: int, metrics: dict[str, float], walltime=None) -> None:
+        if self._writer is None:
+            return
+        for name, value in metrics.items():
+            self._writer.add_scalar(f"{phase}/{name}", float(value), step, walltime=walltime)
+        if phase == "train" and self._steps:
+            ms = 1000 * self._step_seconds / self._steps
+            self._writer.add_scalar("train/step_ms", ms, step, walltime=walltime)
+            self._step_seconds, self._steps = 0.0, 0
+
+    def histograms(self, step: int, hists: dict[str, dict]) -> None:
+        """Write ``tag -> histogram`` (as :func:`histogram` returns) at ``step``."""
+        if self._writer is None:
+            return
+        for tag, h in hists.items():
+            self._writer.add_histogram_raw(tag, global_step=step, **h)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+
+def histogram(a: np.ndarray, bins: int = HISTOGRAM_BINS, sample: int = HISTOGRAM_SAMPLE):
+    """A TensorBoard histogram of ``a``: exact ``min``, ``max``, ``num``, ``sum`` and
+    ``sum_squares``; the ``bucket_counts`` over ``bins`` equal buckets between min and max
+    are counted on a fixed pseudo-random sample of at most ``sample`` values, scaled to
+    ``num`` (exact for smaller tensors). Returns the keyword arguments of tensorboardX's
+    ``add_histogram_raw`` (plain floats and lists, cheap to send between processes)."""
+    flat = a.reshape(-1)
+    num = int(flat.size)
+    if num == 0:
+        return None
+    lo, hi = float(flat.min()), float(flat.max())
+    total = float(flat.sum())  # float32 pairwise summation
+    squares = float(np.dot(flat, flat))
+    if num > sample:
+        part = flat[_sample_indices(num, sample)]
+    else:
+        part = flat
+    if hi > lo:
+        counts, edges = np.histogram(part, bins=bins, range=(lo, hi))
+        limits = edges[1:].tolist()
+    else:
+        counts, limits = np.array([part.size]), [hi]
+    counts = counts.astype(np.float64) * (num / part.size)
+    return {
+        "min": lo,
+        "max": hi,
+        "num": num,
+        "sum": total,
+        "sum_squares": squares,
+        "bucket_limits": limits,
+        "bucket_counts": counts.tolist(),
+    }
+
+
+_SAMPLES: dict[tuple[int, int], np.ndarray] = {}
+
+
+def _sample_indices(num: int, sample: int) -> np.ndarray:
+    key = (num, sample)
+    if key not in _SAMPLES:  # fixed per size: the same positions at every display
+        _SAMPLES[key] = np.sort(np.random.default_rng(num).integers(0, num, sample))
+    return _SAMPLES[key]
+
+
+def param_histograms(params, *, grads: bool = True) -> dict[str, dict]:
+    """Histograms of each learnable Param's value (``param/<name>``) and, with ``grads``,
+    its gradient buffer (``grad/<name>``) in ``params`` (e.g. a net's ``owner_params``)."""
+    out = {}
+    for p in params:
+        if not p.learnable:
+            continue
+        arrays = [(f"param/{p.name}", p.value)]
+        if grads:
+            arrays.append((f"grad/{p.name}", p.grad))
+        for tag, arr in arrays:
+            h = histogram(arr)
+            if h is not None:
+                out[tag] = h
+    return out
+
+
+class GradientHistograms(ParamStub):
+    """A worker's stub for one step that records the histogram of each learnable Param's
+    gradient (``grad/<name>``) as the worker hands it over, before the server side
+    (which may scale, clip or decay it in place) sees it; then passes the call on."""
+
+    def __init__(self, inner: ParamStub) -> None:
+        self.inner = inner
+        self.hists: dict[str, dict] = {}
+
+    def collect(self, param) -> None:
+        self.inner.collect(param)
+
+    def collect_all(self, params) -> None:
+        self.inner.collect_all(params)
+
+    def update(self, step: int, param) -> None:
+        if param.learnable:
+            h = histogram(param.grad)
+            if h is not None:
+                self.hists[f"grad/{param.name}"] = h
+        self.inner.update(step, param)
+
+    def __getattr__(self, name):  # engine-specific extras of the stub
+        return getattr(self.inner, name)
