@@ -16,9 +16,9 @@ from __future__ import annotations
 import os
 
 from singa_core.blas import blas_threads_for, set_blas_threads
+from singa_core.contracts.names import runtime_param_name
 from singa_core.engine import Engine, TrainResult
 from singa_core.layer import kTest, kTrain
-from singa_core.netbuilder.net import runtime_param_name
 from singa_core.running import checkpoint as ckpt
 from singa_core.running.job import updater_type_name
 from singa_core.running.training import TrainingLoop

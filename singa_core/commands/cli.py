@@ -14,8 +14,8 @@ from typing import Annotated
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from singa_core import __version__
 from singa_core.contracts.errors import USER_ERROR_EXIT, SingaError
+from singa_core.contracts.version import __version__
 
 
 class _Command(TyperCommand):
@@ -417,7 +417,7 @@ def list_plugins(
     Each type is listed under the job.conf field that selects it (`type` for the built-in
     enum names, `user_type` for user types, ...); a name two plugins claim is listed under
     every provider and marked (conflict)."""
-    from singa_core import CORE_DISTRIBUTION, PLUGIN_API_VERSION
+    from singa_core.contracts.version import CORE_DISTRIBUTION, PLUGIN_API_VERSION
     from singa_core.plugin_host.host import get_host
 
     host = get_host()
@@ -623,6 +623,7 @@ def new_plugin(
 ) -> None:
     """Write a ready plugin package: pyproject, module, .proto extension, README, tests."""
     from singa_core.commands.scaffold import new_plugin as scaffold
+    from singa_core.commands.scaffold import next_steps
 
     try:
         root, written, note = scaffold(name, kind, out, number=field_number)
@@ -632,7 +633,7 @@ def new_plugin(
         print(f"wrote {path}")
     if note:
         print(f"note: {note}", file=sys.stderr)
-    print(f"next: pip install {root} && singa list-plugins; pytest {root / 'tests'}")
+    print("next:", *(f"  {step}" for step in next_steps(root, kind)), sep="\n")
 
 
 @app.command(

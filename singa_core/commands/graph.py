@@ -50,7 +50,7 @@ def _layer_label(name: str, typ: str, layer) -> str:
 
 def net_graph(nets: dict, phase_names: dict[int, str], placement: list[str], title: str) -> str:
     """Graphviz dot text of ``nets`` (phase -> NeuralNet)."""
-    from singa_core.netbuilder.net import layer_type_name
+    from singa_core.netbuilder.specs import layer_type_name
 
     out = [
         f"digraph {_q(title)} {{",

@@ -26,9 +26,9 @@ import time
 from dataclasses import dataclass, field
 
 from singa_core.contracts.layer import kTrain
+from singa_core.contracts.names import base_layer_name
 from singa_core.contracts.stub import ParamShard, ParamStub
-from singa_core.netbuilder.net import layer_type_name
-from singa_core.netbuilder.unrolling import base_layer_name
+from singa_core.netbuilder.specs import layer_type_name
 
 
 @dataclass

@@ -17,8 +17,8 @@ import numpy as np
 
 from singa_core.contracts.errors import Location, SingaError
 from singa_core.contracts.memory import charge as charge_memory
+from singa_core.contracts.names import split_replica_name
 from singa_core.contracts.param import DTYPE, Param
-from singa_core.netbuilder.partition import split_replica_name
 from singa_core.schema import job_pb2
 
 # Phase bit flags (SINGA's Phase enum); flags passed to forward/backward are OR-ed sets.

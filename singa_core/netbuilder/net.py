@@ -18,16 +18,17 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from singa_core.contracts.errors import Location, SingaError, did_you_mean
 from singa_core.contracts.layer import Layer, LayerContext, kTest, kTrain, kVal
 from singa_core.contracts.memory import charge as charge_memory
+from singa_core.contracts.names import plain_param_name, split_replica_name, split_unrolled_name
 from singa_core.contracts.param import Param
-from singa_core.netbuilder.partition import partition, split_replica_name
-from singa_core.netbuilder.unrolling import split_unrolled_name, unroll
+from singa_core.netbuilder.partition import partition
+from singa_core.netbuilder.specs import LayerSpec, layer_type_name, spec_location
+from singa_core.netbuilder.unrolling import unroll
 from singa_core.plugin_host.registry import type_selection
 from singa_core.schema import job_pb2
 
@@ -40,36 +41,10 @@ def stable_seed(*parts) -> list[int]:
     return [int.from_bytes(h[i : i + 4], "little") for i in range(0, 16, 4)]
 
 
-def runtime_param_name(name: str) -> str:
-    """SINGA's runtime name of a Param of an un-unrolled layer (used in checkpoints)."""
-    return name if "#" in name else f"0#{name}"
-
-
-def plain_param_name(name: str) -> str:
-    return name.split("#", 1)[1] if "#" in name else name
-
-
-@dataclass
-class LayerSpec:
-    """A layer of the net before it is created: its conf and where it came from."""
-
-    conf: job_pb2.LayerProto
-    conf_index: int | None  # index in the user's neuralnet.layer list, None if inserted
-    srcs: list[str] = field(default_factory=list)
-    # source position -> the part of a multi-output source (kSlice) this layer reads
-    src_parts: dict[int, int] = field(default_factory=dict)
-
-
 # Graph transforms run after the phase filter and the source check, in order:
 # ``(specs, phase, job, get_plugin, locate, num_partitions=n) -> specs``. Unrolling (§4
 # step 3), then partitioning across the workers of a group (§4 steps 6-7).
 GRAPH_TRANSFORMS: list[Callable] = [unroll, partition]
-
-
-def layer_type_name(conf) -> str:
-    """The registry key of a layer: ``user_type`` if given (a UserTypeName, looked up among
-    the user types first), else the LayerType name (among the built-in enum types)."""
-    return type_selection(conf, "type", "user_type")
 
 
 class NeuralNet:
@@ -127,18 +102,20 @@ class NeuralNet:
             if type_name == "kUserLayer":
                 raise SingaError(
                     f"layer '{conf.name}' has no type",
-                    where=_where(locate, spec),
+                    where=spec_location(locate, spec),
                     help='add e.g. `type: kInnerProduct`, or `user_type: "..."` for a type '
                     "from a plugin (see `singa list-plugins`)",
                 )
-            where_type = _where(locate, spec, "user_type" if conf.HasField("user_type") else "type")
+            where_type = spec_location(
+                locate, spec, "user_type" if conf.HasField("user_type") else "type"
+            )
             try:
                 layer_cls = get_plugin("layer", type_name)
             except SingaError as err:
                 raise err.located(where_type) from None
 
             def layer_locate(fieldname=None, _spec=spec):
-                return _where(locate, _spec, fieldname)
+                return spec_location(locate, _spec, fieldname)
 
             ctx = LayerContext(
                 rng=np.random.default_rng(stable_seed(seed, "layer", conf.name, phase)),
@@ -224,7 +201,7 @@ class NeuralNet:
                         f"across {other.num_partitions} workers; the "
                         f"{PHASE_NAMES.get(self.phase)} net, built whole as in SINGA 0.3, "
                         f"cannot use its parts",
-                        where=_where(locate, self.specs[layer.name], "partition_dim"),
+                        where=spec_location(locate, self.specs[layer.name], "partition_dim"),
                         help="evaluate model-partitioned nets with test_steps: 0 and "
                         "validate_steps: 0 (as 0.3's hybrid.conf), or partition every layer "
                         "on dimension 0",
@@ -234,7 +211,7 @@ class NeuralNet:
                         f"param '{p.name}' has shape {p.shape} in the "
                         f"{PHASE_NAMES.get(self.phase)} net but {src.shape} in the "
                         f"{PHASE_NAMES.get(other.phase)} net",
-                        where=_where(locate, self.specs[layer.name], f"param[{j}]"),
+                        where=spec_location(locate, self.specs[layer.name], f"param[{j}]"),
                         help="layers sharing a param must have the same shapes in all phases "
                         "(check their sources' shapes, e.g. store_conf.shape)",
                     )
@@ -267,13 +244,6 @@ class NeuralNet:
 
 
 # -- construction steps --------------------------------------------------------------------
-def _where(locate, spec: LayerSpec, fieldname: str | None = None):
-    if spec.conf_index is None:
-        return locate(None)
-    base = f"neuralnet.layer[{spec.conf_index}]"
-    return locate(f"{base}.{fieldname}" if fieldname else f"{base}.name")
-
-
 def _phase_filter(netconf, phase: int, locate) -> list[LayerSpec]:
     specs, seen = [], {}
     for i, conf in enumerate(netconf.layer):
@@ -324,7 +294,7 @@ def _check_sources(specs: list[LayerSpec], phase: int, locate) -> None:
         for k, src in enumerate(spec.srcs):
             if src in names:
                 continue
-            where = _where(locate, spec, f"srclayers[{k}]")
+            where = spec_location(locate, spec, f"srclayers[{k}]")
             hint = did_you_mean(src, names)
             raise SingaError(
                 f"layer '{spec.conf.name}' has unknown source layer '{src}'"
@@ -350,7 +320,7 @@ def _resolve_share_from(specs: list[LayerSpec], locate) -> None:
                 raise SingaError(
                     f"param '{p.name or '#' + str(j)}' of layer '{spec.conf.name}' shares from "
                     f"unknown param '{p.share_from}'",
-                    where=_where(locate, spec, f"param[{j}].share_from"),
+                    where=spec_location(locate, spec, f"param[{j}].share_from"),
                     help=did_you_mean(plain_param_name(p.share_from), by_name)
                     or "share_from names another param's name",
                 )
@@ -424,7 +394,7 @@ def _topological_order(specs: list[LayerSpec], get_plugin, locate) -> list[Layer
             first = specs[index[cycle[0]]]
             raise SingaError(
                 "the net has a cycle: " + " -> ".join(cycle + [cycle[0]]),
-                where=_where(locate, first, "srclayers"),
+                where=spec_location(locate, first, "srclayers"),
                 help="a layer cannot (indirectly) be its own source; check srclayers",
             )
         for s in ready:
@@ -457,13 +427,13 @@ def _bind_params(net: NeuralNet, locate, get_plugin, seed: int, init: bool) -> N
             if p.name in by_name:
                 raise SingaError(
                     f"param name '{p.name}' is used by two layers",
-                    where=_where(locate, spec, f"param[{j}].name"),
+                    where=spec_location(locate, spec, f"param[{j}].name"),
                     help='to share values use `share_from: "<name>"` with a new name',
                 )
             p.id = len(net.params)
             net.params.append(p)
             by_name[p.name] = p
-            where_of[p.id] = _where(locate, spec, f"param[{j}]")
+            where_of[p.id] = spec_location(locate, spec, f"param[{j}]")
     for p in net.params:
         if p.proto.share_from:
             src = by_name.get(p.proto.share_from)

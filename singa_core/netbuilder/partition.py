@@ -38,34 +38,14 @@ worker).
 
 from __future__ import annotations
 
-import re
-
 from singa_core.contracts.errors import SingaError
+from singa_core.contracts.names import replica_name, replica_param_name
+from singa_core.netbuilder.specs import LayerSpec, layer_type_name, spec_location
 from singa_core.schema import job_pb2
-
-_SUFFIX = re.compile(r"@(\d+)$")
-
-
-def replica_name(name: str, index: int) -> str:
-    return f"{name}@{index}"
-
-
-def split_replica_name(name: str) -> tuple[int | None, str]:
-    """``"ip1@1"`` -> ``(1, "ip1")``; a name without a partition -> ``(None, name)``."""
-    m = _SUFFIX.search(name)
-    if m is None:
-        return None, name
-    return int(m.group(1)), name[: m.start()]
-
-
-def replica_param_name(name: str, index: int) -> str:
-    """Replica 0 keeps a Param's name; replica i ≥ 1 adds ``@i``."""
-    return name if index == 0 else f"{name}@{index}"
 
 
 def partition(specs, phase, job, get_plugin, locate, *, num_partitions: int = 1, **_):
     """The graph transform: ``specs`` -> replicated specs with connection layers."""
-    from singa_core.netbuilder.net import LayerSpec, _where, layer_type_name
 
     n = int(num_partitions)
     if n <= 1:
@@ -76,7 +56,7 @@ def partition(specs, phase, job, get_plugin, locate, *, num_partitions: int = 1,
                 f"layer '{spec.conf.name}' has partition_dim {spec.conf.partition_dim}; with "
                 f"{n} workers per group a layer is partitioned on dimension 0 (the batch) "
                 "or 1 (the features)",
-                where=_where(locate, spec, "partition_dim"),
+                where=spec_location(locate, spec, "partition_dim"),
                 help="set partition_dim: 0 or 1 (or leave it to NetProto.partition_dim)",
             )
 

@@ -29,12 +29,11 @@ with the layer's location: a one-to-one edge to a source with fewer copies, and 
 
 from __future__ import annotations
 
-import re
-
 from singa_core.contracts.errors import SingaError
+from singa_core.contracts.names import unrolled_name
+from singa_core.netbuilder.specs import LayerSpec, layer_type_name, spec_location
 from singa_core.schema import job_pb2
 
-_PREFIX = re.compile(r"^(\d+)#")
 #: the most layer copies an unrolled net may have (SINGA's char-rnn: 6 layers x 50 steps);
 #: building a net costs time and memory per copy, and 2**31 steps would never finish
 MAX_UNROLLED_LAYERS = 2048
@@ -47,26 +46,8 @@ _CONN_HELP = {
 }
 
 
-def unrolled_name(index: int, name: str) -> str:
-    return f"{index}#{name}"
-
-
-def split_unrolled_name(name: str) -> tuple[int | None, str]:
-    """``"3#gru"`` -> ``(3, "gru")``; a name without an index -> ``(None, name)``."""
-    m = _PREFIX.match(name)
-    if m is None:
-        return None, name
-    return int(m.group(1)), name[m.end() :]
-
-
-def base_layer_name(name: str) -> str:
-    """The configured name of an unrolled copy (``"3#gru"`` -> ``"gru"``)."""
-    return split_unrolled_name(name)[1]
-
-
 def unroll(specs, phase, job, get_plugin, locate, **_):
     """The graph transform: ``specs`` (one per configured layer) -> unrolled specs."""
-    from singa_core.netbuilder.net import LayerSpec, _where, layer_type_name
 
     if all(s.conf.unroll_len <= 1 for s in specs):
         for s in specs:
@@ -85,7 +66,9 @@ def unroll(specs, phase, job, get_plugin, locate, **_):
         raise SingaError(
             f"unrolling makes {total:,} layers (at most {MAX_UNROLLED_LAYERS:,}): layer "
             f"'{big.conf.name}' has unroll_len {length[big.conf.name]:,}",
-            where=_where(locate, big, "unroll_len") if own else locate("neuralnet.unroll_len"),
+            where=spec_location(locate, big, "unroll_len")
+            if own
+            else locate("neuralnet.unroll_len"),
             help="unroll over fewer time steps (SINGA's char-rnn unrolls 50)",
         )
 
@@ -124,7 +107,7 @@ def unroll(specs, phase, job, get_plugin, locate, **_):
                             f"layer '{conf.name}' (unroll_len {n}) connects one-to-one to "
                             f"'{src}', which has only {m} unrolled cop{'y' if m == 1 else 'ies'}"
                             + (f" (shift {s})" if s else ""),
-                            where=_where(locate, spec, f"srclayers[{k}]"),
+                            where=spec_location(locate, spec, f"srclayers[{k}]"),
                             help=f"give '{src}' unroll_len {n}, or connect to it with "
                             "`unroll_conn_type: kUnrollOneToAll` (one entry per source, in "
                             "order)",
@@ -142,13 +125,12 @@ def unroll(specs, phase, job, get_plugin, locate, **_):
 
 
 def _check_unroll_fields(spec, locate) -> None:
-    from singa_core.netbuilder.net import _where
 
     conf = spec.conf
     if conf.unroll_len < 1:
         raise SingaError(
             f"layer '{conf.name}' has unroll_len {conf.unroll_len}",
-            where=_where(locate, spec, "unroll_len"),
+            where=spec_location(locate, spec, "unroll_len"),
             help="unroll_len is the number of time steps, at least 1",
         )
     for fieldname in ("unroll_conn_type", "shift"):
@@ -157,13 +139,13 @@ def _check_unroll_fields(spec, locate) -> None:
             raise SingaError(
                 f"layer '{conf.name}' has {len(values)} {fieldname} entries but "
                 f"{len(spec.srcs)} source layer(s)",
-                where=_where(locate, spec, f"{fieldname}[{len(spec.srcs)}]"),
+                where=spec_location(locate, spec, f"{fieldname}[{len(spec.srcs)}]"),
                 help=f"give at most one {fieldname} per srclayers entry, in the same order",
             )
     for k, s in enumerate(conf.shift):
         if s < 0:
             raise SingaError(
                 f"layer '{conf.name}' has a negative shift ({s})",
-                where=_where(locate, spec, f"shift[{k}]"),
+                where=spec_location(locate, spec, f"shift[{k}]"),
                 help="shift k connects copy i to the source's copy i−k; it must be ≥ 0",
             )

@@ -621,7 +621,7 @@ def load_param_files(
     the caller initialises only the others (``job.prepare_job``), so a loaded Param needs
     no ``init``.
     """
-    from singa_core.netbuilder.net import plain_param_name
+    from singa_core.contracts.names import plain_param_name
 
     by_name = {plain_param_name(p.name): p for p in params if p.is_owner}
     loaded: set[str] = set()

@@ -18,7 +18,6 @@ the same as fixtures. The built-in plugins' tests use this kit too. See CONTRIBU
 
 from singa_core.testing.gradcheck import (
     CheckReport,
-    GradCase,
     GradientChecker,
     Mismatch,
     SourceLayer,
@@ -31,7 +30,7 @@ from singa_core.testing.gradcheck import (
     strided_source,
 )
 from singa_core.testing.jobs import JobRun, blobs_csv, mlp_job, run_job
-from singa_core.testing.layers import LayerReport, check_layer, check_layer_contract
+from singa_core.testing.layers import GradCase, LayerReport, check_layer, check_layer_contract
 from singa_core.testing.updaters import (
     LeastSquares,
     TableLR,

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -298,3 +298,53 @@ def check_layer(
         if not no_gradient:
             strided_report = checker.check(st, st_srcs, tops=tops)
     return LayerReport(layer, plain, strided_report, aggregated)
+
+
+# -- the registry-wide gradient test's cases ---------------------------------------------
+@dataclass
+class GradCase:
+    """How to gradient-check one layer type: a set-up layer, its sources and the checker.
+
+    :meth:`run` compares gradients with central differences and then checks the rest of
+    the layer contract on the same instance (:func:`singa_core.testing.layers.
+    check_layer_contract`: ``kAggGrad`` accumulation, a checkpoint round trip of its
+    Params, repeatable forward/backward under a re-seeded generator).
+
+    The built-in layers' tests declare ``GRADIENT_CASES = {"kType": make_case, ...}``, where
+    ``make_case(tmp_path)`` builds a small, set-up layer and returns a GradCase (or a list
+    of them, e.g. one per configuration variant). Layers that take no
+    part in backpropagation (input and output layers) return a case with ``no_gradient``
+    set to the reason; the registry test then checks that they really give no gradient
+    (every source's ``grad_for`` is None, or they have no sources) and run forward/backward.
+    """
+
+    layer: Layer
+    srcs: list[Layer]
+    checker: GradientChecker = field(default_factory=GradientChecker)
+    check_srcs: Sequence[int] | None = None
+    tops: Callable | None = None
+    no_gradient: str | None = None
+    contract: bool = True  # also run check_layer_contract after the gradient check
+
+    def run(self) -> CheckReport | None:
+        if self.no_gradient is not None:
+            assert self.layer.params == [] or not self.layer.is_loss
+            self.layer.forward(kTrain | kForward, self.srcs)
+            self.layer.backward(kTrain | kBackward, self.srcs)
+            for s in self.srcs:
+                if s.grad is not None:
+                    assert not np.isnan(s.grad).any()
+            report = None
+        else:
+            report = self.checker.check(
+                self.layer, self.srcs, check_srcs=self.check_srcs, tops=self.tops
+            )
+        if self.contract:
+            check_layer_contract(
+                self.layer,
+                self.srcs,
+                phase=self.checker.phase,
+                tops=self.tops,
+                backward=self.no_gradient is None,
+            )
+        return report

@@ -10,7 +10,7 @@ from conftest import write_csv_blobs
 from singa_core.errors import SingaError
 from singa_core.jobconf.parse import load_job
 from singa_core.layer import kForward, kTrain
-from singa_core.netbuilder.net import LayerSpec
+from singa_core.netbuilder.specs import LayerSpec
 from singa_core.netbuilder.unrolling import unroll
 from singa_core.plugin_host.host import get_host
 from singa_core.running.job import prepare_job
