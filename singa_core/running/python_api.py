@@ -114,8 +114,21 @@ class RunResult:
             )
         return (
             f"finished at step {self.final_step} in {self.times.describe()}; "
-            f"checkpoint: {self.checkpoint}"
+            + "".join(f"{text}; " for text in self.final_metrics_text())
+            + f"checkpoint: {self.checkpoint}"
         )
+
+    def final_metrics_text(self) -> list[str]:
+        """``"test accuracy = 0.894, loss = 0.36"`` for each evaluation logged at the final
+        step (validation first)."""
+        from singa_core.running.reporting import format_metrics
+
+        out = []
+        for phase in ("validation", "test"):
+            rows = [m for s, m in self.history.get(phase, []) if s == self.final_step]
+            if rows and rows[-1]:
+                out.append(f"{phase} {format_metrics(rows[-1])}")
+        return out
 
 
 @dataclass
@@ -530,7 +543,7 @@ class Job:
         return True
 
     def _announce(self, prepared, eng) -> None:
-        from singa_core import __version__
+        from singa_core.contracts.version import __version__
 
         plugins = ", ".join(f"{d}-{v}" for d, v in prepared.host.distributions())
         start = f"resuming at step {prepared.start_step}" if prepared.resume else "starting"

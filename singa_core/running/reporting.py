@@ -2,7 +2,9 @@
 
 Lines on stdout look like SINGA's (``Train step-10, loss = 2.2, accuracy = 0.2``). When
 stderr is a terminal a progress line (step, ms/step, ETA, last loss) is redrawn there in
-place; otherwise only plain lines are printed. Every metrics line is also appended as
+place; otherwise, when nothing was printed for :data:`HEARTBEAT_SECONDS`, a plain line
+``progress: step 120/1000 (training), 55.1 ms/step, ETA 48s`` goes to stderr, so a slow
+phase in a log file never looks hung. Every metrics line is also appended as
 JSON to ``WORKSPACE/metrics.jsonl``.
 
 metrics.jsonl is strict JSON, one object a line: ``{"phase", "step", "time", metric: value
@@ -18,10 +20,14 @@ from __future__ import annotations
 import json
 import math
 import sys
+import threading
 import time
 from pathlib import Path
 
 from singa_core.running.fileio import atomic_write_bytes
+
+#: seconds without output after which a run without a terminal prints a progress line
+HEARTBEAT_SECONDS = 30.0
 
 
 def json_record(rec: dict) -> str:
@@ -91,6 +97,7 @@ class Reporter:
         live: bool | None = None,
         quiet: bool = False,
         tensorboard=None,
+        heartbeat_seconds: float = HEARTBEAT_SECONDS,
     ) -> None:
         self.out = out or sys.stdout
         self.err = err or sys.stderr
@@ -114,6 +121,15 @@ class Reporter:
         # a singa_core.running.tensorboard.TensorBoardLog (or None): gets every metrics line and
         # step time; with param_histograms on, the loop hands it Param histograms
         self.tensorboard = tensorboard
+        # without a terminal (a log file, a scheduler), a plain progress line on stderr when
+        # nothing was printed for this long, so a slow phase never looks hung
+        self.heartbeat_seconds = heartbeat_seconds
+        self._heartbeat: threading.Thread | None = None
+        self._heartbeat_stop = threading.Event()
+        self._last_output = time.monotonic()
+        self._activity = "starting"
+        self._steps_done = 0
+        self._print_lock = threading.Lock()
 
     @property
     def param_histograms(self) -> bool:
@@ -143,6 +159,37 @@ class Reporter:
             }
             self._metrics_file.write(json_record(rec) + "\n")
             self._metrics_file.flush()
+        self._steps_done = start_step
+        self._last_output = time.monotonic()
+        if not self.live and not self.quiet and self.heartbeat_seconds > 0:
+            self._heartbeat_stop.clear()
+            self._heartbeat = threading.Thread(
+                target=self._beat, name="singa-progress", daemon=True
+            )
+            self._heartbeat.start()
+
+    def begin(self, activity: str) -> None:
+        """The loop is now ``activity`` ("training", "test", "validation", "checkpoint"):
+        what a progress line names while nothing else is printed."""
+        self._activity = activity
+
+    def _beat(self) -> None:
+        tick = min(1.0, self.heartbeat_seconds / 4)
+        while not self._heartbeat_stop.wait(tick):
+            if time.monotonic() - self._last_output < self.heartbeat_seconds:
+                continue
+            self.note(self.progress_text())
+
+    def progress_text(self) -> str:
+        """``progress: step 120/1000 (training), 55.1 ms/step, ETA 48s``."""
+        text = f"progress: step {self._steps_done}/{self._total} ({self._activity})"
+        if self._step_times:
+            avg = sum(self._step_times) / len(self._step_times)
+            elapsed = time.perf_counter() - self._t_start
+            rate = elapsed / max(self._steps_done - self._start_step, 1)
+            eta = rate * max(self._total - self._steps_done, 0)
+            text += f", {avg * 1000:.1f} ms/step, ETA {_fmt_seconds(eta)}"
+        return text
 
     def event(self, name: str, **fields) -> None:
         """Append an ``{"event": name, ...}`` record to metrics.jsonl."""
@@ -158,6 +205,10 @@ class Reporter:
             fh.write(json_record(rec) + "\n")
 
     def finish(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat_stop.set()
+            self._heartbeat.join()
+            self._heartbeat = None
         self._clear_progress()
         if self.tensorboard is not None:
             self.tensorboard.close()
@@ -169,12 +220,16 @@ class Reporter:
     def line(self, text: str) -> None:
         if self.quiet:
             return
-        self._clear_progress()
-        print(text, file=self.out, flush=True)
+        with self._print_lock:
+            self._clear_progress()
+            print(text, file=self.out, flush=True)
+            self._last_output = time.monotonic()
 
     def note(self, text: str) -> None:
-        self._clear_progress()
-        print(text, file=self.err, flush=True)
+        with self._print_lock:
+            self._clear_progress()
+            print(text, file=self.err, flush=True)
+            self._last_output = time.monotonic()
 
     def metrics(self, phase: str, step: int, metrics: dict[str, float]) -> None:
         self.line(f"{phase} step-{step}, {format_metrics(metrics)}")
@@ -197,6 +252,8 @@ class Reporter:
         self.checkpoint_seconds += seconds
 
     def step_done(self, step: int, seconds: float) -> None:
+        self._steps_done = step + 1
+        self._activity = "training"
         self.train_seconds += seconds
         self.train_steps_timed += 1
         self._step_times.append(seconds)

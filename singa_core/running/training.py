@@ -3,8 +3,9 @@
 For ``step`` from the start step while ``step < train_steps``: validate, test and
 checkpoint when their ``_freq``/``_after`` say so (all fire at step 0 when ``_after`` is 0,
 as in SINGA), train one batch, display the training metrics, ``step += 1``. After the loop
-a final checkpoint is written at ``train_steps``. A checkpoint ``step<S>`` always holds the
-parameters after exactly S updates.
+the validation and test nets are evaluated once more at ``train_steps`` (a singa addition,
+docs/compat.md) and a final checkpoint is written there. A checkpoint ``step<S>`` always
+holds the parameters after exactly S updates.
 
 The first Ctrl-C finishes the current step, writes a checkpoint and stops (resume with
 ``--resume``); a second one stops at once. A Ctrl-C during a validation or test pass ends
@@ -29,9 +30,8 @@ import time
 from collections.abc import Callable
 
 from singa_core.contracts.layer import kTest, kVal
+from singa_core.contracts.names import base_layer_name, split_replica_name
 from singa_core.contracts.stub import ParamStub
-from singa_core.netbuilder.partition import split_replica_name
-from singa_core.netbuilder.unrolling import base_layer_name
 from singa_core.running.numeric import NonFiniteError, NumericGuard
 from singa_core.running.tensorboard import GradientHistograms, param_histograms
 
@@ -119,6 +119,7 @@ class TrainingLoop:
     def evaluate(self, phase: int, steps: int, step: int | None = None) -> dict[str, float]:
         net = self.nets[phase]
         t0 = time.perf_counter()
+        self.reporter.begin("test" if phase == kTest else "validation")
         self.stub.collect_all(self.train_net.owner_params)
         pop_net_metrics(net)  # drop anything left over
         self.worker.start_evaluation(phase, net)
@@ -204,8 +205,11 @@ class TrainingLoop:
                 if self._stop_requested:
                     break
             interrupted = step < job.train_steps
+            evaluated = []
+            if not interrupted:
+                evaluated = self._final_evaluations(step, start_step, skip)
             if self.checkpoint:
-                last_ckpt = self._checkpoint(step, [])
+                last_ckpt = self._checkpoint(step, evaluated)
             # an interruption is told once, by whoever ran the job (the CLI's last line)
             return step, last_ckpt, interrupted
         except EvaluationStopped:
@@ -221,8 +225,24 @@ class TrainingLoop:
             self._restore_sigint(prev_handler)
             self.reporter.finish()
 
+    def _final_evaluations(self, step: int, start_step: int, skip) -> list[str]:
+        """The validation and test nets once more at the last step (a singa addition: SINGA
+        0.3 stopped without), so a run ends with the metrics of the Params it leaves; a
+        resumed run that finds them already logged at that step does not repeat them."""
+        job, evaluated = self.job, []
+        for phase, name, steps in (
+            (kVal, "validation", job.validate_steps),
+            (kTest, "test", job.test_steps),
+        ):
+            if phase in self.nets and steps > 0:
+                if not (step == start_step and name in skip):
+                    self.evaluate(phase, steps, step)
+                evaluated.append(name)
+        return evaluated
+
     def _checkpoint(self, step: int, evaluated) -> str | None:
         t0 = time.perf_counter()
+        self.reporter.begin("checkpoint")
         self.stub.collect_all(self.train_net.owner_params)
         path = self.checkpoint(step, evaluated=evaluated)
         self.reporter.checkpointed(step, path, time.perf_counter() - t0)

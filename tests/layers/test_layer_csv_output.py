@@ -127,7 +127,7 @@ def test_train_job_writes_test_predictions(tmp_path):
     res = run_singa("train", str(conf), "--seed", "0")
     assert res.returncode == 0, res.stderr
     lines = out.read_text().splitlines()
-    assert len(lines) == 2 * 5 * 20  # tests at steps 0 and 30, 5 batches of 20
+    assert len(lines) == 3 * 5 * 20  # tests at steps 0, 30 and the last (60), 5 batches of 20
     assert all(len(line.split(",")) == 3 for line in lines)  # 3 scores, no label
     assert all(len(v.split(".")[1]) == 6 for v in lines[0].split(","))
 
