@@ -75,7 +75,8 @@ class ConvolutionBase(NeuronLayer):
         if nf <= 0:
             raise self.error(
                 f"layer '{self.name}': num_filters must be positive, got {conf.num_filters}",
-                field="convolution_conf",
+                field="convolution_conf.num_filters",
+                help="set num_filters to the number of output channels, e.g. 32",
             )
         self.win = win = window_from_conf(self, conf, "convolution_conf", square=self.square)
         b, c, h, w = spatial_input(self, srcs[0])

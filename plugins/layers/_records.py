@@ -76,11 +76,17 @@ def partition_batchsize(layer: Layer, batchsize: int, field: str) -> int:
     if layer.conf.partition_dim == 0:
         bs //= max(int(layer.ctx.num_partitions), 1)
     if bs <= 0:
+        n = max(int(layer.ctx.num_partitions), 1)
+        if int(batchsize) <= 0:
+            what = f"{field}.batchsize is {int(batchsize)}"
+            how = "set batchsize to the number of records per step, e.g. `batchsize: 64`"
+        else:
+            what = f"{field}.batchsize {int(batchsize)} split across {n} partitions is {bs}"
+            how = f"use a batchsize of at least {n} (one record per partition)"
         raise layer.error(
-            f"layer '{layer.name}': batch size must be positive, got {bs} "
-            f"({field}.batchsize {batchsize}, {layer.ctx.num_partitions} partitions)",
-            field=field,
-            help=f"set `batchsize` in {field} (at least the number of partitions)",
+            f"layer '{layer.name}': the batch size must be positive; {what}",
+            field=f"{field}.batchsize",
+            help=how,
         )
     return bs
 

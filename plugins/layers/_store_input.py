@@ -61,7 +61,9 @@ class StoreInputLayer(InputLayer):
         if any(s <= 0 for s in shape):
             raise self.error(
                 f"layer '{self.name}': store_conf.shape must be positive, got {shape}",
-                field="store_conf",
+                field=f"store_conf.shape[{next(i for i, s in enumerate(shape) if s <= 0)}]",
+                help="shape is one record's dimensions, e.g. `shape: 784` or "
+                "`shape: 3 shape: 32 shape: 32`",
             )
         self.instance_shape = tuple(shape)
         self.rowlen = int(math.prod(shape))
@@ -81,7 +83,8 @@ class StoreInputLayer(InputLayer):
         if self.random_skip < 0:
             raise self.error(
                 f"layer '{self.name}': store_conf.random_skip must be >= 0, got {self.random_skip}",
-                field="store_conf",
+                field="store_conf.random_skip",
+                help="random_skip is how many records at most to skip at the start; 0 skips none",
             )
         self._skipped = False
         self.mean = self._standardiser(sc, "mean")
@@ -140,10 +143,17 @@ class StoreInputLayer(InputLayer):
         else:
             bs = values[0]
         if bs <= 0:
+            index = pid if len(values) > 1 and self.conf.partition_dim == 0 else 0
+            if values[index] <= 0:
+                what = f"store_conf.batchsize is {values[index]}"
+                how = "set batchsize to the number of records per step, e.g. `batchsize: 64`"
+            else:  # positive, but less than one record per partition
+                what = f"store_conf.batchsize {values[index]} split across {n} partitions is {bs}"
+                how = f"use a batchsize of at least {n} (one record per partition)"
             raise self.error(
-                f"layer '{self.name}': batch size must be positive, got {bs} "
-                f"(store_conf.batchsize {values}, {self.ctx.num_partitions} partitions)",
-                field="store_conf",
+                f"layer '{self.name}': the batch size must be positive; {what}",
+                field=f"store_conf.batchsize[{index}]",
+                help=how,
             )
         return bs
 
@@ -182,7 +192,8 @@ class StoreInputLayer(InputLayer):
             if what == "std" and value == 0.0:
                 raise self.error(
                     f"layer '{self.name}': store_conf.std_value must not be 0",
-                    field="store_conf",
+                    field="store_conf.std_value",
+                    help="values are divided by std_value; leave it out to keep them as read",
                 )
             return np.full(self.rowlen, value, dtype=DTYPE)
         return None

@@ -59,10 +59,13 @@ def window_from_conf(layer, conf, conf_field: str, *, square: bool) -> Window:
     ph, pw = pick("pad")
     sh, sw = pick("stride")
     if min(kh, kw) <= 0 or min(sh, sw) <= 0 or min(ph, pw) < 0:
+        bad = "kernel" if min(kh, kw) <= 0 else "stride" if min(sh, sw) <= 0 else "pad"
         raise layer.error(
             f"layer '{layer.name}': kernel and stride must be positive and pad >= 0, got "
             f"kernel {kh}x{kw}, stride {sh}x{sw}, pad {ph}x{pw}",
-            field=conf_field,
+            field=_window_field(conf, conf_field, bad, square),
+            help=f"set {conf_field}.{bad} to "
+            + ("a number >= 0 (0: no padding)" if bad == "pad" else "a positive number"),
         )
     return Window(kh, kw, ph, pw, sh, sw)
 
@@ -120,3 +123,15 @@ def window_slice(win: Window, i: int, j: int, oh: int, ow: int) -> tuple[slice, 
         slice(j, j + win.sw * (ow - 1) + 1, win.sw),
         slice(None),
     )
+
+
+def _window_field(conf, conf_field: str, name: str, square: bool) -> str:
+    """The field that set a window size: ``kernel``, or ``kernel_x``/``kernel_y`` where the
+    configuration gives those instead."""
+    if not square:
+        for suffix in ("_y", "_x"):
+            if conf.HasField(name + suffix):
+                return f"{conf_field}.{name}{suffix}"
+    if conf.HasField(name):
+        return f"{conf_field}.{name}"
+    return conf_field

@@ -35,7 +35,8 @@ class ArgSortLayer(OutputLayer):
             raise self.error(
                 f"layer '{self.name}': argsort_conf.topk must be in [1, {self.dim}] "
                 f"(the values per instance), got {self.topk}",
-                field="argsort_conf",
+                field="argsort_conf.topk",
+                help=f"set topk between 1 and {self.dim}",
             )
         self.alloc((self.batchsize, self.topk), grad=False)
 

@@ -67,7 +67,11 @@ class CharRNNLayer(InputLayer):
             raise self.error(
                 f"layer '{self.name}' (kCharRNN): char_rnn_conf.unroll_len and batchsize must "
                 f"be positive, got {self.unroll_len} and {self.batchsize}",
-                field="char_rnn_conf",
+                field="char_rnn_conf.unroll_len"
+                if self.unroll_len < 1
+                else "char_rnn_conf.batchsize",
+                help="set unroll_len (characters per sequence) and batchsize (sequences per "
+                "batch) to positive numbers, e.g. 50 and 32",
             )
         self.vocab = read_vocab(self, conf.vocab_path, "char_rnn_conf.vocab_path")
         text = read_text_file(self, conf.path, "char_rnn_conf.path", "text file")

@@ -23,7 +23,8 @@ class DropoutLayer(NeuronLayer):
         if not 0.0 <= ratio < 1.0:
             raise self.error(
                 f"layer '{self.name}': dropout_ratio must be in [0, 1), got {ratio}",
-                field="dropout_conf",
+                field="dropout_conf.dropout_ratio",
+                help="dropout_ratio is the probability of dropping a unit, e.g. 0.5",
             )
         self.ratio = ratio
         self._keep = DTYPE(1.0 - ratio)

@@ -37,7 +37,7 @@ class DummyLayer(NeuronLayer):
                 raise self.error(
                     f"layer '{self.name}' (kDummy) with dummy_conf.input needs a positive "
                     f"dummy_conf.shape, got {shape}",
-                    field="dummy_conf",
+                    field="dummy_conf.shape",
                     help="add e.g. `dummy_conf { input: true shape: 10 shape: 20 }`",
                 )
             self.alloc(shape)

@@ -54,7 +54,9 @@ class EmbeddingLayer(NeuronLayer):
             raise self.error(
                 f"layer '{self.name}' (kEmbedding) needs a positive embedding_conf.vocab_size "
                 f"and feature_dim, got {self.vocab_size} and {self.feature_dim}",
-                field="embedding_conf",
+                field="embedding_conf.vocab_size"
+                if self.vocab_size <= 0
+                else "embedding_conf.feature_dim",
                 help="add e.g. `embedding_conf { vocab_size: 101 feature_dim: 32 }`",
             )
         src = srcs[0].data
@@ -64,6 +66,7 @@ class EmbeddingLayer(NeuronLayer):
                 f"layer '{self.name}' (kEmbedding): source '{srcs[0].name}' must hold one "
                 f"index per instance, but its data has shape {tuple(src.shape)}",
                 field="srclayers",
+                help="connect a source with one index per instance (e.g. a kLabel layer)",
             )
         self.alloc((self.batchsize, self.feature_dim))
         self.vocab = self.create_param(0, (self.vocab_size, self.feature_dim), "vocab")

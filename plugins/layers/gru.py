@@ -84,7 +84,8 @@ class GRULayer(NeuronLayer):
         if hdim <= 0:
             raise self.error(
                 f"layer '{self.name}': gru_conf.dim_hidden must be positive, got {hdim}",
-                field="gru_conf",
+                field="gru_conf.dim_hidden",
+                help="set gru_conf.dim_hidden to the number of hidden units, e.g. 512",
             )
         nparams = len(self.conf.param)
         if nparams not in (6, 9):

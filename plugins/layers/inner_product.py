@@ -40,7 +40,8 @@ class InnerProductLayer(NeuronLayer):
         if hdim <= 0:
             raise self.error(
                 f"layer '{self.name}': num_output must be positive, got {conf.num_output}",
-                field="innerproduct_conf",
+                field="innerproduct_conf.num_output",
+                help="set num_output to the number of output units, e.g. 10",
             )
         src = srcs[0].data
         if src is None or src.ndim == 0 or src.shape[0] == 0:

@@ -71,7 +71,7 @@ class LRNLayer(NeuronLayer):
         if n <= 0 or n % 2 == 0:
             raise self.error(
                 f"layer '{self.name}': lrn_conf.local_size must be a positive odd number, got {n}",
-                field="lrn_conf",
+                field="lrn_conf.local_size",
                 help="use an odd window such as `lrn_conf { local_size: 5 }` (the window is "
                 "centred on each channel)",
             )
@@ -80,7 +80,7 @@ class LRNLayer(NeuronLayer):
             raise self.error(
                 f"layer '{self.name}': lrn_conf needs knorm > 0 and alpha >= 0 "
                 f"(got knorm {knorm:g}, alpha {alpha:g}); otherwise the norm can reach 0",
-                field="lrn_conf",
+                field="lrn_conf.knorm" if knorm <= 0 else "lrn_conf.alpha",
                 help="the usual values are knorm: 1 (or 2) and a small positive alpha",
             )
         x = srcs[0].data

@@ -35,7 +35,8 @@ class MnistLayer(InputLayer):
         if self.norm_a == 0:
             raise self.error(
                 f"layer '{self.name}': mnist_conf.norm_a must not be 0 (pixels are divided by it)",
-                field="mnist_conf",
+                field="mnist_conf.norm_a",
+                help="leave norm_a out for the default 1, or set e.g. `norm_a: 255`",
             )
         sample = src.sample()
         shape = list(sample.shape)

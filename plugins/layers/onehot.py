@@ -26,7 +26,7 @@ class OneHotLayer(InputLayer):
             raise self.error(
                 f"layer '{self.name}' (kOneHot) needs a positive onehot_conf.vocab_size, "
                 f"got {self.vocab_size}",
-                field="onehot_conf",
+                field="onehot_conf.vocab_size",
                 help="add e.g. `onehot_conf { vocab_size: 101 }`",
             )
         src = srcs[0].data
@@ -36,6 +36,7 @@ class OneHotLayer(InputLayer):
                 f"layer '{self.name}' (kOneHot): source '{srcs[0].name}' must hold one index "
                 f"per instance, but its data has shape {tuple(src.shape)}",
                 field="srclayers",
+                help="connect a source with one value per instance (e.g. a kLabel layer)",
             )
         self.alloc((self.batchsize, self.vocab_size), grad=False)
         self._idx = np.empty(self.batchsize, dtype=np.int64)

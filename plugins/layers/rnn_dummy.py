@@ -41,7 +41,7 @@ class RNNDummyLayer(NeuronLayer):
             raise self.error(
                 f"layer '{self.name}' (kRNNDummy) without a source needs a positive "
                 f"rnn_dummy_conf.shape, got {shape}",
-                field="rnn_dummy_conf",
+                field="rnn_dummy_conf.shape",
                 help="add e.g. `rnn_dummy_conf { shape: 32 low: 0 high: 101 integer: true }`",
             )
         if self.low == self.high:

@@ -66,7 +66,8 @@ class ShardDataLayer(InputLayer):
             raise self.error(
                 f"layer '{self.name}': sharddata_conf.random_skip must be >= 0, "
                 f"got {self.random_skip}",
-                field=_FIELD,
+                field=f"{_FIELD}.random_skip",
+                help="random_skip is how many records at most to skip at the start; 0 skips none",
             )
         self._skipped = False
         self.store = open_store(self, "kvfile", self.path, KREAD, _FIELD)

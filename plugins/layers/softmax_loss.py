@@ -43,7 +43,8 @@ class SoftmaxLossLayer(LossLayer):
             raise self.error(
                 f"layer '{self.name}': softmaxloss_conf.topk must be in [1, {self.dim}] "
                 f"(the number of classes), got {self.topk}",
-                field="softmaxloss_conf",
+                field="softmaxloss_conf.topk",
+                help=f"set topk between 1 and {self.dim} (1: top-1 accuracy)",
             )
         self.expect_labels(srcs[1], self.batchsize)
         self.alloc(src.shape, grad=False)

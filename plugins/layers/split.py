@@ -24,7 +24,8 @@ class SplitLayer(NeuronLayer):
         if n <= 0:
             raise self.error(
                 f"layer '{self.name}': split_conf.num_splits must be positive, got {n}",
-                field="split_conf",
+                field="split_conf.num_splits",
+                help="set num_splits to the number of consumers (at least 1)",
             )
         self.num_splits = n
         self.data = srcs[0].data

@@ -19,6 +19,7 @@ def require_change_freq(method: str, conf_name: str, sub, example: str) -> int:
         raise SingaError(
             f"{method} needs learning_rate.{conf_name}.change_freq > 0 (got {freq})",
             help=f"add `{conf_name} {{ {example} }}` inside learning_rate",
+            field=f"{conf_name}.change_freq",
         )
     return freq
 
@@ -29,4 +30,5 @@ def require_set(method: str, conf, conf_name: str, field: str, example: str) -> 
         raise SingaError(
             f"{method} needs learning_rate.{conf_name}.{field}, which is not set",
             help=f"add `{conf_name} {{ {example} }}` inside learning_rate",
+            field=conf_name,
         )

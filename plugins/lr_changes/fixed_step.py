@@ -37,6 +37,7 @@ class FixedStepLR(LRChange):
                 f"step_lr values, at least one each (got {len(self.steps)} step, "
                 f"{len(self.rates)} step_lr)",
                 help=f"give one `step` per `step_lr`, e.g. `{_EXAMPLE}`",
+                field="fixedstep_conf",
             )
         for i in range(1, len(self.steps)):
             if self.steps[i] < self.steps[i - 1]:
@@ -44,6 +45,7 @@ class FixedStepLR(LRChange):
                     "learning_rate.fixedstep_conf.step must be in increasing order "
                     f"(step[{i - 1}] = {self.steps[i - 1]} > step[{i}] = {self.steps[i]})",
                     help="list the steps from the first change to the last",
+                    field=f"fixedstep_conf.step[{i}]",
                 )
 
     def __call__(self, step: int) -> float:

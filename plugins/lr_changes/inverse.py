@@ -28,6 +28,7 @@ class InverseLR(LRChange):
                 f"kInverse needs learning_rate.inverse_conf.gamma >= 0 (got {self.gamma})",
                 help="the rate is base_lr * (1 + gamma * step) ^ (-pow); "
                 "use e.g. `inverse_conf { gamma: 0.0001 pow: 0.75 }`",
+                field="inverse_conf.gamma",
             )
 
     def __call__(self, step: int) -> float:

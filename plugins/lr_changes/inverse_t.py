@@ -26,6 +26,7 @@ class InverseTLR(LRChange):
                 f"kInverseT needs learning_rate.inverset_conf.final_lr > 0 (got {self.final_lr})",
                 help="final_lr is the number of steps after which the rate is halved, "
                 "e.g. `inverset_conf { final_lr: 1000 }`",
+                field="inverset_conf.final_lr",
             )
 
     def __call__(self, step: int) -> float:

@@ -42,6 +42,7 @@ class AdaDeltaUpdater(Updater):
             raise SingaError(
                 f"kAdaDelta needs 0 <= updater.adadelta_conf.rho < 1 (got {self.rho})",
                 help="leave rho out for the default 0.9, or set e.g. `adadelta_conf { rho: 0.95 }`",
+                field="adadelta_conf.rho",
             )
         self.require_positive_delta()
 

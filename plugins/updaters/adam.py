@@ -46,6 +46,7 @@ class AdamUpdater(Updater):
                     f"kAdam needs 0 <= updater.adam_conf.{name} < 1 (got {b})",
                     help="leave it out for the defaults, or set e.g. "
                     "`adam_conf { beta1: 0.9 beta2: 0.999 }`",
+                    field=f"adam_conf.{name}",
                 )
         self.require_positive_delta()
 

@@ -47,6 +47,7 @@ class AdamMaxUpdater(Updater):
                 f"(got beta1 {self.beta1}, beta2 {self.beta2})",
                 help="leave them out for the defaults, or set e.g. "
                 "`adammax_conf { beta1: 0.9 beta2: 0.999 }`",
+                field="adammax_conf.beta1" if not 0 <= self.beta1 < 1 else "adammax_conf.beta2",
             )
         self.require_positive_delta()
 

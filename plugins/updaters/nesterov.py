@@ -35,6 +35,7 @@ class NesterovUpdater(Updater):
             raise SingaError(
                 f"kNesterov needs updater.momentum >= 0 (got {self.momentum})",
                 help="set e.g. `momentum: 0.9` inside updater",
+                field="momentum",
             )
 
     def apply(

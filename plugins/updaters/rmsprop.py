@@ -41,12 +41,14 @@ class RMSPropUpdater(Updater):
             raise SingaError(
                 "kRMSProp needs updater.rmsprop_conf.rho, which is not set",
                 help="add `rmsprop_conf { rho: 0.9 }` inside updater",
+                field="rmsprop_conf",
             )
         self.rho = float(conf.rmsprop_conf.rho)
         if not 0 <= self.rho < 1:
             raise SingaError(
                 f"kRMSProp needs 0 <= updater.rmsprop_conf.rho < 1 (got {self.rho})",
                 help="rho is the decay of the squared-gradient average, e.g. `rho: 0.9`",
+                field="rmsprop_conf.rho",
             )
         self.require_positive_delta()
 

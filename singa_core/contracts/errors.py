@@ -46,12 +46,17 @@ class SingaError(Exception):
         where: Location | str | None = None,
         help: str | None = None,
         notes: Iterable[str] = (),
+        field: str | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.where = where
         self.help = help
         self.notes = list(notes)
+        # the offending field relative to the configuration a plugin was given (an updater's
+        # "momentum", an LR change's "inverse_conf.gamma"): whoever built the plugin from
+        # that message locates the error at this field's own line (or the -o that set it)
+        self.field = field
 
     def located(self, where: Location | str | None) -> SingaError:
         """Attach a location if the error has none yet; returns self."""

@@ -63,6 +63,7 @@ class Updater:
                 f"{getattr(self, 'type_names', (type(self).__name__,))[0]} needs "
                 f"updater.delta > 0 (got {self.delta})",
                 help="leave delta out for the default 1e-8, or set e.g. `delta: 1e-8`",
+                field="delta",
             )
 
     def scratch(self, like: np.ndarray) -> np.ndarray:

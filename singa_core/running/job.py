@@ -121,7 +121,8 @@ class PreparedJob:
         try:
             return cls(*args)
         except SingaError as exc:  # the plugin rejected its configuration
-            raise exc.located(self.cfg.locate(conf_field)) from None
+            path = f"{conf_field}.{exc.field}" if exc.field else conf_field
+            raise exc.located(self.cfg.locate(path)) from None
 
     def make_worker(self):
         alg = self.job.train_one_batch
