@@ -3,10 +3,18 @@
 The package (``DIR/singa-NAME/``) holds a ``pyproject.toml`` with the ``singa`` entry point
 and the dependency on the core distribution, the plugin module (a working type of that kind,
 declaring the plugin API range it was built for), a ``.proto`` extension of the message the
-kind is configured by (compiled next to it when protoc is available), a README, an example
-job.conf on MNIST and a test suite using the kit (:mod:`singa_core.testing`). The files come
-from ``singa_core/commands/scaffold_templates/<kind>/`` (package data), filled in with
+kind is configured by and its generated ``_pb2`` module, a README, an example job.conf on
+MNIST and a test suite using the kit (:mod:`singa_core.testing`). The files come from
+``singa_core/commands/scaffold_templates/<kind>/`` (package data), filled in with
 :class:`string.Template` (``$name`` placeholders).
+
+No protoc. The configuration message's fields are declared here (:data:`CONF_FIELDS`);
+both the ``.proto`` text (its ``$fields``) and a ``FileDescriptorProto`` are made from
+them, and :func:`singa_core.schema.python_module_source` turns the descriptor into the
+``_pb2`` module protoc would write, so a package made on a plain install (protobuf only)
+imports and passes its tests at once. The ``.proto`` stays the source of truth for its
+author: after editing it, ``singa compile-proto`` (the ``[proto]`` extra) regenerates the
+module (tests/test_plugin_scaffold.py checks that protoc describes the same file).
 
 Extension field numbers. Each extendable message reserves a range (``extensions 101 to 200``
 on JobProto, AlgProto, ParamProto, ParamGenProto, UpdaterProto, LRGenProto; ``1001 to 1100``
@@ -23,10 +31,13 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shlex
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from string import Template
+
+from google.protobuf import descriptor_pb2
 
 from singa_core import CORE_DISTRIBUTION, PLUGIN_API_VERSION
 from singa_core.contracts.errors import SingaError
@@ -62,6 +73,127 @@ KINDS = {
     "store": Kind("singa_register_stores", None, "a record store"),
     "dataset": Kind("singa_register_datasets", None, "a dataset converter"),
 }
+
+
+@dataclass(frozen=True)
+class ConfField:
+    """An optional scalar field of a kind's configuration message (numbered in order)."""
+
+    type: str  # a proto scalar type: bool, float, int32
+    name: str
+    default: str | None  # as written in the .proto; None: no default
+    comment: str = ""
+
+
+#: the fields of each kind's configuration message ``<Camel>Proto``
+CONF_FIELDS = {
+    "layer": (
+        ConfField(
+            "bool",
+            "shared",
+            "false",
+            "one slope for the whole input instead of one per feature (axis 1)",
+        ),
+        ConfField(
+            "float",
+            "init_slope",
+            "0.25",
+            "the slope's initial value when the layer's param entry gives no init",
+        ),
+    ),
+    "worker": (
+        ConfField(
+            "int32",
+            "accumulate",
+            "2",
+            "mini-batches whose gradients are added up before one update is sent",
+        ),
+    ),
+    "updater": (
+        ConfField(
+            "float",
+            "beta1",
+            "0.9",
+            "interpolation of momentum and gradient for the update direction",
+        ),
+        ConfField("float", "beta2", "0.99", "decay of the momentum"),
+    ),
+    "lr": (
+        ConfField("int32", "warmup_steps", "0", "steps of linear warm-up from 0 to base_lr"),
+        ConfField(
+            "int32",
+            "decay_steps",
+            None,
+            "steps of the cosine decay from base_lr to final_lr that follows",
+        ),
+        ConfField("float", "final_lr", "0"),
+    ),
+    "paramgen": (ConfField("float", "gain", "1", "the singular values of the initial matrix"),),
+}
+
+_FDP = descriptor_pb2.FieldDescriptorProto
+_SCALAR_TYPES = {"bool": _FDP.TYPE_BOOL, "float": _FDP.TYPE_FLOAT, "int32": _FDP.TYPE_INT32}
+#: the schema file every extension imports (its descriptor name)
+SCHEMA_PROTO = "singa_core/schema/job.proto"
+
+
+def _default_value(field: ConfField) -> str:
+    """The default as protoc stores it in a descriptor (``1`` for a float ``1.0``)."""
+    text = field.default or ""
+    if field.type == "bool":
+        if text not in ("true", "false"):
+            raise ValueError(f"{field.name}: a bool default is true or false, got {text!r}")
+        return text
+    if field.type == "int32":
+        return str(int(text, 0))
+    import numpy as np
+
+    value = np.float32(float(text))
+    for digits in (6, 9):  # protoc's SimpleFtoa: the shortest of these that round-trips
+        short = f"{float(value):.{digits}g}"
+        if np.float32(float(short)) == value:
+            return short
+    raise AssertionError("9 significant digits always round-trip a float32")
+
+
+def proto_fields(kind: str) -> str:
+    """The body of the kind's configuration message, as the .proto declares it."""
+    out = []
+    for number, f in enumerate(CONF_FIELDS[kind], 1):
+        if f.comment:
+            out.append(f"  // {f.comment}")
+        default = f" [default = {f.default}]" if f.default is not None else ""
+        out.append(f"  optional {f.type} {f.name} = {number}{default};")
+    return "\n".join(out) + "\n"
+
+
+def conf_descriptor(kind: str, v: dict[str, str]) -> descriptor_pb2.FileDescriptorProto:
+    """The FileDescriptorProto of the package's ``.proto`` (as protoc compiles it with the
+    project folder on the include path), built from :data:`CONF_FIELDS`."""
+    extends = KINDS[kind].extends
+    assert extends is not None, f"a {kind} plugin has no configuration message"
+    fdp = descriptor_pb2.FileDescriptorProto(
+        name=f"{v['package']}/{v['ident']}.proto",
+        package=v["package"],
+        dependency=[SCHEMA_PROTO],
+    )
+    message = fdp.message_type.add(name=v["message"])
+    for number, f in enumerate(CONF_FIELDS[kind], 1):
+        field = message.field.add(
+            name=f.name, number=number, label=_FDP.LABEL_OPTIONAL, type=_SCALAR_TYPES[f.type]
+        )
+        if f.default is not None:
+            field.default_value = _default_value(f)
+    fdp.extension.add(
+        name=v["ext"],
+        extendee=f".{extends}",
+        number=int(v["number"]),
+        label=_FDP.LABEL_OPTIONAL,
+        type=_FDP.TYPE_MESSAGE,
+        type_name=f".{v['package']}.{v['message']}",
+    )
+    return fdp
+
 
 #: how each kind's example/job.conf (an MNIST MLP) uses the new type
 _MNIST = "singa data mnist --out mnist"
@@ -175,8 +307,12 @@ package name, so independent plugins rarely collide. If singa reports a clash wi
 plugin, pick another free number in the range and recompile:
 
 ```bash
+pip install 'singa-classic[proto]'   # protoc, needed only to compile an edited .proto
 singa compile-proto $package/$ident.proto --out . -I .
 ```
+
+`$package/${ident}_pb2.py` was generated by `singa new-plugin` (without protoc) from the
+same declarations as the .proto; regenerate it this way after any change to the .proto.
 """
 
 _NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
@@ -228,9 +364,10 @@ def _target(rel: str, v: dict[str, str]) -> str:
 
 
 def new_plugin(
-    name: str, kind: str, out: Path, *, number: int | None = None, compile_proto: bool = True
+    name: str, kind: str, out: Path, *, number: int | None = None
 ) -> tuple[Path, list[Path], str | None]:
-    """Write the package; returns (its folder, the files written, a note or None)."""
+    """Write the package (its ``_pb2`` module included, made without protoc); returns (its
+    folder, the files written, a note or None)."""
     if kind not in KINDS:
         raise SingaError(
             f"unknown plugin kind '{kind}'",
@@ -257,6 +394,7 @@ def new_plugin(
             )
         v["number"] = str(number)
         v["range"] = f"{lo} to {hi}"
+        v["fields"] = proto_fields(kind)
     elif number is not None:
         raise SingaError(
             f"a {kind} plugin has no configuration message to extend",
@@ -281,18 +419,35 @@ def new_plugin(
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
         written.append(target)
-    note = None
-    protos = [p for p in written if p.suffix == ".proto"]
-    if protos and compile_proto:
-        from singa_core.schema import compile_plugin_protos
+    if spec.extends:  # the generated module, from the declarations the .proto holds
+        from singa_core.schema import python_module_source
 
-        try:
-            compile_plugin_protos([str(p) for p in protos], str(root), [str(root)])
-            written += [p.with_name(p.stem + "_pb2.py") for p in protos]
-        except RuntimeError as exc:  # no protoc (grpcio-tools) installed
-            rels = " ".join(str(p.relative_to(root)) for p in protos)
-            note = (
-                f"not compiled ({exc}); run `singa compile-proto {rels} --out . -I .` in "
-                f"{root} before installing"
-            )
-    return root, written, note
+        fdp = conf_descriptor(kind, v)
+        target = root / v["package"] / f"{v['ident']}_pb2.py"
+        target.write_text(python_module_source(fdp, source=f"{fdp.name} (singa new-plugin)"))
+        written.append(target)
+    return root, written, None
+
+
+def _folder_arg(path: Path) -> str:
+    """``path`` as pip takes it for a folder, never for a name on the package index
+    (``./singa-foo``, not ``singa-foo``)."""
+    text = str(path)
+    return text if path.is_absolute() or text.startswith(".") else f"./{text}"
+
+
+def next_steps(root: Path, kind: str) -> list[str]:
+    """The commands to run after ``singa new-plugin`` wrote ``root``, verbatim from the
+    folder it was run in: install the folder, list it, run its tests, train its example."""
+    v = names(root.name)
+    folder = _folder_arg(root)
+    texts = {**EXAMPLE_DEFAULTS, **EXAMPLES[kind]}
+    prepare = Template(texts["prepare"]).substitute(v)
+    train_args = Template(texts["train_args"]).substitute(v)
+    return [
+        f"pip install {shlex.quote(folder)}",
+        "singa list-plugins",
+        f"pip install {shlex.quote(folder + '[test]')} && "
+        f"pytest {shlex.quote(str(root / 'tests'))}",
+        f"cd {shlex.quote(folder)} && {prepare} && singa train example/job.conf{train_args}",
+    ]

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import sys
 import traceback
 from dataclasses import dataclass
@@ -171,6 +172,37 @@ def api_problem(declared: str, *, of: str, version: str) -> str | None:
     return None if ok else f"it needs {of} {declared}, this is {of} {version}"
 
 
+def missing_pb2_name(exc: BaseException) -> str | None:
+    """The dotted name of the generated ``_pb2`` module whose absence ``exc`` reports
+    (``from pkg import foo_pb2`` or ``import pkg.foo_pb2``), None for any other error."""
+    if not isinstance(exc, ImportError):
+        return None
+    name, name_from = exc.name or "", getattr(exc, "name_from", None) or ""
+    if name_from.endswith("_pb2"):
+        return f"{name}.{name_from}" if name else name_from
+    if name.endswith("_pb2"):
+        return name
+    match = re.search(r"cannot import name '(\w+_pb2)' from '([\w.]+)'", str(exc))
+    return f"{match[2]}.{match[1]}" if match else None
+
+
+def missing_pb2_help(exc: BaseException) -> str:
+    """How to produce the generated module a plugin failed to import ("" if ``exc`` is not
+    about a missing ``_pb2``): compile its .proto with ``singa compile-proto``."""
+    module = missing_pb2_name(exc)
+    if module is None:
+        return ""
+    package, _, stem = module.rpartition(".")
+    proto = f"{package.replace('.', '/')}/{stem[: -len('_pb2')]}.proto".lstrip("/")
+    return (
+        f"the generated module {module} is missing: in the plugin's project folder run "
+        f"`singa compile-proto {proto} --out . -I .` and reinstall the plugin "
+        f"(`pip install .`); compile-proto needs protoc (`pip install "
+        f"'{CORE_DISTRIBUTION}[proto]'`), which is only needed after editing the .proto: "
+        "`singa new-plugin` writes the module itself"
+    )
+
+
 def _env_list(name: str) -> set[str]:
     return {x.strip() for x in os.environ.get(name, "").split(",") if x.strip()}
 
@@ -181,7 +213,7 @@ class PluginHost:
     def __init__(self) -> None:
         self.pm = pluggy.PluginManager(hookspecs.PROJECT)
         self.pm.add_hookspecs(hookspecs)
-        self.registries: dict[str, Registry] = make_registries()
+        self.registries: dict[str, Registry] = make_registries(CORE_DISTRIBUTION)
         self.plugins: list[LoadedPlugin] = []
         self.failures: list[PluginFailure] = []
         self._registered_hooks: set[tuple[int, str]] = set()
@@ -224,7 +256,7 @@ class PluginHost:
                         help="its proto extension takes a (message, field number) another "
                         "plugin's extension uses; one of them must change its number"
                         if clash
-                        else "",
+                        else missing_pb2_help(exc),
                     )
                 )
                 continue

@@ -16,10 +16,21 @@ A kind whose proto message selects its type with an enum *and* a string (LayerPr
 0.3 kept built-in layers in an int-keyed factory and users' layers in a string-keyed one,
 so its rnnlm example could register its own ``user_type: "kEmbedding"`` next to the built-in
 ``kEmbedding``; here too. A plugin chooses with ``register(name, obj, user_type=...)``:
-``True`` puts the name in the user namespace, ``False`` in the enum namespace, and the
-default (``None``) decides by the name: a value name of the kind's enum goes to the enum
-namespace, any other string to the user namespace (so a plugin registering ``"kFoo"`` for
-``user_type: "kFoo"`` needs no change).
+``True`` puts the name in the user namespace, ``False`` in the enum namespace (only a value
+name of the kind's enum), and the default (``None``) follows 0.3:
+
+* the core distribution's registrations (:attr:`Registry.core_distribution`, the built-in
+  types) of an enum value name go to the enum namespace;
+* every other registration goes to the user namespace: a third-party plugin's
+  ``register("kEmbedding", MyLayer)`` serves ``user_type: "kEmbedding"`` (0.3's string
+  factory), never clashes with the built-in ``type: kEmbedding``, and a plugin registering
+  ``"kFoo"`` for ``user_type: "kFoo"`` needs no change. (A third party that implements an
+  enum type the core lacks is still found by ``type:``, see below; one that means to take
+  the enum name from another plugin says ``user_type=False``.)
+
+A name claimed twice in one namespace by different objects is a conflict: every lookup of
+it fails with both providers and a ``help:`` line naming the choice each plugin has
+(``user_type=True`` / ``False`` and the field that selects each), and disabling one.
 
 A lookup by a plain ``str`` (``type:``, and the core's own inserted layers) searches the
 enum namespace, then the user one; a lookup by a :class:`UserTypeName` (what
@@ -96,6 +107,10 @@ class Registry:
     enum: Any = None
     enum_field: str = "name"  # how job.conf selects from each namespace, for messages
     user_field: str = ""
+    #: the distribution of the built-in types (the host passes singa-classic): its
+    #: registrations of an enum value name default to the enum namespace, everybody else's
+    #: to the user namespace (see the module doc); "" counts no distribution as the core
+    core_distribution: str = ""
     #: the enum namespace (or the only one); kept under this name for old callers
     entries: dict[str, Entry] = field(default_factory=dict)
     user_entries: dict[str, Entry] = field(default_factory=dict)
@@ -109,12 +124,16 @@ class Registry:
         """The job.conf field that selects a name of ``namespace`` (``type``, ``user_type``)."""
         return self.user_field if namespace == USER and self.user_field else self.enum_field
 
-    def namespace_for(self, name: str, user_type: bool | None) -> str:
+    def namespace_for(
+        self, name: str, user_type: bool | None, provider: Provider | None = None
+    ) -> str:
+        """Where ``register(name, ..., user_type=user_type)`` from ``provider`` puts the name."""
         if self.enum is None:
             return ENUM
         enum_names = self.enum.values_by_name
         if user_type is None:
-            return ENUM if name in enum_names else USER
+            core = provider is not None and provider.dist == self.core_distribution
+            return ENUM if core and name in enum_names else USER
         if not user_type and name not in enum_names:
             raise TypeError(
                 f"{self.kind} '{name}' is not a {self.enum.name} value; register it with "
@@ -136,7 +155,7 @@ class Registry:
         problem = self.check(obj)
         if problem:
             raise TypeError(f"{self.kind} '{name}': {problem}")
-        namespace = self.namespace_for(name, user_type)
+        namespace = self.namespace_for(name, user_type, provider)
         entry = Entry(str(name), obj, provider, alias_of, namespace)
         table = self._table(namespace)
         old = table.get(name)
@@ -178,6 +197,26 @@ class Registry:
                 return None
         return None
 
+    def conflict_help(self, name: str, claims: list[Entry]) -> str:
+        """The ``help:`` of a conflict: the namespace choice each plugin has (for kinds
+        selected by an enum and a string field) and disabling one of them."""
+        plugins = sorted({e.provider.plugin for e in claims})
+        disable = "disable one with " + " or ".join(f"SINGA_DISABLE_PLUGINS={p}" for p in plugins)
+        if self.enum is None:
+            return f"each {self.kind} name belongs to one plugin: rename one of them, or {disable}"
+        user = f'register("{name}", cls, user_type=True) is selected by {self.user_field}: "{name}"'
+        if name in self.enum.values_by_name:
+            choice = (
+                f"{user}, user_type=False by {self.enum_field}: {name} (where a built-in may "
+                "already be); one plugin can move to the other field or rename its type"
+            )
+        else:
+            choice = (
+                f"{user} (the default); only {self.enum.name} values can be registered with "
+                f"user_type=False for {self.enum_field}:, so one plugin must rename its type"
+            )
+        return f"each field serves a name once: {choice}; or {disable}"
+
     def get(self, name: str, *, what: str | None = None, failed_plugins=()) -> Any:
         """The object registered as ``name``; a SingaError naming the options otherwise."""
         conflict = self.conflict_for(name)
@@ -188,7 +227,7 @@ class Registry:
             raise SingaError(
                 f'{self.kind} {selected or "type "}"{name}" is provided by more than one '
                 f"plugin: {claimants}",
-                help="uninstall one of them, or disable one with SINGA_DISABLE_PLUGINS=<plugin>",
+                help=self.conflict_help(name, claims),
             )
         entry = self.entry(name)
         if entry is not None:
@@ -212,8 +251,12 @@ class Registry:
                 f"plugin '{failure.plugin}' from {failure.dist} {what_happened} "
                 f'({failure.error}); it may provide "{name}"'
             )
+        fixes = [f.help for f in failed_plugins if getattr(f, "help", "")]
         help_ = hint or (
-            "install the plugin that provides it (pip install ...), then check `singa list-plugins`"
+            "; ".join(dict.fromkeys(fixes))  # e.g. generate a plugin's missing _pb2 module
+            if fixes
+            else "install the plugin that provides it (pip install ...), then check "
+            "`singa list-plugins`"
         )
         raise SingaError(f'unknown {label} "{name}"', help=help_, notes=notes)
 
@@ -235,9 +278,10 @@ def _callable(obj: Any) -> str | None:
     return None if callable(obj) else f"must be callable, got {obj!r}"
 
 
-def make_registries() -> dict[str, Registry]:
-    """Fresh, empty registries for every kind (keyed by kind)."""
-    return {
+def make_registries(core_distribution: str = "") -> dict[str, Registry]:
+    """Fresh, empty registries for every kind (keyed by kind); ``core_distribution`` is
+    the distribution of the built-in types (:attr:`Registry.core_distribution`)."""
+    registries = {
         r.kind: r
         for r in [
             Registry(
@@ -323,3 +367,6 @@ def make_registries() -> dict[str, Registry]:
             ),
         ]
     }
+    for registry in registries.values():
+        registry.core_distribution = core_distribution
+    return registries

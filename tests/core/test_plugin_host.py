@@ -285,10 +285,10 @@ def test_registry_namespaces_unit():
     class B(NeuronLayer):
         pass
 
-    reg = make_registries()["layer"]
+    reg = make_registries("dist-one")["layer"]  # dist-one is the core (the built-ins)
     one, two = Provider("one", "dist-one", "1"), Provider("two", "dist-two", "2")
-    reg.add("kEmbedding", A, one)  # an enum name: the enum namespace
-    reg.add("kEmbedding", B, two, user_type=True)  # the same string as a user type
+    reg.add("kEmbedding", A, one)  # the core's enum name: the enum namespace
+    reg.add("kEmbedding", B, two)  # another distribution's string: a user type (0.3)
     reg.add("kFoo", B, two)  # not an enum name: a user type
     assert reg.get("kEmbedding") is A and reg.get(UserTypeName("kEmbedding")) is B
     assert reg.get(UserTypeName("kFoo")) is B and reg.get("kFoo") is B  # plain str: then user
@@ -307,3 +307,138 @@ def test_registry_namespaces_unit():
         ("kFoo", "user", "dist-one"),
         ("kFoo", "user", "dist-two"),
     ]
+
+
+# -- 0.3-style registrations: a third party's string "kEmbedding" is a user type ----------
+RNNLM_STYLE_PLUGIN = USER_EMBEDDING_PLUGIN.replace(
+    'register("kEmbedding", Doubler, user_type=True)', 'register("kEmbedding", Doubler)'
+)
+assert 'register("kEmbedding", Doubler)' in RNNLM_STYLE_PLUGIN
+
+BOTH_IN_ONE_NET = """
+  layer { name: "idx" type: kArgSort srclayers: "data" argsort_conf { topk: 1 } }
+  layer { name: "emb" type: kEmbedding srclayers: "idx"
+          embedding_conf { vocab_size: 4 feature_dim: 4 }
+          param { name: "vocab" init { type: kUniform low: -0.1 high: 0.1 } } }
+"""
+
+
+def _job_with_both_embeddings(tmp_path):
+    """The small MLP with a user_type "kEmbedding" after tanh and a built-in kEmbedding of
+    each input's largest feature (kArgSort) concatenated to it (both on the loss's path)."""
+    from conftest import mlp_conf, write_csv_blobs
+
+    data = write_csv_blobs(tmp_path / "blobs.csv")
+    text = mlp_conf(data, tmp_path / "ws", steps=30, extra=BOTH_IN_ONE_NET)
+    tanh = 'layer { name: "tanh" type: kSTanh srclayers: "ip1" }'
+    assert tanh in text and 'srclayers: "tanh"\n' in text
+    text = text.replace('srclayers: "tanh"\n', 'srclayers: "both"\n').replace(
+        tanh,
+        tanh + '\n  layer { name: "twice" user_type: "kEmbedding" srclayers: "tanh" }\n'
+        '  layer { name: "both" type: kConcate srclayers: "twice" srclayers: "emb"\n'
+        "          concate_conf { concate_dim: 1 num_concates: 2 } }",
+    )
+    conf = tmp_path / "job.conf"
+    conf.write_text(text)
+    return conf
+
+
+def test_third_party_string_registration_of_an_enum_name_serves_user_type(site, tmp_path):
+    """0.3's rnnlm registered its layers by string (`register("kEmbedding", ...)`, the
+    string factory): such a registration from a plugin distribution serves
+    `user_type: "kEmbedding"` and leaves `type: kEmbedding` to the built-in, no clash."""
+    from singa_core.plugin_host.registry import USER, UserTypeName
+
+    fake_dist(site, "singa-rnnlm-style", "singa_rnnlm_style", RNNLM_STYLE_PLUGIN)
+    host = PluginHost()
+    host.load_entry_points()
+    assert host.conflicts() == []
+    user = host.get("layer", UserTypeName("kEmbedding"))
+    assert user.__name__ == "Doubler"
+    assert host.get("layer", "kEmbedding").__module__ == "singa_builtins.layers.embedding"
+    ours = [e for e in host.registry("layer").all_entries() if e.provider.dist != "singa-classic"]
+    assert {(e.name, e.namespace) for e in ours} == {("kEmbedding", USER), ("kDoubler", USER)}
+
+    conf = _job_with_both_embeddings(tmp_path)
+    res = run_singa("train", str(conf), "--seed", "2", env={"PYTHONPATH": str(site)})
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "more than one plugin" not in res.stderr
+    lines = (tmp_path / "ws" / "metrics.jsonl").read_text().splitlines()
+    records = [json.loads(ln) for ln in lines]
+    train = [r for r in records if r.get("phase") == "train"]
+    assert train[-1]["loss"] < train[0]["loss"]
+
+
+def test_a_third_party_may_still_take_the_enum_name_on_purpose(site):
+    """`user_type=False` puts a plugin's name among the enum types: then it does clash with
+    the built-in, and the help line names the choice."""
+    fake_dist(
+        site,
+        "singa-enum-taker",
+        "singa_enum_taker",
+        RNNLM_STYLE_PLUGIN.replace(
+            'register("kEmbedding", Doubler)', 'register("kEmbedding", Doubler, user_type=False)'
+        ),
+    )
+    host = PluginHost()
+    host.load_entry_points()
+    assert [c[:3] for c in host.conflicts()] == [("layer", "enum", "kEmbedding")]
+    with pytest.raises(SingaError) as err:
+        host.get("layer", "kEmbedding")
+    assert 'layer type "kEmbedding" is provided by more than one plugin' in str(err.value)
+    help_ = err.value.help
+    assert 'register("kEmbedding", cls, user_type=True) is selected by user_type: "kEmbedding"' in (
+        help_
+    )
+    assert "user_type=False by type: kEmbedding" in help_
+    assert "SINGA_DISABLE_PLUGINS=layers or SINGA_DISABLE_PLUGINS=singa_enum_taker" in help_
+
+
+def test_two_plugins_claiming_one_user_type_get_the_clash_and_its_help(site, tmp_path):
+    fake_dist(site, "singa-rnnlm-a", "singa_rnnlm_a", RNNLM_STYLE_PLUGIN)
+    fake_dist(site, "singa-rnnlm-b", "singa_rnnlm_b", RNNLM_STYLE_PLUGIN)
+    conf = _job_with_both_embeddings(tmp_path)
+    res = run_singa("train", str(conf), env={"PYTHONPATH": str(site)})
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr
+    assert 'error: layer user_type "kEmbedding" is provided by more than one plugin' in res.stderr
+    assert "singa-rnnlm-a 0.1 (plugin 'singa_rnnlm_a')" in res.stderr
+    assert "singa-rnnlm-b 0.1 (plugin 'singa_rnnlm_b')" in res.stderr
+    help_line = next(ln for ln in res.stderr.splitlines() if ln.lstrip().startswith("help:"))
+    assert 'register("kEmbedding", cls, user_type=True) is selected by user_type: ' in help_line
+    assert "user_type=False by type: kEmbedding" in help_line
+    assert "SINGA_DISABLE_PLUGINS=singa_rnnlm_a or SINGA_DISABLE_PLUGINS=singa_rnnlm_b" in help_line
+    assert "singa-classic" not in res.stderr.split("error:", 1)[1].split("help:")[0]
+
+
+def test_a_missing_pb2_module_says_how_to_produce_it(site, tmp_path):
+    """A plugin whose generated module is missing fails to load; the warning and the error
+    of a job that names its type say to run `singa compile-proto` (protoc needed only
+    after editing the .proto), not to pip install something."""
+    from conftest import mlp_conf, write_csv_blobs
+
+    pkg = site / "singa_nopb"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "nopb.proto").write_text('syntax = "proto2";\npackage singa_nopb;\n')
+    (pkg / "plugin.py").write_text(
+        "from singa_nopb import nopb_pb2\n" + LAYER_PLUGIN.replace("kTwin", "kNoPb")
+    )
+    info = site / "singa_nopb-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: singa-nopb\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[singa]\nnopb = singa_nopb.plugin\n")
+    env = {"PYTHONPATH": str(site)}
+    data = write_csv_blobs(tmp_path / "blobs.csv")
+    layer = 'layer { name: "nopb" user_type: "kNoPb" srclayers: "tanh" }'
+    conf = tmp_path / "job.conf"
+    conf.write_text(mlp_conf(data, tmp_path / "ws", steps=2, extra=layer))
+    res = run_singa("train", str(conf), env=env)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert 'unknown layer type "kNoPb"' in res.stderr
+    help_line = next(ln for ln in res.stderr.splitlines() if ln.lstrip().startswith("help:"))
+    assert "singa compile-proto singa_nopb/nopb.proto --out . -I ." in help_line, help_line
+    assert "singa-classic[proto]" in help_line and "only needed after editing" in help_line
+    assert "pip install ...)" not in help_line
+    listed = run_singa("list-plugins", env=env)
+    assert "singa compile-proto singa_nopb/nopb.proto" in listed.stderr, listed.stderr
