@@ -188,20 +188,23 @@ def _single_kvfile_value(buf: bytes) -> bytes | None:
 def load_mean_file(path: str) -> np.ndarray:
     """The mean values in ``path`` (float32, flat); raises ValueError with the reason.
 
-    A path containing "binaryproto" holds a serialized CaffeBlob; any other path a serialized
-    RecordProto whose ``data`` is the mean, either as the whole file (0.1's
+    A path containing "binaryproto" (0.3's test) holds a Caffe BlobProto, e.g. the
+    ``mean.binaryproto`` of Caffe's ``compute_image_mean`` (``singa_builtins._caffe``;
+    ``shape`` or num/channels/height/width, ``data`` or ``double_data``); any other path a
+    serialized RecordProto whose ``data`` is the mean, either as the whole file (0.1's
     ``image_mean.bin``) or as the first tuple of a kvfile store (0.3's, e.g. from
     ``singa data cifar10``).
     """
     with open(path, "rb") as fh:
         buf = fh.read()
     if "binaryproto" in path:
-        msg, what = common_pb2.CaffeBlob(), "a CaffeBlob"
-    else:
-        msg, what = common_pb2.RecordProto(), "a RecordProto"
-        inner = _single_kvfile_value(buf)
-        if inner is not None:
-            buf, what = inner, "a kvfile store whose first value is a RecordProto"
+        from singa_builtins._caffe import blob_values
+
+        return blob_values(buf)[0]
+    msg, what = common_pb2.RecordProto(), "a RecordProto"
+    inner = _single_kvfile_value(buf)
+    if inner is not None:
+        buf, what = inner, "a kvfile store whose first value is a RecordProto"
     try:
         msg.ParseFromString(buf)
     except DecodeError:

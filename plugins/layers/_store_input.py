@@ -20,10 +20,14 @@ SingleLabelRecordLayer), used by kRecordInput and kCSVInput.
 Differences from 0.3 (which opens the store and the mean/std files lazily in the first
 forward and CHECK-fails on bad data): the store and the mean/std files are opened in
 ``setup``, so a missing file is reported before training starts; every data problem is a
-SingaError naming the layer and the record's key; ``prefetching`` is accepted but data is
-read in the calling thread (0.3's prefetch thread gave no measurable speed-up, and the
-values are the same). ``state_dict`` holds the store position and whether the random skip
-already happened, so a resumed job continues with the very next record.
+SingaError naming the layer and the record's key. ``prefetching: true`` (the default for
+``encoded: true`` stores) reads, decodes and standardises the next batches in a background
+thread, together with the crop/mirror of a kImagePreprocess layer reading this one (0.3's
+thread only read raw tuples); the records, their order and every random draw are those of
+the run without it (``_prefetch``), and ``prefetching: false`` turns it off.
+``state_dict`` holds the store position and whether the random skip already happened (as
+the training has seen them, not as the prefetch thread has read), so a resumed job
+continues with the very next record.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import math
 from typing import Any
 
 import numpy as np
+from singa_builtins.layers._prefetch import PrefetchingInput
 from singa_builtins.layers._records import key_text, open_store
 
 from singa_core.errors import SingaError
@@ -40,12 +45,13 @@ from singa_core.param import DTYPE
 from singa_core.store import KREAD
 
 
-class StoreInputLayer(InputLayer):
+class StoreInputLayer(PrefetchingInput, InputLayer):
     """Base of kRecordInput/kCSVInput: subclasses implement :meth:`parse` and
     :meth:`load_vector`."""
 
     #: whether labels are read (the CSV layer turns this off with has_label: false)
     has_label = True
+    deploy_role = "input"
 
     # -- set-up ----------------------------------------------------------------------
     def setup(self, srcs):
@@ -56,7 +62,8 @@ class StoreInputLayer(InputLayer):
                 help='add `store_conf { backend: "kvfile" path: "..." batchsize: 64 shape: ... }`',
             )
         sc = self.conf.store_conf
-        self.batchsize = self._batchsize(sc)
+        deploying = bool(self.ctx.phase & kDeploy)  # fed raw samples: no store, no labels
+        self.batchsize = int(self.ctx.batchsize) if deploying else self._batchsize(sc)
         shape = [int(s) for s in sc.shape]
         if any(s <= 0 for s in shape):
             raise self.error(
@@ -94,8 +101,14 @@ class StoreInputLayer(InputLayer):
                 f"layer '{self.name}': the standard deviation to divide by has zeros",
                 field="store_conf",
             )
+        if deploying:
+            self.store = None
+            self.encoded = False
+            return
         self.store = self._open(sc.path)
-        self._records: list = [None] * self.batchsize
+        self.encoded = bool(sc.encoded)
+        # prefetching: as configured; by default where decoding is the cost (encoded images)
+        self._init_prefetch(sc.prefetching if sc.HasField("prefetching") else self.encoded)
         self.prepare_parsing()
         if self.ctx.phase:  # inside a net: its phase says how records will be read
             self._check_first_record(self.has_label and not (self.ctx.phase & kDeploy))
@@ -198,10 +211,24 @@ class StoreInputLayer(InputLayer):
             return np.full(self.rowlen, value, dtype=DTYPE)
         return None
 
+    # -- the deploy net: raw samples in, the same standardisation as records ----------
+    def sample_shape(self) -> tuple[int, ...]:
+        return self.instance_shape
+
+    def feed(self, values: np.ndarray) -> None:
+        np.copyto(self._rows, values.reshape(self.batchsize, self.rowlen))
+        if self.mean is not None:
+            self._rows -= self.mean
+        if self.std is not None:
+            self._rows /= self.std
+
     # -- subclass hooks ----------------------------------------------------------------
-    def parse_batch(self, records: list[tuple[bytes, bytes]], with_label: bool) -> None:
-        """Decode the batch's ``(key, value)`` tuples into ``self._rows`` (one row per
-        instance, ``rowlen`` values) and, ``with_label``, their labels into ``self.aux``."""
+    def parse_batch(
+        self, records: list[tuple[bytes, bytes]], with_label: bool, rows=None, aux=None
+    ) -> None:
+        """Decode the batch's ``(key, value)`` tuples into ``rows`` (default ``self._rows``;
+        one row per instance, ``rowlen`` values) and, ``with_label``, their labels into
+        ``aux`` (default ``self.aux``). May run in the prefetch thread: no other state."""
         raise NotImplementedError
 
     def load_vector(self, value: bytes):
@@ -229,37 +256,74 @@ class StoreInputLayer(InputLayer):
         return rec
 
     def forward(self, phase, srcs):
+        self._forward_batch(phase)
+
+    # -- producing batches (in forward, or ahead in the prefetch thread) ----------------
+    def _read_records(self, rng) -> list:
+        if not self._skipped:
+            self._skipped = True
+            if self.random_skip > 0:
+                for _ in range(int(rng.integers(0, self.random_skip + 1))):
+                    self._next()
+        read = self.store.read
+        records = [None] * self.batchsize
+        for _ in range(self._skip_before):
+            self._next()
+        for k in range(self.batchsize):
+            rec = read()
+            records[k] = rec if rec is not None else self._next()
+        for _ in range(self._skip_after):
+            self._next()
+        return records
+
+    def _produce(self, phase, rngs):
+        """The next batch: (rows, labels, [each stage's output])."""
+        if self.prefetching:
+            rows = np.empty_like(self._rows)
+            aux = np.empty_like(self.aux)
+        else:
+            rows, aux = self._rows, self.aux
         try:
-            if not self._skipped:
-                self._skipped = True
-                if self.random_skip > 0:
-                    for _ in range(int(self.ctx.rng.integers(0, self.random_skip + 1))):
-                        self._next()
-            read = self.store.read
-            records = self._records
-            for _ in range(self._skip_before):
-                self._next()
-            for k in range(self.batchsize):
-                rec = read()
-                records[k] = rec if rec is not None else self._next()
-            for _ in range(self._skip_after):
-                self._next()
-            self.parse_batch(records, self.has_label and not (phase & kDeploy))
+            records = self._read_records(rngs[0])
+            self.parse_batch(records, self.has_label and not (phase & kDeploy), rows, aux)
         except SingaError as err:
             raise err.located(self.ctx.locate("store_conf")) from None
         if self.mean is not None:
-            self._rows -= self.mean
+            rows -= self.mean
         if self.std is not None:
-            self._rows /= self.std
+            rows /= self.std
+        data = rows.reshape(self.data.shape)
+        staged = [
+            stage.stage_apply(phase, data, rngs[k + 1]) for k, stage in enumerate(self._stages)
+        ]
+        return rows, aux, staged
+
+    def _consume(self, batch) -> None:
+        rows, aux, staged = batch
+        if rows is not self._rows:
+            self._rows[...] = rows
+            self.aux[...] = aux
+        for stage, out in zip(self._stages, staged, strict=True):
+            stage.stage_take(out)
+
+    def _cursor(self) -> dict[str, Any]:
+        return {"position": int(self.store.position()), "skipped": bool(self._skipped)}
+
+    def _seek_cursor(self, state: dict[str, Any]) -> None:
+        if "position" in state:
+            self.store.seek(int(state["position"]))
+        self._skipped = bool(state.get("skipped", self._skipped))
+
+    def close(self) -> None:
+        """Stop the prefetch thread (it starts again at the next forward)."""
+        self._stop_prefetch()
 
     def labels(self):
         return self.aux if self.has_label else None
 
     # -- resume ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {"position": int(self.store.position()), "skipped": bool(self._skipped)}
+        return self._visible_cursor()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if "position" in state:
-            self.store.seek(int(state["position"]))
-        self._skipped = bool(state.get("skipped", self._skipped))
+        self._load_cursor(state)

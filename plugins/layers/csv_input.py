@@ -42,10 +42,11 @@ class CSVInputLayer(StoreInputLayer):
             toks.pop()  # "a,b," — 0.3's Tokenizer stops at a trailing separator
         return toks
 
-    def parse_batch(self, records, with_label):
+    def parse_batch(self, records, with_label, rows=None, aux=None):
         n = self.rowlen
         want = n + 1 if with_label else n
-        rows, aux = self._rows, self.aux
+        rows = self._rows if rows is None else rows
+        aux = self.aux if aux is None else aux
         for k, (key, value) in enumerate(records):
             try:
                 toks = self._tokens(value)

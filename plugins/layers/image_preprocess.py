@@ -11,6 +11,10 @@ the mean in the source, e.g. kRecordInput's ``mean_file``). ``data`` is
 * otherwise the central crop, offsets ``((H−crop)//2, (W−crop)//2)``, no flip;
 * then ``out = in · scale``.
 
+When its source prefetches (kRecordInput with ``store_conf.prefetching``), the crop and
+mirror of each batch are made by the source's prefetch thread with the batch (same random
+draws, see ``_prefetch``), and forward copies them.
+
 It is an input-category layer: it sends no gradient to its source and provides no labels
 (loss layers take them from the input layer).
 
@@ -23,6 +27,7 @@ its source's data in place (it shared the buffer); singa writes its own ``data``
 
 from __future__ import annotations
 
+import numpy as np
 from singa_builtins.layers._records import image_cropper
 
 from singa_core.layer import InputLayer, kTrain
@@ -48,6 +53,24 @@ class ImagePreprocessLayer(InputLayer):
         self.cropper = image_cropper(self, h, w)
         crop = self.cropper.crop
         self.alloc([n, c, crop, crop] if self.cropper.cropping else shape, grad=False)
+        self._prepared = None
+        attach = getattr(src, "attach_stage", None)
+        self.staged = bool(attach(self)) if callable(attach) else False
+
+    # -- as a stage of a prefetching input layer -------------------------------------------
+    def stage_apply(self, phase, images, rng):
+        """This layer's work on the source batch ``images``, done by the source's producer
+        (possibly a batch ahead, in its thread) with ``rng`` in place of ``ctx.rng``."""
+        out = np.empty_like(self.data)
+        self.cropper(images, out, bool(phase & kTrain), rng)
+        return out
+
+    def stage_take(self, out) -> None:
+        self._prepared = out
 
     def forward(self, phase, srcs):
+        prepared, self._prepared = self._prepared, None
+        if prepared is not None:  # made with the batch by the prefetching source
+            self.data[...] = prepared
+            return
         self.cropper(srcs[0].data, self.data, bool(phase & kTrain), self.ctx.rng)

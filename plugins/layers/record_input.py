@@ -7,6 +7,12 @@ Each value is a serialized RecordProto: its ``data`` floats if any, else its ``p
 values. The record's own ``shape`` is ignored. ``label`` goes to ``aux`` unless the phase
 has ``kDeploy``. A mean/std file's first record holds the vector in ``data``.
 
+With ``store_conf.encoded: true`` (StoreProto field 10, unused in 0.3) a record's ``pixel``
+holds an image file (JPEG, PNG, ... as ``singa data images --encoded`` writes), decoded
+when the batch is read into ``store_conf.shape`` ``[C, H, W]`` (C = 1: grey-scale, 3: RGB
+planes); an image of another size is an error naming the record. Decoding needs Pillow
+(``singa-classic[images]``). Encoded stores prefetch by default (see ``_store_input``).
+
 Differences from 0.3: a record with neither ``data`` nor ``pixel`` is an error (0.3 logs
 "Not pixel nor pixel" and leaves that row of the batch unchanged), and so is a value that
 is not a RecordProto.
@@ -18,27 +24,39 @@ import numpy as np
 from google.protobuf.message import DecodeError
 from singa_builtins.layers._store_input import StoreInputLayer
 
+from singa_core.errors import SingaError
 from singa_core.schema import common_pb2
 
 
 class RecordInputLayer(StoreInputLayer):
     type_names = ("kRecordInput",)
 
-    def setup(self, srcs):
-        self._rec = common_pb2.RecordProto()
-        super().setup(srcs)
-
     def prepare_parsing(self) -> None:
-        self._labels = [0] * self.batchsize
         self._want = f"expected {self.rowlen} (store_conf.shape {list(self.instance_shape)})"
+        if self.encoded:
+            shape = self.instance_shape
+            if len(shape) != 3 or shape[0] not in (1, 3):
+                raise self.error(
+                    f"layer '{self.name}': store_conf.encoded needs a store_conf.shape of "
+                    f"[channels, height, width] with 1 or 3 channels, got {list(shape)}",
+                    field="store_conf.shape",
+                    help="e.g. `shape: 3 shape: 32 shape: 32` for colour images",
+                )
+            from singa_builtins._imaging import pil
 
-    def parse_batch(self, records, with_label):
-        rec = self._rec
+            try:
+                pil()  # Pillow missing: said now, not at the first batch
+            except SingaError as err:
+                raise err.located(self.ctx.locate("store_conf.encoded")) from None
+
+    def parse_batch(self, records, with_label, rows=None, aux=None):
+        rows = self._rows if rows is None else rows
+        aux = self.aux if aux is None else aux
+        rec = common_pb2.RecordProto()
         parse = rec.ParseFromString
         n = self.rowlen
-        rows = self._rows
         pixels = []
-        labels = self._labels
+        labels = [0] * len(records)
         for k, (key, value) in enumerate(records):
             try:
                 parse(value)
@@ -48,6 +66,8 @@ class RecordInputLayer(StoreInputLayer):
                 if len(rec.data) != n:
                     raise self.bad_record(key, f"has {len(rec.data)} data values, {self._want}")
                 rows[k] = rec.data
+            elif self.encoded:
+                rows[k] = self._decode(key, rec.pixel).reshape(-1)
             else:
                 pixel = rec.pixel
                 if len(pixel) != n:
@@ -56,7 +76,7 @@ class RecordInputLayer(StoreInputLayer):
                     raise self.bad_record(key, f"has {len(pixel)} pixel values, {self._want}")
                 pixels.append((k, pixel))
             labels[k] = rec.label
-        if len(pixels) == len(records):  # all pixel records: decode them in one go
+        if pixels and len(pixels) == len(records):  # all raw pixel records: decode in one go
             rows[...] = np.frombuffer(b"".join([p for _, p in pixels]), dtype=np.uint8).reshape(
                 rows.shape
             )
@@ -64,7 +84,25 @@ class RecordInputLayer(StoreInputLayer):
             for k, pixel in pixels:
                 rows[k] = np.frombuffer(pixel, dtype=np.uint8)
         if with_label:
-            self.aux[...] = labels
+            aux[...] = labels
+
+    def _decode(self, key, pixel: bytes) -> np.ndarray:
+        """An encoded record's image file as uint8 [C, H, W] (store_conf.shape)."""
+        from singa_builtins._imaging import decode
+
+        if not pixel:
+            raise self.bad_record(key, "has no image bytes (store_conf.encoded is set)")
+        try:
+            image = decode(pixel, self.instance_shape[0])
+        except ValueError as exc:
+            raise self.bad_record(key, f"{exc}") from None
+        if image.shape != self.instance_shape:
+            raise self.bad_record(
+                key,
+                f"decodes to an image of {list(image.shape)}, but store_conf.shape is "
+                f"{list(self.instance_shape)}",
+            )
+        return image
 
     def load_vector(self, value):
         rec = common_pb2.RecordProto()

@@ -43,34 +43,38 @@ _FIELD = "sharddata_conf"
 
 class ShardDataLayer(InputLayer):
     type_names = ("kShardData",)
+    deploy_role = "drop"  # the parser layers it feeds are fed raw samples instead
+    #: the DataProto field configuring the layer, and the store backend it reads
+    conf_field = _FIELD
+    backend = "kvfile"
 
     def setup(self, srcs):
         self.expect_srcs(srcs)
-        conf = self.conf.sharddata_conf
-        if not self.conf.HasField(_FIELD) or not conf.path:
+        field = self.conf_field
+        conf = getattr(self.conf, field)
+        if not self.conf.HasField(field) or not conf.path:
             raise self.error(
-                f"layer '{self.name}' (kShardData) needs sharddata_conf.path",
-                field=_FIELD,
-                help='add `sharddata_conf { path: "train_shard" batchsize: 64 }`',
+                f"layer '{self.name}' ({self.type_names[0]}) needs {field}.path",
+                field=field,
+                help=f'add `{field} {{ path: "train_shard" batchsize: 64 }}`',
             )
         if not conf.HasField("batchsize"):
             raise self.error(
-                f"layer '{self.name}': sharddata_conf.batchsize is not set",
-                field=_FIELD,
-                help="add `batchsize: 64` to sharddata_conf",
+                f"layer '{self.name}': {field}.batchsize is not set",
+                field=field,
+                help=f"add `batchsize: 64` to {field}",
             )
         self.path = conf.path
-        self.batchsize = partition_batchsize(self, conf.batchsize, _FIELD)
+        self.batchsize = partition_batchsize(self, conf.batchsize, field)
         self.random_skip = int(conf.random_skip)
         if self.random_skip < 0:
             raise self.error(
-                f"layer '{self.name}': sharddata_conf.random_skip must be >= 0, "
-                f"got {self.random_skip}",
-                field=f"{_FIELD}.random_skip",
+                f"layer '{self.name}': {field}.random_skip must be >= 0, got {self.random_skip}",
+                field=f"{field}.random_skip",
                 help="random_skip is how many records at most to skip at the start; 0 skips none",
             )
         self._skipped = False
-        self.store = open_store(self, "kvfile", self.path, KREAD, _FIELD)
+        self.store = open_store(self, self.backend, self.path, KREAD, field)
         n = self.batchsize
         self._wrappers = [common_pb2.Record() for _ in range(n)]
         self._plain = [common_pb2.RecordProto() for _ in range(n)]
@@ -104,7 +108,7 @@ class ShardDataLayer(InputLayer):
             raise self.error(
                 f"layer '{self.name}': record '{key_text(key)}' of '{self.path}' is neither "
                 "a Record nor a RecordProto",
-                field=_FIELD,
+                field=self.conf_field,
                 help="kShardData reads stores of serialized Record (0.1) or RecordProto values",
             ) from None
 
@@ -115,10 +119,11 @@ class ShardDataLayer(InputLayer):
                 self.store.seek_to_first()
                 rec = self.store.read()
         except SingaError as err:  # a damaged store
-            raise err.located(self.ctx.locate(_FIELD)) from None
+            raise err.located(self.ctx.locate(self.conf_field)) from None
         if rec is None:
             raise self.error(
-                f"layer '{self.name}': store '{self.path}' has no records", field=_FIELD
+                f"layer '{self.name}': store '{self.path}' has no records",
+                field=self.conf_field,
             )
         return rec
 

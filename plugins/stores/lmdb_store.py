@@ -1,0 +1,314 @@
+"""lmdb: (key, value) tuples in an LMDB environment (SINGA 0.3's "lmdb" backend, USE_LMDB).
+
+The store a Caffe user already has: ``convert_imageset`` and ``convert_mnist_data`` write an
+LMDB folder (``data.mdb`` + ``lock.mdb``) of serialized Datums. Needs the optional
+``lmdb`` package (``pip install 'singa-classic[lmdb]'``).
+
+* kRead opens the environment read-only without a lock file (so a read-only copy works);
+  ``path`` is the folder, or a single database file written with ``subdir=False``. Tuples are
+  read in key order (LMDB keeps keys sorted), ``position()`` is the index of the next
+  tuple and ``seek(i)`` goes to tuple ``i`` (walking the cursor; a resumed job does it once).
+* kCreate writes a new environment into a temp folder next to ``path`` that ``close()``
+  renames into place (the folder at ``path`` is the old or the new database, never a
+  partial one); kAppend copies the existing tuples into such a temp folder first. As with
+  kvfile, ``write`` refuses (returns False for) an empty value or a key already present.
+* a damaged environment or page is a SingaError naming the folder and the last key read.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+from singa_core.errors import SingaError
+from singa_core.running.fileio import fsync_dir
+from singa_core.store import KAPPEND, KCREATE, KREAD, Store
+
+from ._files import as_bytes
+
+_DAMAGED_HELP = (
+    "the LMDB database is damaged, incomplete or not an LMDB environment; re-create it "
+    "(e.g. with Caffe's convert_imageset, or `singa data images DIR --out OUT --backend lmdb`)"
+)
+_BATCH = 1000  # puts per write transaction
+_MAP0 = 1 << 26  # initial map size of a new database; doubled whenever full
+
+
+def lmdb_module():
+    try:
+        import lmdb
+    except ImportError:
+        raise SingaError(
+            "the lmdb store needs the lmdb package, which is not installed",
+            help="pip install 'singa-classic[lmdb]'",
+        ) from None
+    return lmdb
+
+
+class LMDBStore(Store):
+    """Sequential access to an LMDB environment's main database."""
+
+    type_names = ("lmdb",)
+
+    def __init__(self) -> None:
+        self.path: str | None = None
+        self._mode: int | None = None
+        self._env = None
+        self._txn = None
+        self._cursor = None
+        self._index = 0
+        self._started = False  # the cursor has been positioned (first read done)
+        self._last_key: bytes | None = None
+        self._tmp: str | None = None
+        self._staged: list[tuple[bytes, bytes]] = []  # puts of the open write transaction
+
+    # ------------------------------------------------------------------ opening
+    def open(self, path: str, mode: int) -> None:
+        self.close()
+        lmdb = lmdb_module()
+        path = os.fspath(path)
+        self.path = path
+        if mode == KREAD:
+            self._open_read(lmdb, path)
+        elif mode in (KCREATE, KAPPEND):
+            self._open_write(lmdb, path, mode)
+        else:
+            raise ValueError(f"unknown store mode {mode!r}")
+        self._mode = mode
+
+    def _damaged(self, exc, what: str) -> SingaError:
+        where = self.path
+        if self._last_key is not None:
+            where = f"{self.path}, after key '{self._last_key.decode('utf-8', 'replace')}'"
+        return SingaError(f"{what}: {exc}", where=where, help=_DAMAGED_HELP)
+
+    def _open_read(self, lmdb, path: str) -> None:
+        if not os.path.exists(path):
+            raise SingaError(
+                f"cannot open LMDB database {path}: no such folder",
+                where=path,
+                help="check the path; an LMDB database is a folder holding data.mdb",
+            )
+        subdir = os.path.isdir(path)
+        if subdir and not os.path.isfile(os.path.join(path, "data.mdb")):
+            raise SingaError(
+                f"cannot open LMDB database {path}: the folder has no data.mdb",
+                where=path,
+                help="name the folder Caffe's convert_imageset wrote (it holds data.mdb)",
+            )
+        try:
+            self._env = lmdb.open(
+                path, subdir=subdir, readonly=True, lock=False, readahead=False, max_dbs=0
+            )
+            self._txn = self._env.begin(buffers=False)
+            self._cursor = self._txn.cursor()
+        except lmdb.Error as exc:
+            self._release()
+            raise self._damaged(exc, f"cannot open LMDB database {path}") from None
+
+    def _open_write(self, lmdb, path: str, mode: int) -> None:
+        parent = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(parent):
+            raise SingaError(
+                f"cannot create LMDB database {path}: folder {parent} does not exist",
+                where=path,
+                help=f"create the folder first (mkdir -p {parent})",
+            )
+        if mode == KAPPEND and not os.path.isdir(path):
+            raise SingaError(
+                f"cannot open LMDB database {path} for appending: no such folder",
+                where=path,
+                help="open a new store with mode kCreate; kAppend adds to an existing one",
+            )
+        self._tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.", dir=parent)
+        try:
+            self._env = lmdb.open(self._tmp, map_size=_MAP0, subdir=True, max_dbs=0)
+            if mode == KAPPEND:
+                old = LMDBStore()
+                old.open(path, KREAD)
+                try:
+                    while (rec := old.read()) is not None:
+                        self.write(*rec)
+                finally:
+                    old.close()
+        except BaseException:
+            self.abort()
+            raise
+
+    def _wrong_mode(self, action: str) -> SingaError:
+        return SingaError(
+            f"cannot {action} LMDB store {self.path}: it is not open in a mode that allows it",
+            help="open it with kRead to read, with kCreate or kAppend to write",
+        )
+
+    # ------------------------------------------------------------------ reading
+    def read(self) -> tuple[bytes, bytes] | None:
+        if self._mode != KREAD:
+            raise self._wrong_mode("read from")
+        lmdb = lmdb_module()
+        try:
+            moved = self._cursor.next() if self._started else self._cursor.first()
+            self._started = True
+            if not moved:
+                return None
+            key, value = self._cursor.item()
+        except lmdb.Error as exc:
+            raise self._damaged(exc, f"damaged LMDB database {self.path}") from None
+        self._index += 1
+        self._last_key = key
+        return key, value
+
+    def seek_to_first(self) -> None:
+        if self._mode != KREAD:
+            raise self._wrong_mode("rewind")
+        self._started = False
+        self._index = 0
+        self._last_key = None
+
+    def position(self) -> int:
+        return self._index
+
+    def seek(self, position: int) -> None:
+        if self._mode != KREAD:
+            raise self._wrong_mode("seek in")
+        position = int(position)
+        if position < 0:
+            raise SingaError(
+                f"cannot seek to record {position} of LMDB store {self.path}",
+                help="record positions start at 0",
+            )
+        if position < self._index:
+            self.seek_to_first()
+        while self._index < position:
+            if self.read() is None:
+                raise SingaError(
+                    f"cannot seek to record {position} of LMDB store {self.path}: "
+                    f"it has only {self._index} records",
+                    help="the database is shorter than when the position was saved; resume "
+                    "with the data the job was started with",
+                )
+
+    def count(self) -> int:
+        if self._mode != KREAD:
+            raise self._wrong_mode("count")
+        return int(self._txn.stat()["entries"])
+
+    # ------------------------------------------------------------------ writing
+    def write(self, key, value) -> bool:
+        if self._env is None or self._mode == KREAD or self._tmp is None:
+            raise self._wrong_mode("write to")
+        key, value = as_bytes(key, "keys"), as_bytes(value, "values")
+        if not value or not key:
+            return False
+        lmdb = lmdb_module()
+        while True:
+            try:
+                if self._txn is None:
+                    self._txn = self._env.begin(write=True)
+                ok = self._txn.put(key, value, overwrite=False)
+                break
+            except lmdb.MapFullError:
+                self._txn.abort()
+                self._txn = None
+                self._replay_grow()
+        if ok:
+            self._staged.append((key, value))
+            if len(self._staged) >= _BATCH:
+                self.flush()
+        return bool(ok)
+
+    def _replay_grow(self) -> None:
+        """The map is full: double it and put the uncommitted tuples again."""
+        info = self._env.info()
+        self._env.set_mapsize(int(info["map_size"]) * 2)
+        self._txn = self._env.begin(write=True)
+        for k, v in self._staged:
+            self._txn.put(k, v, overwrite=False)
+
+    def flush(self) -> None:
+        if self._txn is not None and self._tmp is not None:
+            self._txn.commit()
+            self._txn = None
+            self._staged.clear()
+
+    # ------------------------------------------------------------------ closing
+    def close(self) -> None:
+        """Finish: a writer's temp database is synced and renamed into place."""
+        if self._tmp is not None and self._env is not None:
+            try:
+                self.flush()
+                self._env.sync(True)
+                self._env.close()
+                self._env = None
+                self._publish()
+            except BaseException:
+                self.abort()
+                raise
+        self._release()
+
+    def _publish(self) -> None:
+        path, tmp = self.path, self._tmp
+        trash = None
+        if os.path.lexists(path):
+            trash = tempfile.mkdtemp(
+                prefix=f".{os.path.basename(path)}.old.", dir=os.path.dirname(os.path.abspath(path))
+            )
+            os.rmdir(trash)
+            os.replace(path, trash)
+        try:
+            os.replace(tmp, path)
+        except OSError:
+            if trash is not None:
+                os.replace(trash, path)
+            raise
+        self._tmp = None
+        fsync_dir(os.path.dirname(os.path.abspath(path)))
+        if trash is not None:
+            shutil.rmtree(trash, ignore_errors=True)
+
+    def abort(self) -> None:
+        """Discard what a writer wrote (the database at ``path`` is left as it was)."""
+        if self._txn is not None and self._tmp is not None:
+            try:
+                self._txn.abort()
+            except Exception:
+                pass
+            self._txn = None
+        if self._env is not None and self._tmp is not None:
+            self._env.close()
+            self._env = None
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+        self._release()
+
+    def _release(self) -> None:
+        self._cursor = None
+        if self._txn is not None:
+            try:
+                self._txn.abort()
+            except Exception:
+                pass
+        self._txn = None
+        if self._env is not None:
+            self._env.close()
+        self._env = None
+        self._mode = None
+        self._index = 0
+        self._started = False
+        self._last_key = None
+        self._staged.clear()
+
+    def __exit__(self, exc_type, *exc) -> None:
+        if exc_type is not None:
+            self.abort()
+        else:
+            self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_tmp", None) is not None:  # never publish an unclosed writer
+            try:
+                self.abort()
+            except Exception:
+                pass
