@@ -1,26 +1,23 @@
-"""Acceptance: a plugin package that depends on singa-classic installs into a fresh
-virtualenv next to this one and works there.
+"""Acceptance: on a plain install of singa-classic in a fresh virtualenv (no extras, so no
+protoc), a plugin package scaffolded there installs with the command `singa new-plugin`
+printed and works.
 
-The new venv is made without pip (no network); a ``.pth`` file in it adds this
-environment's site-packages, so singa-classic and its dependencies are *installed* as far
-as the new venv's pip resolution is concerned. The plugin (a package scaffolded by
-``singa new-plugin``) is installed with ``pip --python NEWVENV/bin/python install``
-without ``--no-deps`` and with ``--no-index``: its ``singa-classic>=0.1,<1`` requirement must
-be met by the distribution already there, never fetched (``singa`` on the public index is
-Apache SINGA's). The venv's Python then lists the plugin and trains a job with it.
+The venv (tests/plugin_package.plain_venv) gets singa-classic's runtime dependencies from
+this environment (linked, never downloaded) and singa-classic itself built from a copy of
+the checkout. The plugin is installed with ``pip --python VENV/bin/python install
+--no-index`` and without ``--no-deps``: its ``singa-classic>=0.1,<1`` requirement must be
+met by the distribution already there, never fetched (``singa`` on the public index is
+Apache SINGA's). The venv then lists the plugin and trains a job with it.
 """
 
 from __future__ import annotations
 
 import json
-import site
-import subprocess
-import sys
-import sysconfig
-from pathlib import Path
+import shlex
 
 import pytest
 from conftest import run_singa
+from plugin_package import plain_venv
 
 from singa_core.testing import blobs_csv, mlp_job
 
@@ -28,53 +25,25 @@ pytestmark = pytest.mark.slow
 
 
 def test_plugin_installs_into_a_fresh_venv_and_works(tmp_path):
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    py = venv / "bin" / "python"
-    site_dir = Path(
-        subprocess.run(
-            [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    )
-    assert site_dir.is_relative_to(venv)
-    outer = [sysconfig.get_paths()["purelib"], *site.getsitepackages()]
-    lines = "".join(f"import site; site.addsitedir({d!r})\n" for d in dict.fromkeys(outer))
-    (site_dir / "_outer_env.pth").write_text(lines)
+    venv = plain_venv(tmp_path / "venv")
+    installed = sorted(p.name for p in venv.site.iterdir())
+    assert "singa_core" in installed and "grpc_tools" not in installed
 
-    res = run_singa("new-plugin", "fresh-gate", "--kind", "layer", "--out", str(tmp_path))
-    assert res.returncode == 0, res.stderr
-    project = tmp_path / "singa-fresh-gate"
-    pip = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "--python",
-            str(py),
-            "install",
-            "--no-index",
-            "--no-build-isolation",
-            str(project),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    work = tmp_path / "work"
+    work.mkdir()
+    res = venv.run("singa", "new-plugin", "fresh-gate", "--kind", "layer", cwd=work)
+    assert res.returncode == 0 and res.stderr == "", res.stdout + res.stderr
+    project = work / "singa-fresh-gate"
+    assert (project / "singa_fresh_gate" / "fresh_gate_pb2.py").is_file()
+    install = res.stdout.split("next:\n", 1)[1].splitlines()[0].strip()
+    assert install == "pip install ./singa-fresh-gate"  # a folder, not a name on the index
+    pip = venv.pip_install(*shlex.split(install)[2:], cwd=work)
     assert pip.returncode == 0, pip.stdout + pip.stderr
     assert "Requirement already satisfied: singa-classic" in pip.stdout
-    installed = sorted(p.name for p in site_dir.iterdir())
+    installed = sorted(p.name for p in venv.site.iterdir())
     assert "singa_fresh_gate" in installed and "plugins" not in installed
 
-    cli = "import sys; from singa_core.commands.cli import main; sys.argv[0] = 'singa'; main()"
-    listed = subprocess.run(
-        [str(py), "-c", cli, "list-plugins", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    listed = venv.run("singa", "list-plugins", "--json")
     assert listed.returncode == 0, listed.stderr
     names = {p["name"] for p in json.loads(listed.stdout)["plugins"]}
     assert {"singa-classic", "singa-fresh-gate"} <= names
@@ -82,20 +51,8 @@ def test_plugin_installs_into_a_fresh_venv_and_works(tmp_path):
     data = blobs_csv(tmp_path / "blobs.csv")
     hidden = 'user_type: "kFreshGate" param { name: "slope" init { type: kConstant value: 0.25 } }'
     (tmp_path / "job.conf").write_text(mlp_job(data, hidden_layer=hidden, steps=40))
-    trained = subprocess.run(
-        [
-            str(py),
-            "-c",
-            cli,
-            "train",
-            str(tmp_path / "job.conf"),
-            "--workspace",
-            str(tmp_path / "ws"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    trained = venv.run("singa", "train", str(tmp_path / "job.conf"), "--workspace",
+                       str(tmp_path / "ws"))  # fmt: skip
     assert trained.returncode == 0, trained.stderr
     assert "singa-fresh-gate-0.1.0" in trained.stderr
     train = [
