@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 
 from singa_core.errors import SingaError
 from singa_core.running.fileio import fsync_dir
@@ -33,6 +34,36 @@ _DAMAGED_HELP = (
 )
 _BATCH = 1000  # puts per write transaction
 _MAP0 = 1 << 26  # initial map size of a new database; doubled whenever full
+
+
+# LMDB allows an environment to be opened once per process: readers of the same database
+# (a train and a test layer, a layer and a mean file) share it, each with its own transaction
+_READERS: dict[str, list] = {}  # real path -> [environment, number of open stores]
+_READERS_LOCK = threading.Lock()
+
+
+def _open_shared(lmdb, path: str, subdir: bool):
+    key = os.path.realpath(path)
+    with _READERS_LOCK:
+        entry = _READERS.get(key)
+        if entry is None:
+            env = lmdb.open(
+                path, subdir=subdir, readonly=True, lock=False, readahead=False, max_dbs=0
+            )
+            entry = _READERS[key] = [env, 0]
+        entry[1] += 1
+        return entry[0], key
+
+
+def _close_shared(key: str) -> None:
+    with _READERS_LOCK:
+        entry = _READERS.get(key)
+        if entry is None:
+            return
+        entry[1] -= 1
+        if entry[1] <= 0:
+            del _READERS[key]
+            entry[0].close()
 
 
 def lmdb_module():
@@ -62,6 +93,7 @@ class LMDBStore(Store):
         self._last_key: bytes | None = None
         self._tmp: str | None = None
         self._staged: list[tuple[bytes, bytes]] = []  # puts of the open write transaction
+        self._shared: str | None = None  # the key of a shared reading environment
 
     # ------------------------------------------------------------------ opening
     def open(self, path: str, mode: int) -> None:
@@ -87,20 +119,16 @@ class LMDBStore(Store):
         if not os.path.exists(path):
             raise SingaError(
                 f"cannot open LMDB database {path}: no such folder",
-                where=path,
                 help="check the path; an LMDB database is a folder holding data.mdb",
             )
         subdir = os.path.isdir(path)
         if subdir and not os.path.isfile(os.path.join(path, "data.mdb")):
             raise SingaError(
                 f"cannot open LMDB database {path}: the folder has no data.mdb",
-                where=path,
                 help="name the folder Caffe's convert_imageset wrote (it holds data.mdb)",
             )
         try:
-            self._env = lmdb.open(
-                path, subdir=subdir, readonly=True, lock=False, readahead=False, max_dbs=0
-            )
+            self._env, self._shared = _open_shared(lmdb, path, subdir)
             self._txn = self._env.begin(buffers=False)
             self._cursor = self._txn.cursor()
         except lmdb.Error as exc:
@@ -291,7 +319,10 @@ class LMDBStore(Store):
             except Exception:
                 pass
         self._txn = None
-        if self._env is not None:
+        if self._shared is not None:
+            _close_shared(self._shared)
+            self._shared = None
+        elif self._env is not None:
             self._env.close()
         self._env = None
         self._mode = None
