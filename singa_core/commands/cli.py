@@ -523,11 +523,18 @@ def list_plugins(
     epilog="""Examples:
   singa data mnist --out examples/mnist
   SINGA_DATA=/data singa data mnist --out examples/mnist   # /data/mnist holds the .gz files
-  singa data cifar10 --out examples/cifar10 --from ~/Downloads/cifar-10-batches-bin"""
+  singa data cifar10 --out examples/cifar10 --from ~/Downloads/cifar-10-batches-bin
+  singa data images ~/photos --out data/photos --resize 64 64 --shuffle --val-fraction 0.2""",
+    # a converter's own arguments (`singa data images DIR --resize W H ...`)
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
 )
 def data(
+    ctx: typer.Context,
     name: Annotated[
-        str, typer.Argument(metavar="NAME", help="dataset name: mnist, cifar10, tinyshakespeare")
+        str,
+        typer.Argument(
+            metavar="NAME", help="dataset name: mnist, cifar10, tinyshakespeare, images DIR"
+        ),
     ],
     out: Annotated[
         Path, typer.Option("--out", metavar="DIR", help="folder to write SINGA's stores into")
@@ -554,7 +561,17 @@ def data(
             said.append(message)
             print(message, file=sys.stderr)
 
-        written = prepare_dataset(conv_cls(), out, source, log=log)
+        conv = conv_cls()
+        if ctx.args:  # the converter's own arguments; `configure` may name the source
+            configure = getattr(conv, "configure", None)
+            if configure is None:
+                raise SingaError(
+                    f"singa data {name} takes no arguments besides --out and --from, "
+                    f"got {' '.join(ctx.args)}",
+                    help=f"singa data {name} --help",
+                )
+            source = configure(list(ctx.args)) or source
+        written = prepare_dataset(conv, out, source, log=log)
     except SingaError as err:
         _fail(err)
     for p in written:  # the files the converter did not already tell of
