@@ -9,8 +9,10 @@ The rooms, from the bottom up (a room imports only the rooms before it):
 * :mod:`singa_core.jobconf`: job.conf text -> JobProto, with located errors;
 * :mod:`singa_core.netbuilder`: NetProto -> NeuralNet (layers, Params, unrolling,
   partitioning, slicing);
-* :mod:`singa_core.running`: a prepared job, the training loop, checkpoints, reporting,
-  and ``singa_core.Job`` (the Python API);
+* :mod:`singa_core.running`: a prepared job, the training loop, checkpoints, reporting;
+* :mod:`singa_core.inference`: using a trained model (the deploy net with a checkpoint's
+  Params: ``predict``, ONNX and safetensors export);
+* :mod:`singa_core.api`: ``singa_core.Job``, the Python API;
 * :mod:`singa_core.commands`: the ``singa`` command line and its tools;
 * :mod:`singa_core.testing`: the plugin author's kit.
 
@@ -36,9 +38,9 @@ __all__ = ["hookimpl", "__version__", "PLUGIN_API_VERSION", "CORE_DISTRIBUTION",
 
 
 def __getattr__(name: str):
-    # the Python API (singa_core.running.python_api) on first use: `import singa_core` stays light
+    # the Python API (singa_core.api.job) on first use: `import singa_core` stays light
     if name in ("Job", "RunResult", "TestResult", "Event"):
-        from singa_core.running import python_api as api
+        from singa_core.api import job as api
 
         return getattr(api, name)
     raise AttributeError(f"module 'singa_core' has no attribute {name!r}")

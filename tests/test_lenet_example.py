@@ -34,7 +34,7 @@ def test_lenet_resume_is_exact_on_both_pooling_paths(mnist_stores, tmp_path, mon
     compiled pooling kernels and with the numpy path."""
     import shutil
 
-    from singa_core.running.python_api import Job
+    from singa_core.api.job import Job
 
     if numba == "1":
         pytest.importorskip("numba")

@@ -240,6 +240,19 @@ class ConvolutionBase(NeuronLayer):
         return mm + bias, mm + bias + src_grad
 
     # -- forward / backward -------------------------------------------------------------
+    def to_onnx(self, g, inputs):
+        win = self.win
+        x = g.reshape(inputs[0], (self.channels, self.height, self.width), f"{self.name}/nchw")
+        w = g.param(self.weight, (self.num_filters, self.channels, win.kh, win.kw))
+        return g.add(
+            "Conv",
+            [x, w, g.param(self.bias)],
+            name=self.name,
+            kernel_shape=[win.kh, win.kw],
+            pads=[win.ph, win.pw, win.ph, win.pw],
+            strides=[win.sh, win.sw],
+        )
+
     def forward(self, phase, srcs):
         if self._rows:
             self._forward_rows(srcs[0].data)

@@ -94,6 +94,19 @@ class PoolingBase(NeuronLayer):
         np.copyto(self._xp[:, win.ph : win.ph + self.height, win.pw : win.pw + self.width], xc)
         return self._xp
 
+    def to_onnx(self, g, inputs):
+        win = self.win
+        x = g.reshape(inputs[0], (self.channels, self.height, self.width), f"{self.name}/nchw")
+        window = dict(
+            kernel_shape=[win.kh, win.kw],
+            pads=[win.ph, win.pw, win.ph, win.pw],
+            strides=[win.sh, win.sw],
+        )
+        if self.method == MAX:  # padding is -inf to MaxPool: it never wins, as here
+            return g.add("MaxPool", [x], name=self.name, **window)
+        # floor mode: every window lies in the padded input, divisor kh·kw
+        return g.add("AveragePool", [x], name=self.name, count_include_pad=1, **window)
+
     def forward(self, phase, srcs):
         xp = self._input_chwn(srcs[0].data)
         out, slices = self._out, self._slices

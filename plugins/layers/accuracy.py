@@ -15,6 +15,7 @@ from singa_builtins.layers.argsort import ArgSortLayer, top_k_indices
 class AccuracyLayer(ArgSortLayer):
     type_names = ("kAccuracy",)
     num_srclayers = (2, 2)
+    deploy_role = "drop"  # a metric: nothing to predict with
 
     def setup(self, srcs):
         super().setup(srcs)  # top-k of the scores (srcs[0])

@@ -20,7 +20,7 @@ import numpy as np
 from singa_builtins.layers import CUDNN_ALIAS_NOTE
 from singa_builtins.layers.relu import relu_backward, relu_forward
 from singa_builtins.layers.sigmoid import sigmoid_backward, sigmoid_forward
-from singa_builtins.layers.stanh import stanh_backward, stanh_forward
+from singa_builtins.layers.stanh import stanh_backward, stanh_forward, stanh_onnx
 
 from singa_core.layer import NeuronLayer
 from singa_core.param import DTYPE
@@ -67,6 +67,13 @@ class ActivationLayer(NeuronLayer):
         else:
             self.alloc_like(src.data)
         self._scratch = np.empty_like(self.data, dtype=scratch_dtype)
+
+    def to_onnx(self, g, inputs):
+        kind = self.conf.activation_conf.type
+        if kind == job_pb2.STANH:
+            return stanh_onnx(g, inputs[0], self.name)
+        op = {job_pb2.RELU: "Relu", job_pb2.SIGMOID: "Sigmoid", job_pb2.TANH: "Tanh"}[kind]
+        return g.add(op, inputs, name=self.name)
 
     def forward(self, phase, srcs):
         self._fwd(srcs[0].data, self.data)

@@ -24,6 +24,7 @@ def top_k_indices(x: np.ndarray, k: int) -> np.ndarray:
 
 class ArgSortLayer(OutputLayer):
     type_names = ("kArgSort",)
+    deploy_role = "keep"  # a net may predict the top-k class indices
 
     def setup(self, srcs):
         self.expect_srcs(srcs)
@@ -39,6 +40,12 @@ class ArgSortLayer(OutputLayer):
                 help=f"set topk between 1 and {self.dim}",
             )
         self.alloc((self.batchsize, self.topk), grad=False)
+
+    def to_onnx(self, g, inputs):
+        x = g.add("Flatten", inputs, name=f"{self.name}/flat", axis=1)
+        k = g.const([self.topk], f"{self.name}/k", np.int64)
+        _, idx = g.add("TopK", [x, k], name=self.name, outputs=2, axis=1, largest=1, sorted=1)
+        return g.add("Cast", [idx], name=f"{self.name}/float", to=1)  # float32
 
     def forward(self, phase, srcs):
         x = srcs[0].data.reshape(self.batchsize, self.dim)

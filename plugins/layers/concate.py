@@ -62,6 +62,9 @@ class ConcateLayer(NeuronLayer):
         self._data_parts = np.split(self.data, cuts, axis=dim)
         self._grad_parts = np.split(self.grad, cuts, axis=dim)
 
+    def to_onnx(self, g, inputs):
+        return g.add("Concat", inputs, name=self.name, axis=int(self.concate_dim))
+
     def forward(self, phase, srcs):
         for part, s in zip(self._data_parts, srcs, strict=True):
             np.copyto(part, s.data)

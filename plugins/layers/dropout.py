@@ -40,6 +40,9 @@ class DropoutLayer(NeuronLayer):
         self._keepmask = np.empty_like(self.data, dtype=bool)
         self._masked = False  # whether the last forward applied a mask
 
+    def to_onnx(self, g, inputs):
+        return inputs[0]  # predicting: the identity
+
     def forward(self, phase, srcs):
         x = srcs[0].data
         if phase & kTrain:

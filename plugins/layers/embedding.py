@@ -72,6 +72,15 @@ class EmbeddingLayer(NeuronLayer):
         self.vocab = self.create_param(0, (self.vocab_size, self.feature_dim), "vocab")
         self._idx = np.empty(self.batchsize, dtype=np.int64)
 
+    def to_onnx(self, g, inputs):
+        flat = g.add(
+            "Reshape",
+            [inputs[0], g.const([-1], f"{self.name}/flat", np.int64)],
+            name=f"{self.name}/indices",
+        )
+        idx = g.add("Cast", [flat], name=f"{self.name}/int", to=7)  # int64
+        return g.add("Gather", [g.param(self.vocab), idx], name=self.name, axis=0)
+
     def forward(self, phase, srcs):
         idx = read_indices(self, srcs[0], self._idx, self.vocab_size, "embedding_conf")
         # indices are checked: mode="clip" lets take write into out without a buffer

@@ -16,6 +16,11 @@ from singa_core.param import DTYPE
 class EuclideanLossLayer(LossLayer):
     type_names = ("kEuclideanLoss",)
     num_srclayers = (2, 2)
+    deploy_role = "output"
+
+    @classmethod
+    def deploy_output(cls, conf):
+        return None  # predicting: the first source, the values the loss compares
 
     def setup(self, srcs):
         self.expect_srcs(srcs)

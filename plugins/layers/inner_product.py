@@ -60,6 +60,12 @@ class InnerProductLayer(NeuronLayer):
         # sum over rows as a GEMV with a ones vector (faster than ndarray.sum for float32)
         self._ones = np.ones(self.batchsize, dtype=DTYPE)
 
+    def to_onnx(self, g, inputs):
+        x = g.reshape(inputs[0], (self.vdim,), f"{self.name}/flat")
+        w, b = g.param(self.weight), g.param(self.bias)
+        # singa keeps the weight (out, in), or (in, out) with transpose: y = x·Wᵀ + b
+        return g.add("Gemm", [x, w, b], name=self.name, transB=0 if self.transpose else 1)
+
     def forward(self, phase, srcs):
         x = srcs[0].data.reshape(self.batchsize, self.vdim)
         w = self.weight.value

@@ -17,6 +17,7 @@ from singa_core.layer import InputLayer
 
 class LabelLayer(InputLayer):
     type_names = ("kLabel",)
+    deploy_role = "drop"  # labels: not part of a prediction
     num_srclayers = (1, 1)
 
     def setup(self, srcs):

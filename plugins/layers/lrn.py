@@ -103,6 +103,18 @@ class LRNLayer(NeuronLayer):
         self._tmp = np.empty_like(self.data)  # scratch
         self._out: np.ndarray | None = None  # scratch for a source grad laid out differently
 
+    def to_onnx(self, g, inputs):
+        # ONNX LRN: x / (bias + alpha/size · Σ x²)^beta over the clipped channel window
+        return g.add(
+            "LRN",
+            [inputs[0]],
+            name=self.name,
+            size=int(self.conf.lrn_conf.local_size),
+            alpha=float(self.alpha),
+            beta=float(self.beta),
+            bias=float(self.knorm),
+        )
+
     def forward(self, phase, srcs):
         x = srcs[0].data
         norm, powb, tmp = self._norm, self._powb, self._tmp

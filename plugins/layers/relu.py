@@ -28,6 +28,9 @@ class ReLULayer(NeuronLayer):
         self.alloc_like(srcs[0].data)
         self._mask = np.empty_like(self.data, dtype=bool)
 
+    def to_onnx(self, g, inputs):
+        return g.add("Relu", inputs, name=self.name)
+
     def forward(self, phase, srcs):
         relu_forward(srcs[0].data, self.data)
 

@@ -30,6 +30,9 @@ class SigmoidLayer(NeuronLayer):
         self.alloc_like(srcs[0].data)
         self._scratch = np.empty_like(self.data)
 
+    def to_onnx(self, g, inputs):
+        return g.add("Sigmoid", inputs, name=self.name)
+
     def forward(self, phase, srcs):
         sigmoid_forward(srcs[0].data, self.data)
 

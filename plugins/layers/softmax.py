@@ -35,6 +35,10 @@ class SoftmaxLayer(NeuronLayer):
         self._rowvec = np.empty((self.batchsize, 1), dtype=DTYPE)
         self._tmp = np.empty_like(self.data)
 
+    def to_onnx(self, g, inputs):
+        x = g.add("Flatten", inputs, name=f"{self.name}/flat", axis=1)
+        return g.add("Softmax", [x], name=self.name, axis=1)
+
     def forward(self, phase, srcs):
         x = srcs[0].data.reshape(self.batchsize, self.dim)
         y, r = self.data, self._rowvec

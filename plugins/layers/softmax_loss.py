@@ -22,6 +22,7 @@ from singa_builtins.layers import CUDNN_ALIAS_NOTE
 
 from singa_core.layer import LossLayer
 from singa_core.param import DTYPE
+from singa_core.schema import job_pb2
 
 FLT_MIN = float(np.finfo(np.float32).tiny)  # 1.17549435e-38
 
@@ -30,6 +31,14 @@ class SoftmaxLossLayer(LossLayer):
     type_names = ("kSoftmaxLoss", "kCudnnSoftmaxLoss")
     alias_note = CUDNN_ALIAS_NOTE
     num_srclayers = (2, 2)
+    deploy_role = "output"
+
+    @classmethod
+    def deploy_output(cls, conf):
+        """Predicting: the class probabilities, a kSoftmax over the logits."""
+        out = job_pb2.LayerProto(name=conf.name, type=job_pb2.kSoftmax)
+        out.srclayers.append(conf.srclayers[0])
+        return out
 
     def setup(self, srcs):
         self.expect_srcs(srcs)

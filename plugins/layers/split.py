@@ -48,6 +48,9 @@ class SplitLayer(NeuronLayer):
             self._used.append(self.grads[i])
         return self.grads[i]
 
+    def to_onnx(self, g, inputs):
+        return inputs[0]  # every consumer reads the same tensor
+
     def forward(self, phase, srcs):
         self.data = srcs[0].data  # the source's array (no copy)
 

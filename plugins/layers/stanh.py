@@ -37,6 +37,9 @@ class STanhLayer(NeuronLayer):
         self.alloc_like(srcs[0].data)
         self._scratch = np.empty_like(self.data)
 
+    def to_onnx(self, g, inputs):
+        return stanh_onnx(g, inputs[0], self.name)
+
     def forward(self, phase, srcs):
         stanh_forward(srcs[0].data, self.data)
 
@@ -44,3 +47,10 @@ class STanhLayer(NeuronLayer):
         buf = srcs[0].grad_for(self)
         if buf is not None:
             stanh_backward(self.data, self.grad, buf, self._scratch)
+
+
+def stanh_onnx(g, x: str, name: str) -> str:
+    """``1.7159047·tanh(0.66666667·x)`` as ONNX nodes."""
+    inner = g.add("Mul", [x, g.const(np.float32(STANH_B), f"{name}/b")], name=f"{name}/bx")
+    t = g.add("Tanh", [inner], name=f"{name}/tanh")
+    return g.add("Mul", [t, g.const(np.float32(STANH_A), f"{name}/a")], name=name)

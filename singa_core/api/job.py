@@ -584,6 +584,28 @@ class Job:
         if found is not None:
             load_param_files(train.owner_params, found[1], start_step=found[0], reset_version=False)
 
+    # -- using the trained model ---------------------------------------------------------
+    def model(self, checkpoint: str | Path | None = None, **options):
+        """The trained model (:class:`singa_core.inference.model.Model`): this job's deploy
+        net with the Params of ``checkpoint`` (a checkpoint file, its folder or a workspace;
+        default: the newest checkpoint of the workspace, else job.conf's checkpoint_path),
+        verified as every load is. No training data is read."""
+        from singa_core.inference.model import Model
+
+        return Model.load(
+            self.cfg,
+            self.host,
+            checkpoint=checkpoint,
+            workspace=self.workspace_override,
+            **options,
+        )
+
+    def deploy_plan(self):
+        """How this job's deploy net is made (:class:`singa_core.netbuilder.deploy.DeployPlan`)."""
+        from singa_core.netbuilder.deploy import deploy_job
+
+        return deploy_job(self.cfg.job, self.host.get, self.cfg.locate)
+
     # -- testing -----------------------------------------------------------------------
     def test(self, steps: int | None = None, checkpoints: Iterable[str | Path] | None = None):
         """Evaluate the test net over ``steps`` mini-batches (default: test_steps) with the

@@ -136,8 +136,8 @@ def _host():
 
 
 def select_engine(host, job, name: str | None):
-    """The engine class to run ``job`` (see singa_core.running.python_api.select_engine)."""
-    from singa_core.running.python_api import select_engine as choose
+    """The engine class to run ``job`` (see singa_core.api.job.select_engine)."""
+    from singa_core.api.job import select_engine as choose
 
     return choose(host, job, name)
 
@@ -167,6 +167,34 @@ def _print_net(prepared, engine) -> None:
             print(line)
     for line in engine.describe():
         print(line)
+
+
+def _print_deploy_net(run) -> None:
+    """The deploy net as the dry-run prints the others; N is any batch size."""
+    from singa_core.contracts.layer import kDeploy
+    from singa_core.netbuilder.net import NeuralNet
+
+    plan = run.deploy_plan()
+    net = NeuralNet.create(
+        plan.job,
+        kDeploy,
+        get_plugin=run.host.get,
+        locate=plan.locate,
+        init_params=False,
+        batchsize=1,
+    )
+    rows = net.summary()
+    print(f"kDeploy net ({len(rows)} layers, batch N):")
+    w = max(len(r[0]) for r in rows)
+    t = max(len(r[1]) for r in rows)
+    for name, typ, srcs, shape, nparams in rows:
+        shape_s = "x".join(["N", *map(str, shape[1:])]) if shape else "-"
+        print(
+            f"  {name:<{w}}  {typ:<{t}}  <- {', '.join(srcs) or '(none)':<20} "
+            f"out {shape_s:<14} params {nparams:,}"
+        )
+    for line in plan.describe():
+        print(f"  {line}")
 
 
 def _write_graph(prepared, engine, path: Path, job: Path) -> None:
@@ -295,6 +323,13 @@ def train(
             "disp_freq steps",
         ),
     ] = False,
+    deploy: Annotated[
+        bool,
+        typer.Option(
+            "--deploy",
+            help="with --dry-run: also print the deploy net (the net predict and export use)",
+        ),
+    ] = False,
     graph: Annotated[
         Path | None,
         typer.Option(
@@ -311,7 +346,7 @@ def train(
     Prints SINGA-style metric lines, writes checkpoints, WORKSPACE/metrics.jsonl and
     TensorBoard event files, and ends with the wall time and where it went. Ctrl-C stops
     after the current step with a checkpoint (exit 130); --resume continues."""
-    from singa_core.running.python_api import Job
+    from singa_core.api.job import Job
 
     if keep_checkpoints is not None:
         override = [*(override or []), f"keep_checkpoints={keep_checkpoints}"]
@@ -344,6 +379,8 @@ def train(
             checked = run.dry_run()
             prepared, eng = checked.prepared, checked.engine
             _print_net(prepared, eng)
+            if deploy:
+                _print_deploy_net(run)
             if graph is not None:
                 _write_graph(prepared, eng, graph, job)
             print(f"{job}: ok")
@@ -390,7 +427,7 @@ def test(
     Loads the newest checkpoint of the job's workspace (else job.conf's checkpoint_path)
     and prints the test net's metrics over N mini-batches. A job.conf without an updater
     (e.g. a sampling job) is fine."""
-    from singa_core.running.python_api import Job
+    from singa_core.api.job import Job
 
     try:
         run = Job.from_file(job, override, engine=engine)
@@ -759,6 +796,161 @@ def plot(
     except SingaError as err:
         _fail(err)
     print(f"wrote {target}")
+
+
+@app.command(
+    epilog="""Examples:
+  singa predict examples/mnist/job.conf digit0.png digit1.png
+  singa predict examples/cifar10/job.conf batch.npy --top-k 3 --output preds.jsonl
+  singa predict examples/mnist/job.conf examples/mnist/test_data.bin --output preds.csv"""
+)
+def predict(
+    job: JobArg,
+    inputs: Annotated[
+        list[Path],
+        typer.Argument(
+            metavar="INPUT...",
+            help="image files (PNG/JPEG), .npy/.npz arrays of raw samples, or a SINGA store "
+            "(kvfile records, CSV)",
+        ),
+    ],
+    override: OverrideOpt = None,
+    checkpoint: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help="the checkpoint file (or its folder, or a workspace) to predict with "
+            "(default: the newest in the workspace, else checkpoint_path)",
+        ),
+    ] = None,
+    top_k: Annotated[
+        int, typer.Option("--top-k", metavar="K", help="classes to show per input")
+    ] = 1,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help="write the predictions to FILE.jsonl (top-k per input), FILE.csv (top-1) or "
+            "FILE.npz (the whole output matrix) instead of a table",
+        ),
+    ] = None,
+    labels: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help="class names, one a line (default: labels.txt beside JOB.conf, if any)",
+        ),
+    ] = None,
+    resize: Annotated[
+        bool,
+        typer.Option("--resize", help="scale (and convert) images to the model's input size"),
+    ] = False,
+    workspace: Annotated[
+        str | None, typer.Option(metavar="DIR", help="override cluster.workspace")
+    ] = None,
+) -> None:
+    """Predict with a trained model: class probabilities (or the output layer's values).
+
+    Runs the deploy net (`singa train JOB.conf --dry-run --deploy` shows it) with the
+    newest checkpoint of the job's workspace on raw samples, as the data layer reads them
+    from records (pixels 0-255), applying the data layer's own preprocessing. No training
+    data is read."""
+    from singa_core.api.job import Job
+    from singa_core.inference.inputs import (
+        predictions_bytes,
+        predictions_table,
+        read_inputs,
+        read_labels,
+    )
+    from singa_core.running.fileio import atomic_write_bytes
+
+    try:
+        fmt = None
+        if output is not None:
+            fmt = output.suffix.lower().lstrip(".")
+            if fmt not in ("jsonl", "csv", "npz"):
+                raise SingaError(
+                    f"cannot tell the format of {output.name!r} from its suffix",
+                    where="--output",
+                    help="name it FILE.jsonl, FILE.csv or FILE.npz",
+                )
+        run = Job.from_file(job, override, workspace=workspace)
+        model = run.model(checkpoint)
+        if not 1 <= top_k <= model.num_outputs:
+            raise SingaError(
+                f"--top-k {top_k}: the model has {model.num_outputs} outputs",
+                where="--top-k",
+                help=f"give a K between 1 and {model.num_outputs}",
+            )
+        if labels is None and (job.parent / "labels.txt").is_file():
+            labels = job.parent / "labels.txt"
+        names, samples = read_inputs(inputs, model.sample_shape, resize=resize)
+        scores = model.predict(samples)
+        class_names = read_labels(labels)
+        if output is None:
+            print(predictions_table(names, scores, top_k, class_names))
+            return
+        data = predictions_bytes(fmt, names, scores, top_k, class_names)
+        atomic_write_bytes(output, data, "predictions")
+    except SingaError as err:
+        _fail(err)
+    print(f"wrote {len(names)} predictions to {output}", file=sys.stderr)
+
+
+@app.command(
+    epilog="""Examples:
+  singa export examples/mnist/job.conf --format onnx --out mlp.onnx
+  singa export examples/cifar10/job.conf --format safetensors --out cifar10.safetensors"""
+)
+def export(
+    job: JobArg,
+    out: Annotated[Path, typer.Option(metavar="FILE", help="the file to write")],
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            metavar="onnx|safetensors",
+            help="onnx: the deploy net as one graph (input 'input': raw samples; output "
+            "'output': what predict returns); safetensors: every Param by name",
+        ),
+    ] = "onnx",
+    override: OverrideOpt = None,
+    checkpoint: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help="the checkpoint file (or its folder, or a workspace) to export (default: "
+            "the newest in the workspace, else checkpoint_path)",
+        ),
+    ] = None,
+    workspace: Annotated[
+        str | None, typer.Option(metavar="DIR", help="override cluster.workspace")
+    ] = None,
+) -> None:
+    """Export a trained model: ONNX (the deploy net, preprocessing included) or
+    safetensors (the Params, with the job.conf in the metadata)."""
+    from singa_core.api.job import Job
+
+    try:
+        if fmt not in ("onnx", "safetensors"):
+            raise SingaError(
+                f"unknown export format {fmt!r}",
+                where="--format",
+                help="use --format onnx or --format safetensors",
+            )
+        run = Job.from_file(job, override, workspace=workspace)
+        if fmt == "onnx":
+            from singa_core.inference.onnx_export import export_onnx
+
+            model = run.model(checkpoint)
+            summary = export_onnx(model, out)
+        else:
+            from singa_core.inference.safetensors_export import export_safetensors
+
+            summary = export_safetensors(run, out, checkpoint)
+    except SingaError as err:
+        _fail(err)
+    print(summary)
 
 
 @app.command()

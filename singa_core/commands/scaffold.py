@@ -39,8 +39,8 @@ from string import Template
 
 from google.protobuf import descriptor_pb2
 
-from singa_core import CORE_DISTRIBUTION, PLUGIN_API_VERSION
 from singa_core.contracts.errors import SingaError
+from singa_core.contracts.version import CORE_DISTRIBUTION, PLUGIN_API_VERSION
 
 #: message -> (first, last) extension number reserved for plugins (proto/job.proto)
 EXTENSION_RANGES = {

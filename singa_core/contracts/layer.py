@@ -9,7 +9,8 @@ return ``None`` take no gradient. Labels travel in ``aux`` (int array) of input 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +39,13 @@ class LayerContext:
     partition_id: int = 0
     num_partitions: int = 1
     phase: int = 0  # the phase of the net being built (kTrain, kVal, kTest); 0 if unknown
+    # the deploy net (phase kDeploy, see singa_core.netbuilder.deploy): the batch size an
+    # input layer sets up for, the per-sample shape of the raw input where the layer's conf
+    # does not say it (0.1-style parser layers), and the trained values its Params use as
+    # they are (keyed by Param name: a deploy net holds no copies and no gradients)
+    batchsize: int = 0
+    sample_shape: tuple[int, ...] | None = None
+    param_values: Mapping[str, np.ndarray] | None = None
 
 
 class Layer:
@@ -58,7 +66,14 @@ class Layer:
     * ``recurrent``: in an unrolled net copy ``i#L`` also takes ``(i−1)#L`` as its last
       source (kGRU). A recurrent layer without that source starts from its
       ``initial_state`` (zeros unless a worker carries a state over, see
-      :meth:`carry_state`).
+      :meth:`carry_state`);
+    * ``deploy_role``: the layer's part in the deploy net, the net singa predicts and
+      exports with (:mod:`singa_core.netbuilder.deploy`): ``"keep"`` (it computes the
+      prediction; forward runs with phase ``kDeploy``, i.e. not ``kTrain``), ``"drop"``
+      (labels, metrics, file writers), ``"input"`` (fed raw samples through :meth:`feed`;
+      its own sources are dropped), ``"output"`` (a loss: :meth:`deploy_output` says what
+      stands for it), or ``None``: no deploy behaviour, an error naming the layer when a
+      deploy net needs it.
     """
 
     num_srclayers: tuple[int, int | None] = (1, 1)
@@ -68,6 +83,7 @@ class Layer:
     is_loss: bool = False
     recurrent: bool = False
     needs_whole_source: bool = False
+    deploy_role: str | None = "keep"
 
     def __init__(self, conf, ctx: LayerContext | None = None) -> None:
         self.conf = conf  # singa.LayerProto
@@ -81,6 +97,25 @@ class Layer:
         self.loss: float = 0.0
         self._metric_sum: dict[str, float] = {}
         self._metric_count: dict[str, int] = {}
+
+    # -- the deploy net (optional) -----------------------------------------------------
+    def sample_shape(self) -> tuple[int, ...]:
+        """``deploy_role = "input"``: the shape of one raw sample :meth:`feed` takes, as the
+        layer reads it from a record (pixels 0-255 for images)."""
+        raise NotImplementedError
+
+    def feed(self, values: np.ndarray) -> None:
+        """``deploy_role = "input"``: make ``data`` the batch ``values`` (float32, shape
+        ``(ctx.batchsize, *sample_shape())``) after the layer's own preprocessing (mean,
+        std, scale ...), exactly as ``forward`` would for the same records."""
+        raise NotImplementedError
+
+    @classmethod
+    def deploy_output(cls, conf) -> job_pb2.LayerProto | None:
+        """``deploy_role = "output"``: the layer that stands for this loss in the deploy
+        net (same name, e.g. a kSoftmax over the loss's first source), or None when the
+        loss's first source is itself the output (a Euclidean loss)."""
+        raise NotImplementedError
 
     # -- the contract ---------------------------------------------------------------
     def setup(self, srcs: Sequence[Layer]) -> None:
@@ -142,6 +177,7 @@ class Layer:
         """Allocate ``data`` (and ``grad``) of ``shape`` (charged to the job's memory
         estimate first, see :mod:`singa_core.contracts.memory`)."""
         shape = tuple(int(s) for s in shape)
+        grad = grad and not self.ctx.phase & kDeploy  # predicting computes no gradient
         charge_memory(self, "data", shape)
         if grad:
             charge_memory(self, "grad", shape)
@@ -153,6 +189,7 @@ class Layer:
         memory*. Convolution and pooling expose NCHW arrays that are strided views of a
         batch-innermost buffer; elementwise layers keep that layout so their ufuncs run over
         contiguous memory and hand the same layout on."""
+        grad = grad and not self.ctx.phase & kDeploy
         charge_memory(self, "data", src.shape)
         if grad:
             charge_memory(self, "grad", src.shape)
@@ -210,6 +247,13 @@ class Layer:
         if not name:  # "ip1/weight"; replica i ≥ 1 of a partitioned layer: "ip1/weight@i"
             pid, base = split_replica_name(self.name)
             name = f"{base}/{role}" + (f"@{pid}" if pid else "")
+        if self.ctx.phase & kDeploy:  # the trained values as they are, no gradient
+            value = (self.ctx.param_values or {}).get(name)
+            if value is not None and value.shape != tuple(shape) and value.size == math.prod(shape):
+                value = value.reshape(shape)  # stored flat: a view, not a copy
+            p = Param(proto, tuple(shape), name, value=value, grad=False)
+            self.params.append(p)
+            return p
         charge_memory(self, "params", (2, *shape), what=f"param '{name}' (value and gradient)")
         p = Param(proto, tuple(shape), name)
         self.params.append(p)
@@ -284,10 +328,13 @@ class NeuronLayer(Layer):
 
 
 class InputLayer(Layer):
-    """A source of data: no source layers, no gradient, feeds many consumers."""
+    """A source of data: no source layers, no gradient, feeds many consumers. In a deploy
+    net it is fed raw samples (``deploy_role = "input"``) once it implements
+    :meth:`~Layer.sample_shape` and :meth:`~Layer.feed`."""
 
     num_srclayers = (0, 0)
     one_to_many = True
+    deploy_role = None
 
     def grad_for(self, consumer: Layer) -> np.ndarray | None:
         return None
@@ -303,6 +350,7 @@ class LossLayer(Layer):
     which see every replica's gradient."""
 
     is_loss = True
+    deploy_role = None  # a loss plugin says what stands for it (deploy_output)
 
     def group_share(self) -> float:
         if self.conf.partition_dim == 0 and self.ctx.num_partitions > 1:
@@ -315,6 +363,8 @@ class LossLayer(Layer):
 
 class OutputLayer(Layer):
     """Consumes data (metrics, files); takes no part in backpropagation."""
+
+    deploy_role = "drop"
 
     def grad_for(self, consumer: Layer) -> np.ndarray | None:
         return None

@@ -23,12 +23,27 @@ DTYPE = np.float32
 class Param:
     """One learnable tensor: value, gradient, version and per-param hyper-parameters."""
 
-    def __init__(self, proto, shape: tuple[int, ...], name: str | None = None) -> None:
+    def __init__(
+        self,
+        proto,
+        shape: tuple[int, ...],
+        name: str | None = None,
+        *,
+        value: np.ndarray | None = None,
+        grad: bool = True,
+    ) -> None:
+        """``value``: an existing float32 array of ``shape`` to use as the value (a deploy
+        net's trained values, not copied); ``grad=False``: no gradient array (``None``)."""
         self.proto = proto  # singa.ParamProto
         self.name = name if name is not None else proto.name
         self.shape = tuple(int(s) for s in shape)
-        self.value = np.zeros(self.shape, dtype=DTYPE)
-        self.grad = np.zeros(self.shape, dtype=DTYPE)
+        if value is not None and (value.shape != self.shape or value.dtype != DTYPE):
+            raise ValueError(
+                f"param {self.name}: value {value.dtype}{tuple(value.shape)} does not fit "
+                f"{DTYPE.__name__}{self.shape}"
+            )
+        self.value = value if value is not None else np.zeros(self.shape, dtype=DTYPE)
+        self.grad = np.zeros(self.shape, dtype=DTYPE) if grad else None
         self.version = -1
         self.owner: Param = self  # the Param whose value array this one uses
         self.id = -1  # set by the net: position among all Params

@@ -22,7 +22,7 @@ from collections.abc import Callable
 import numpy as np
 
 from singa_core.contracts.errors import Location, SingaError, did_you_mean
-from singa_core.contracts.layer import Layer, LayerContext, kTest, kTrain, kVal
+from singa_core.contracts.layer import Layer, LayerContext, kDeploy, kTest, kTrain, kVal
 from singa_core.contracts.memory import charge as charge_memory
 from singa_core.contracts.names import plain_param_name, split_replica_name, split_unrolled_name
 from singa_core.contracts.param import Param
@@ -32,7 +32,7 @@ from singa_core.netbuilder.unrolling import unroll
 from singa_core.plugin_host.registry import type_selection
 from singa_core.schema import job_pb2
 
-PHASE_NAMES = {kTrain: "kTrain", kVal: "kVal", kTest: "kTest"}
+PHASE_NAMES = {kTrain: "kTrain", kVal: "kVal", kTest: "kTest", kDeploy: "kDeploy"}
 
 
 def stable_seed(*parts) -> list[int]:
@@ -84,7 +84,14 @@ class NeuralNet:
         seed: int = 0,
         init_params: bool = True,
         num_partitions: int = 1,
+        batchsize: int = 0,
+        sample_shape: tuple[int, ...] | None = None,
+        param_values=None,
     ) -> NeuralNet:
+        """The net of ``phase`` in ``job``. A deploy net (``phase=kDeploy``, built from
+        :func:`singa_core.netbuilder.deploy.deploy_job`) also takes the ``batchsize`` its
+        input layers set up for, the raw ``sample_shape`` where their confs do not give it,
+        and the ``param_values`` its Params use (no copies, no gradients)."""
         locate = locate or (lambda path=None: None)
         net = cls(phase)
         net.num_partitions = max(int(num_partitions), 1)
@@ -124,6 +131,9 @@ class NeuralNet:
                 phase=phase,
                 partition_id=int(conf.partition_id),
                 num_partitions=int(conf.num_partitions),
+                batchsize=int(batchsize),
+                sample_shape=sample_shape,
+                param_values=param_values,
             )
             layer = layer_cls(conf, ctx)
             # a source later in the order (only for order_after_first_src_only layers, e.g.

@@ -46,7 +46,8 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
-from singa_core import CORE_DISTRIBUTION, PLUGIN_API_VERSION, __version__, hookspecs
+from singa_core.contracts import hookspecs
+from singa_core.contracts.version import CORE_DISTRIBUTION, PLUGIN_API_VERSION, __version__
 from singa_core.plugin_host.registry import Provider, Registry, make_registries
 
 ENTRY_POINT_GROUP = "singa"

@@ -5,8 +5,7 @@
 * :mod:`.checkpoint`: SINGA 0.3's checkpoint format plus what exact resume needs;
 * :mod:`.numeric`: guards against non-finite numbers; :mod:`.reporting` and
   :mod:`.tensorboard`: what a running job shows and writes;
-* :mod:`.fileio` (atomic files) and :mod:`.paths` (path checks);
-* :mod:`.python_api`: ``singa_core.Job``, the same runs from Python.
+* :mod:`.fileio` (atomic files) and :mod:`.paths` (path checks).
 
 Imports the rooms below it (contracts, schema, plugin_host, jobconf, netbuilder); never
 the commands.

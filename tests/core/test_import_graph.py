@@ -27,8 +27,10 @@ RANKS = {
     "jobconf": 1,
     "netbuilder": 2,
     "running": 3,
-    "commands": 4,
-    "testing": 5,
+    "inference": 4,
+    "api": 5,
+    "commands": 6,
+    "testing": 7,
 }
 # the plugin API 1.0 paths are aliases of contracts modules (rank 0)
 ALIASES = {

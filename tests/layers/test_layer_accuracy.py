@@ -59,7 +59,7 @@ def test_errors():
         AccuracyLayer(layer_conf('name: "a"'), ctx).setup([x])
     with pytest.raises(SingaError, match="topk") as exc:
         AccuracyLayer(layer_conf('name: "a" argsort_conf { topk: 4 }'), ctx).setup([x, lab])
-    assert exc.value.where == "job.conf:argsort_conf"
+    assert exc.value.where == "job.conf:argsort_conf.topk"
     nolab = SourceLayer(np.zeros((2, 1)), grad=False)
     with pytest.raises(SingaError, match="no labels"):  # found at setup, before training
         build(AccuracyLayer, 'name: "a"', [x, nolab])

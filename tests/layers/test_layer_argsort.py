@@ -40,7 +40,7 @@ def test_errors():
     src = SourceLayer(np.zeros((2, 3)))
     with pytest.raises(SingaError, match="topk") as exc:
         ArgSortLayer(layer_conf('name: "s" argsort_conf { topk: 4 }'), ctx).setup([src])
-    assert exc.value.where == "job.conf:argsort_conf"
+    assert exc.value.where == "job.conf:argsort_conf.topk"
     with pytest.raises(SingaError, match="topk"):
         ArgSortLayer(layer_conf('name: "s" argsort_conf { topk: 0 }'), ctx).setup([src])
     with pytest.raises(SingaError, match="source"):

@@ -164,7 +164,9 @@ def test_config_errors(text, match):
     layer = CPoolingLayer(layer_conf(f'name: "p" pooling_conf {{ {text} }}'), locating_ctx())
     with pytest.raises(SingaError, match=match) as exc:
         layer.setup([src_small if "7" in text else src])
-    assert exc.value.where == "job.conf:pooling_conf"
+    # a window size is located at its own field, a size that does not fit at the block
+    field = text.split(":")[0] if match == "positive" else None
+    assert exc.value.where == "job.conf:pooling_conf" + (f".{field}" if field else "")
 
 
 def test_no_allocation_per_step():

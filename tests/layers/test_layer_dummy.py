@@ -64,7 +64,7 @@ def test_errors():
     src = SourceLayer(np.ones((2, 3)))
     with pytest.raises(SingaError, match="needs a positive dummy_conf.shape") as exc:
         DummyLayer(layer_conf('name: "d" dummy_conf { input: true }'), ctx).setup([])
-    assert exc.value.where == "job.conf:dummy_conf"
+    assert exc.value.where == "job.conf:dummy_conf.shape"
     with pytest.raises(SingaError, match="positive"):
         DummyLayer(layer_conf('name: "d" dummy_conf { input: true shape: 0 }'), ctx).setup([])
     with pytest.raises(SingaError, match="takes no source layers, got 1"):

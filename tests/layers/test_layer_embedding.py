@@ -76,7 +76,7 @@ def test_setup_errors():
     src = SourceLayer([1.0, 2.0])
     with pytest.raises(SingaError, match="positive embedding_conf.vocab_size") as exc:
         EmbeddingLayer(layer_conf('name: "e" param { name: "v" }'), ctx).setup([src])
-    assert exc.value.where == "job.conf:embedding_conf"
+    assert exc.value.where == "job.conf:embedding_conf.vocab_size"
     conf = 'name: "e" embedding_conf { vocab_size: 5 feature_dim: 0 } param { name: "v" }'
     with pytest.raises(SingaError, match="feature_dim"):
         EmbeddingLayer(layer_conf(conf), ctx).setup([src])

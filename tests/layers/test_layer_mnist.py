@@ -91,7 +91,7 @@ def test_errors(tmp_path):
     assert "not a square image" in error(tmp_path, numbered(1, (2, 3))).message
     assert "not a square image" in error(tmp_path, numbered(1, (5,))).message
     err = error(tmp_path, numbered(1, (2, 2)), "mnist_conf { norm_a: 0 }")
-    assert "norm_a" in err.message and err.where == "job.conf:mnist_conf"
+    assert "norm_a" in err.message and err.where == "job.conf:mnist_conf.norm_a"
     recs = numbered(2, (2, 2))
     recs[1] = common_pb2.RecordProto(shape=[2, 2], pixel=b"\x01\x02\x03")
     err = error(tmp_path, recs)

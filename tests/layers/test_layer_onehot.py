@@ -42,7 +42,7 @@ def test_setup_errors():
     src = SourceLayer([1.0, 2.0])
     with pytest.raises(SingaError, match="positive onehot_conf.vocab_size") as exc:
         OneHotLayer(layer_conf('name: "o"'), ctx).setup([src])
-    assert exc.value.where == "job.conf:onehot_conf"
+    assert exc.value.where == "job.conf:onehot_conf.vocab_size"
     with pytest.raises(SingaError, match="one index per instance"):
         OneHotLayer(layer_conf(CONF), ctx).setup([SourceLayer(np.zeros((2, 2)))])
     with pytest.raises(SingaError, match="source"):

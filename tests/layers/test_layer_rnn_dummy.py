@@ -56,7 +56,7 @@ def test_errors():
     ctx = make_ctx(locate=lambda field=None: f"job.conf:{field}")
     with pytest.raises(SingaError, match="positive rnn_dummy_conf.shape") as exc:
         RNNDummyLayer(layer_conf('name: "d" rnn_dummy_conf { high: 1 }'), ctx).setup([])
-    assert exc.value.where == "job.conf:rnn_dummy_conf"
+    assert exc.value.where == "job.conf:rnn_dummy_conf.shape"
     with pytest.raises(SingaError, match="low and high are both 3"):
         conf = layer_conf('name: "d" rnn_dummy_conf { shape: 2 low: 3 high: 3 }')
         RNNDummyLayer(conf, ctx).setup([])

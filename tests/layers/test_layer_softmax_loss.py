@@ -126,7 +126,7 @@ def test_errors():
         SoftmaxLossLayer(
             layer_conf('name: "l" softmaxloss_conf { topk: 4 }'), locating_ctx()
         ).setup([x, lab])
-    assert exc.value.where == "job.conf:softmaxloss_conf"
+    assert exc.value.where == "job.conf:softmaxloss_conf.topk"
     for bad in ([0, 3], [-1, 0]):
         layer = build(SoftmaxLossLayer, 'name: "l"', [x, SourceLayer(labels=bad, grad=False)])
         with pytest.raises(SingaError, match="outside"):

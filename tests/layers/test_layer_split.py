@@ -74,7 +74,7 @@ def test_errors():
     src = SourceLayer(np.zeros((2, 2)))
     with pytest.raises(SingaError, match="num_splits") as exc:
         SplitLayer(layer_conf('name: "s" split_conf { num_splits: 0 }'), ctx).setup([src])
-    assert exc.value.where == "job.conf:split_conf"
+    assert exc.value.where == "job.conf:split_conf.num_splits"
     with pytest.raises(SingaError, match="source"):
         SplitLayer(layer_conf('name: "s"'), ctx).setup([src, src])
     layer = SplitLayer(layer_conf('name: "s" split_conf { num_splits: 2 }'), ctx)

@@ -1,0 +1,251 @@
+"""A trained model: the deploy net with the Params of a checkpoint.
+
+::
+
+    job = Job.from_file("examples/mnist/job.conf")
+    model = job.model()                  # the newest checkpoint of the workspace
+    probs = model.predict(x)             # x: (N, *model.sample_shape) raw values, 0-255
+    classes = model.predict_classes(x)   # (N,) class indices; top_k=3 -> (N, 3)
+
+``predict`` takes raw samples exactly as the data layer reads them from records and applies
+the data layer's own preprocessing (mean/std, mean file), then runs the deploy net
+(:mod:`singa_core.netbuilder.deploy`) forward with phase ``kDeploy``: no dropout, the test
+crops. Any number of rows works: they run in chunks of at most ``max_batch`` rows through
+nets built for each chunk size (cached), all sharing the checkpoint's arrays (no copies, no
+gradients, no updater). A chunk of one row runs as two (the second a copy), because BLAS
+multiplies a single row by another kernel: so a row's prediction is bit-identical whatever
+the batch it came in.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+
+from singa_core.contracts.errors import SingaError
+from singa_core.contracts.layer import kDeploy, kForward
+from singa_core.contracts.names import plain_param_name
+from singa_core.contracts.param import DTYPE
+from singa_core.netbuilder.deploy import DeployPlan, deploy_job
+from singa_core.netbuilder.net import NeuralNet
+
+#: rows per forward pass; larger inputs run in chunks
+MAX_BATCH = 256
+_CACHED_NETS = 4
+
+
+def checkpoint_files(workspace: str | Path | None, checkpoint=None, fallback=()) -> list[Path]:
+    """The checkpoint files a model loads: ``checkpoint`` (a file, a checkpoint folder or a
+    workspace: its newest step), else the newest step of ``workspace``, else ``fallback``
+    (job.conf's checkpoint_path)."""
+    from singa_core.running.checkpoint import checkpoint_dir, latest_checkpoint
+
+    if checkpoint is not None:
+        path = Path(checkpoint)
+        if path.is_file():
+            return [path]
+        if path.is_dir():
+            for folder in (path, checkpoint_dir(path)):
+                found = latest_checkpoint(folder.parent) if folder.name == "checkpoint" else None
+                if found is not None:
+                    return list(found[1])
+            raise SingaError(
+                "no checkpoint in this folder",
+                where=str(path),
+                help="give a WORKSPACE/checkpoint/step<S>-worker<W> file, its folder or the "
+                "workspace",
+            )
+        raise SingaError(
+            "checkpoint not found",
+            where=str(path),
+            help="give a WORKSPACE/checkpoint/step<S>-worker<W> file, its folder or the workspace",
+        )
+    found = latest_checkpoint(workspace) if workspace else None
+    if found is not None:
+        return list(found[1])
+    if fallback:
+        return [Path(f) for f in fallback]
+    raise SingaError(
+        f"no trained model: {Path(workspace or '.') / 'checkpoint'} holds no checkpoint and "
+        "checkpoint_path is empty",
+        where=str(workspace or "."),
+        help="train first (`singa train JOB.conf`), or give --checkpoint FILE",
+    )
+
+
+def read_model_values(files) -> dict[str, np.ndarray]:
+    """Param name (without SINGA's ``0#``) -> float32 value, the files applied in order
+    (later ones override earlier ones, as checkpoint_path does); every file verified."""
+    from singa_core.running.checkpoint import read_params
+
+    values: dict[str, np.ndarray] = {}
+    for f in files:
+        for rec in read_params(f):
+            values[plain_param_name(rec.name)] = np.ascontiguousarray(rec.value, dtype=DTYPE)
+    return values
+
+
+class Model:
+    """The deploy net of a job with trained values; see the module text."""
+
+    def __init__(
+        self,
+        plan: DeployPlan,
+        get_plugin,
+        values: dict[str, np.ndarray],
+        *,
+        sample_shape: tuple[int, ...] | None = None,
+        source=(),
+        max_batch: int = MAX_BATCH,
+    ) -> None:
+        if len(plan.inputs) != 1:
+            raise SingaError(
+                f"the deploy net has {len(plan.inputs)} inputs ({', '.join(plan.inputs)}); "
+                "predicting feeds one",
+                where=plan.locate("neuralnet"),
+                help="give the net one data layer for prediction (`include: kDeploy`)",
+            )
+        self.plan = plan
+        self.get_plugin = get_plugin
+        self.values = values
+        self.source = [str(s) for s in source]  # the checkpoint files
+        self.max_batch = max(int(max_batch), 2)
+        self._nets: OrderedDict[int, NeuralNet] = OrderedDict()
+        self._given_shape = tuple(sample_shape) if sample_shape else None
+        probe = self._net(2)
+        layer = probe.by_name[plan.inputs[0]]
+        self.sample_shape: tuple[int, ...] = tuple(int(s) for s in layer.sample_shape())
+        out = probe.by_name[plan.output].data
+        self.output_shape: tuple[int, ...] = tuple(int(s) for s in out.shape[1:])
+        self._check_values(probe)
+
+    # -- loading -----------------------------------------------------------------------
+    @classmethod
+    def load(cls, cfg, host, *, checkpoint=None, workspace=None, **kw) -> Model:
+        """The model of ``cfg`` (a parsed job.conf): its deploy net and the Params of
+        ``checkpoint`` (default: the workspace's newest, else checkpoint_path)."""
+        job = cfg.job
+        ws = workspace or (job.cluster.workspace if job.cluster.HasField("workspace") else "")
+        files = checkpoint_files(ws, checkpoint, list(job.checkpoint_path))
+        values = read_model_values(files)
+        plan = deploy_job(job, host.get, cfg.locate)
+        return cls(plan, host.get, values, source=files, **kw)
+
+    @property
+    def input_name(self) -> str:
+        return self.plan.inputs[0]
+
+    @property
+    def num_outputs(self) -> int:
+        return int(math.prod(self.output_shape))
+
+    def _check_values(self, net: NeuralNet) -> None:
+        missing = [p.name for p in net.owner_params if plain_param_name(p.name) not in self.values]
+        if missing:
+            raise SingaError(
+                f"the checkpoint lacks {len(missing)} Param(s) of the deploy net: "
+                + ", ".join(missing[:8]),
+                where=", ".join(self.source) or None,
+                help="give the checkpoint this job.conf wrote (--checkpoint FILE)",
+            )
+
+    def _net(self, batchsize: int) -> NeuralNet:
+        net = self._nets.get(batchsize)
+        if net is not None:
+            self._nets.move_to_end(batchsize)
+            return net
+        net = NeuralNet.create(
+            self.plan.job,
+            kDeploy,
+            get_plugin=self.get_plugin,
+            locate=self.plan.locate,
+            init_params=False,
+            batchsize=batchsize,
+            sample_shape=self._given_shape,
+            param_values=_PlainNames(self.values),
+        )
+        self._nets[batchsize] = net
+        while len(self._nets) > _CACHED_NETS:
+            self._nets.popitem(last=False)
+        return net
+
+    # -- predicting --------------------------------------------------------------------
+    def _check_input(self, x) -> np.ndarray:
+        x = np.asarray(x)
+        if x.dtype.kind not in "fiub":
+            raise SingaError(
+                f"input must be numbers, got an array of {x.dtype}",
+                where="input",
+                help="give raw sample values, e.g. pixels 0-255",
+            )
+        if x.ndim >= 1 and tuple(x.shape[1:]) != self.sample_shape:
+            flat = int(math.prod(self.sample_shape))
+            if x.ndim >= 2 and int(math.prod(x.shape[1:])) == flat:
+                x = x.reshape(x.shape[0], *self.sample_shape)
+            else:
+                raise SingaError(
+                    f"input has shape {tuple(x.shape)}, but the model takes "
+                    f"(N, {', '.join(map(str, self.sample_shape))}): N samples of "
+                    f"{self.sample_shape}",
+                    where="input",
+                    help=f"reshape the samples to {self.sample_shape} (raw values, as the data "
+                    f"layer '{self.input_name}' reads them from records)",
+                )
+        if x.ndim == 0:
+            raise SingaError(
+                "input is a scalar",
+                where="input",
+                help=f"give an array of shape (N, {self.sample_shape})",
+            )
+        return np.ascontiguousarray(x, dtype=DTYPE)
+
+    def predict(self, x) -> np.ndarray:
+        """The output layer's values for ``x`` (``(N, *sample_shape)`` raw values):
+        ``(N, K)`` float32 (class probabilities for a softmax loss)."""
+        x = self._check_input(x)
+        n = x.shape[0]
+        out = np.empty((n, self.num_outputs), dtype=DTYPE)
+        for start in range(0, n, self.max_batch):
+            chunk = x[start : start + self.max_batch]
+            rows = chunk.shape[0]
+            if rows == 1:  # see the module text: one row runs as two
+                chunk = np.concatenate([chunk, chunk])
+            out[start : start + rows] = self._forward(chunk)[:rows]
+        return out
+
+    def _forward(self, chunk: np.ndarray) -> np.ndarray:
+        net = self._net(chunk.shape[0])
+        net.by_name[self.input_name].feed(chunk)
+        phase = kDeploy | kForward
+        for layer in net.layers:
+            if layer.name != self.input_name:
+                layer.forward(phase, net.srclayers(layer))
+        data = net.by_name[self.plan.output].data
+        return data.reshape(chunk.shape[0], -1)
+
+    def predict_classes(self, x, top_k: int = 1) -> np.ndarray:
+        """The ``top_k`` highest-scoring output indices of each row, best first (ties: the
+        lower index first): ``(N,)`` for ``top_k=1``, else ``(N, top_k)``."""
+        if not 1 <= int(top_k) <= self.num_outputs:
+            raise SingaError(
+                f"top_k must be between 1 and {self.num_outputs}, got {top_k}",
+                where="top_k",
+                help="ask for at most as many classes as the model outputs",
+            )
+        scores = self.predict(x)
+        order = np.argsort(-scores, axis=1, kind="stable")[:, : int(top_k)]
+        return order[:, 0] if int(top_k) == 1 else order
+
+
+class _PlainNames(dict):
+    """The checkpoint values looked up by a deploy net's Param names: ``"0#w"`` and ``"w"``
+    alike; a value stored flat is reshaped (a view) by the Param that takes it."""
+
+    def __init__(self, values: dict[str, np.ndarray]) -> None:
+        super().__init__(values)
+
+    def get(self, name, default=None):
+        return super().get(plain_param_name(name), default)
