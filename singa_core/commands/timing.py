@@ -25,7 +25,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
-from singa_core.contracts.layer import kTrain
+from singa_core.contracts.layer import InputLayer, kTrain
 from singa_core.contracts.names import base_layer_name
 from singa_core.contracts.stub import ParamShard, ParamStub
 from singa_core.netbuilder.specs import layer_type_name
@@ -39,6 +39,7 @@ class LayerTime:
     forward: list[float] = field(default_factory=list)  # seconds per iteration
     backward: list[float] = field(default_factory=list)
     flops: tuple[float, float] | None = None  # (forward, backward) per iteration
+    input: bool = False  # an input layer (reading, decoding, augmenting the batch)
 
 
 @dataclass
@@ -92,12 +93,15 @@ class StepTiming:
         layers = self.rows()
         fwd = sum(r["forward_ms"] for r in layers)
         bwd = sum(r["backward_ms"] for r in layers)
+        inp = sum(1000 * self._mean(lt.forward) for lt in self.layers if lt.input)
         return {
             "iterations": self.iterations,
             "warmup": self.warmup,
             "layers": layers,
             "forward_ms": fwd,
             "backward_ms": bwd,
+            "input_ms": inp,  # the input layers' share of the layers' time
+            "input_share": inp / step_ms if step_ms else 0.0,
             "updater_ms": upd,
             "updater_share": upd / step_ms if step_ms else 0.0,
             "engine_ms": eng,
@@ -153,6 +157,11 @@ class StepTiming:
         out += [fmt(row) for row in body[:n]]
         out.append(fmt(tuple("-" * w for w in widths)))
         out += [fmt(row) for row in body[n:]]
+        out.append(
+            f"input: {d['input_ms']:.3f} ms of the step ({100 * d['input_share']:.1f}%) in the "
+            "input layers (reading, decoding, augmenting; with prefetching, waiting for the "
+            "next batch)"
+        )
         out.append(
             f"step: {d['step_ms']:.3f} ms mean (median {d['step_ms_median']:.3f}) over "
             f"{d['iterations']} iterations after {d['warmup']} warm-up; layers + updater + "
@@ -210,7 +219,10 @@ def time_training_step(prepared, iterations: int, warmup: int = 2) -> StepTiming
         lt = rows.get(key)
         if lt is None:
             lt = rows[key] = LayerTime(
-                key, layer_type_name(net.specs[layer.name].conf), layer.shape
+                key,
+                layer_type_name(net.specs[layer.name].conf),
+                layer.shape,
+                input=isinstance(layer, InputLayer),
             )
         flops = layer.flops(net.srclayers(layer))
         if flops is not None:

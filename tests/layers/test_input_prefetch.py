@@ -226,3 +226,21 @@ def test_training_equal_with_and_without_prefetching_and_resume(cifar_jpeg, tmp_
     assert metric_lines(out)[-3:] == lines1[-3:]
     for name, value in params(ws1, 12).items():
         np.testing.assert_array_equal(params(resumed, 12)[name], value, err_msg=name)
+
+
+def test_singa_time_shows_the_input_share(cifar_jpeg, tmp_path):
+    import json
+
+    for prefetch in (False, True):
+        conf = tmp_path / f"{prefetch}.conf"
+        ws = tmp_path / "ws"
+        conf.write_text(
+            job(cifar_jpeg / "train.bin", cifar_jpeg / "test.bin", ws, prefetch=prefetch)
+        )
+        out = singa_ok("time", conf, "-n", "3", "--warmup", "1").output
+        line = next(x for x in out.splitlines() if x.startswith("input: "))
+        assert "ms of the step" in line
+        d = json.loads(singa_ok("time", conf, "-n", "2", "--warmup", "1", "--json").output)
+        inputs = [r for r in d["layers"] if r["layer"] in ("data", "crop")]
+        assert d["input_ms"] == pytest.approx(sum(r["forward_ms"] for r in inputs))
+        assert 0 < d["input_share"] < 1
