@@ -458,8 +458,39 @@ class Job:
                 "to a new Job to continue this one",
             )
         t0 = time.perf_counter()
-        prepared = self.prepare(resume=resume, resume_from=resume_from)
-        self._trained = True
+        # one run per workspace: locked before anything is read or cleaned up there (after
+        # the checks when the workspace does not exist yet: prepare_job reports a bad path)
+        lock = self._lock_workspace(existing_only=True)
+        try:
+            prepared = self.prepare(resume=resume, resume_from=resume_from)
+            self._trained = True
+            if lock is None:
+                lock = self._lock_workspace(existing_only=False)
+            return self._train_locked(prepared, t0)
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def _lock_workspace(self, *, existing_only: bool):
+        """The workspace's :class:`~singa_core.running.workspace.WorkspaceLock`, held;
+        None when the workspace path is not usable yet (prepare_job names the problem) or,
+        with ``existing_only``, does not exist yet."""
+        from singa_core.running.paths import bad_path_text, writable_folder_problem
+        from singa_core.running.workspace import WorkspaceLock
+
+        ws = self.workspace
+        named = self.workspace_override or self.cfg.job.cluster.HasField("workspace")
+        text = str(ws) if named else ""
+        if not text or bad_path_text(text) or writable_folder_problem(text):
+            return None
+        if existing_only and not ws.is_dir():
+            return None
+        lock = WorkspaceLock(ws).acquire(" ".join(["singa", *sys.argv[1:]])[:300])
+        if lock.note:
+            print(lock.note, file=self.err)
+        return lock
+
+    def _train_locked(self, prepared, t0: float) -> RunResult:
         reporter = self._reporter(prepared.workspace / "metrics.jsonl")
         eng = self._engine(prepared, reporter)
         if not self._before_training(prepared):
@@ -504,11 +535,17 @@ class Job:
         )
 
     def _before_training(self, prepared) -> bool:
-        """Housekeeping before a run: remove the temp files killed runs left behind; for a
+        """Housekeeping before a run, under the workspace lock: remove the temp files killed
+        runs left behind; for a new run, move an earlier run's checkpoints aside; for a
         resumed run, drop the metrics.jsonl records logged after its checkpoint. False if a
         resumed run has nothing left to train (the note says why)."""
-        from singa_core.running.checkpoint import latest_checkpoint, remove_stale_files
+        from singa_core.running.checkpoint import (
+            checkpoint_dir,
+            latest_checkpoint,
+            remove_stale_files,
+        )
         from singa_core.running.reporting import rewind_metrics
+        from singa_core.running.workspace import move_aside_old_checkpoints, remap_into
 
         stale = remove_stale_files(prepared.workspace)
         if stale:
@@ -519,13 +556,22 @@ class Job:
                 file=self.err,
             )
         if not prepared.resume:
+            # a new run never mixes its checkpoints with an earlier run's: they move aside
             old = latest_checkpoint(prepared.workspace)
             if old is not None:
-                print(
-                    f"note: {prepared.workspace / 'checkpoint'} has checkpoints up to step "
-                    f"{old[0]}; this new run overwrites them (use --resume to continue)",
-                    file=self.err,
-                )
+                folder = checkpoint_dir(prepared.workspace)
+                moved = move_aside_old_checkpoints(prepared.workspace)
+                if moved is not None:
+                    paths = prepared.job.checkpoint_path
+                    mapped = [remap_into(p, folder, moved) for p in paths]
+                    del paths[:]
+                    paths.extend(mapped)
+                    print(
+                        f"note: {folder} had an earlier run's checkpoints (up to step "
+                        f"{old[0]}); moved them to {moved} (continue that run instead with "
+                        f"--resume after moving them back)",
+                        file=self.err,
+                    )
             return True
         step, total = prepared.start_step, prepared.job.train_steps
         if step >= total:

@@ -176,11 +176,13 @@ def test_sigterm_checkpoints_and_exits_143(small_job):
     assert step > 10
 
 
-def test_new_run_over_old_checkpoints_says_so(small_job):
+def test_new_run_over_old_checkpoints_moves_them_aside(small_job):
     conf, ws = small_job(steps=5)
     singa("train", conf)
     out = singa("train", conf).output
-    assert "has checkpoints up to step 5; this new run overwrites them" in out
+    assert "had an earlier run's checkpoints (up to step 5); moved them to" in out
+    (aside,) = ws.glob("checkpoint.before-*")
+    assert (aside / "step5-worker0").is_file()
 
 
 def test_output_layers_publish_their_files_after_each_evaluation(small_job, tmp_path):
