@@ -52,6 +52,9 @@ class RecordInputLayer(StoreInputLayer):
     def parse_batch(self, records, with_label, rows=None, aux=None):
         rows = self._rows if rows is None else rows
         aux = self.aux if aux is None else aux
+        if self.encoded:
+            self._parse_encoded(records, with_label, rows, aux)
+            return
         rec = common_pb2.RecordProto()
         parse = rec.ParseFromString
         n = self.rowlen
@@ -66,8 +69,6 @@ class RecordInputLayer(StoreInputLayer):
                 if len(rec.data) != n:
                     raise self.bad_record(key, f"has {len(rec.data)} data values, {self._want}")
                 rows[k] = rec.data
-            elif self.encoded:
-                rows[k] = self._decode(key, rec.pixel).reshape(-1)
             else:
                 pixel = rec.pixel
                 if len(pixel) != n:
@@ -86,23 +87,21 @@ class RecordInputLayer(StoreInputLayer):
         if with_label:
             aux[...] = labels
 
-    def _decode(self, key, pixel: bytes) -> np.ndarray:
-        """An encoded record's image file as uint8 [C, H, W] (store_conf.shape)."""
-        from singa_builtins._imaging import decode
+    def _parse_encoded(self, records, with_label, rows, aux) -> None:
+        """Decode image files: in the prefetch thread through the decoding processes (so
+        Pillow does not hold this process's GIL against training), else right here."""
+        from singa_builtins.layers._encoded import decode_rows, decode_rows_in_pool
 
-        if not pixel:
-            raise self.bad_record(key, "has no image bytes (store_conf.encoded is set)")
-        try:
-            image = decode(pixel, self.instance_shape[0])
-        except ValueError as exc:
-            raise self.bad_record(key, f"{exc}") from None
-        if image.shape != self.instance_shape:
-            raise self.bad_record(
-                key,
-                f"decodes to an image of {list(image.shape)}, but store_conf.shape is "
-                f"{list(self.instance_shape)}",
-            )
-        return image
+        values = [value for _, value in records]
+        in_producer = self.prefetching and rows is not self._rows
+        decode = decode_rows_in_pool if in_producer else decode_rows
+        got, labels, problem = decode(values, self.instance_shape)
+        if problem is not None:
+            k, message = problem
+            raise self.bad_record(records[k][0], message)
+        rows[...] = got
+        if with_label:
+            aux[...] = labels
 
     def load_vector(self, value):
         rec = common_pb2.RecordProto()
