@@ -15,13 +15,15 @@ planes); an image of another size is an error naming the record. Decoding needs 
 
 Differences from 0.3: a record with neither ``data`` nor ``pixel`` is an error (0.3 logs
 "Not pixel nor pixel" and leaves that row of the batch unchanged), and so is a value that
-is not a RecordProto.
+is not a RecordProto, and a record without ``label`` while the layer reads labels (0.3
+trained it as class 0); ``store_conf.has_label: false`` reads a store without labels.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from google.protobuf.message import DecodeError
+from singa_builtins.layers._records import key_text
 from singa_builtins.layers._store_input import StoreInputLayer
 
 from singa_core.errors import SingaError
@@ -32,6 +34,8 @@ class RecordInputLayer(StoreInputLayer):
     type_names = ("kRecordInput",)
 
     def prepare_parsing(self) -> None:
+        # store_conf.has_label: false: a store without labels (the layer provides none)
+        self.has_label = bool(self.conf.store_conf.has_label)
         self._want = f"expected {self.rowlen} (store_conf.shape {list(self.instance_shape)})"
         if self.encoded:
             shape = self.instance_shape
@@ -76,6 +80,8 @@ class RecordInputLayer(StoreInputLayer):
                         raise self.bad_record(key, "has neither data nor pixel values")
                     raise self.bad_record(key, f"has {len(pixel)} pixel values, {self._want}")
                 pixels.append((k, pixel))
+            if with_label and not rec.HasField("label"):
+                raise self.no_label(key)
             labels[k] = rec.label
         if pixels and len(pixels) == len(records):  # all raw pixel records: decode in one go
             rows[...] = np.frombuffer(b"".join([p for _, p in pixels]), dtype=np.uint8).reshape(
@@ -86,6 +92,15 @@ class RecordInputLayer(StoreInputLayer):
                 rows[k] = np.frombuffer(pixel, dtype=np.uint8)
         if with_label:
             aux[...] = labels
+
+    def no_label(self, key) -> SingaError:
+        return self.error(
+            f"layer '{self.name}': record '{key_text(key)}' of '{self.conf.store_conf.path}' "
+            "has no label field, and the layer reads labels (store_conf.has_label is true)",
+            field="store_conf",
+            help="write a label into every record (singa data ... does), or set "
+            "`store_conf { has_label: false }` if the job uses no labels",
+        )
 
     def _parse_encoded(self, records, with_label, rows, aux) -> None:
         """Decode image files: in the prefetch thread through the decoding processes (so

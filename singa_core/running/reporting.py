@@ -78,6 +78,28 @@ def rewind_metrics(path: Path, step: int, evaluated=()) -> int:
     return len(lines) - len(kept)
 
 
+def write_failure(path, exc: OSError, what: str = "metrics file"):
+    """The SingaError (exit 2) of a failed write to a run's log file ``path``: the file,
+    the OS's reason, the free space of its filesystem; the checkpoints are untouched."""
+    import shutil
+
+    from singa_core.contracts.errors import SingaError
+    from singa_core.contracts.memory import format_bytes
+
+    folder = Path(path).parent
+    try:
+        free = f"{format_bytes(shutil.disk_usage(folder).free)} free on its filesystem"
+    except OSError:
+        free = "the free space of its filesystem is unknown"
+    return SingaError(
+        f"cannot write {what} {path}: {exc.strerror or exc} ({free})",
+        where=str(path),
+        notes=["the checkpoints written so far are intact (each is written atomically)"],
+        help="free some disk space (or fix the folder's permissions), then continue with "
+        "`singa train --resume`",
+    )
+
+
 def format_metrics(metrics: dict[str, float]) -> str:
     parts = []
     for k, v in metrics.items():
@@ -138,7 +160,7 @@ class Reporter:
     def histograms(self, step: int, hists: dict) -> None:
         """Param/gradient histograms (``running.tensorboard.param_histograms``) at ``step``."""
         if self.tensorboard is not None:
-            self.tensorboard.histograms(step, hists)
+            self._board("histograms", step, hists)
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self, start_step: int, total: int, **info) -> None:
@@ -146,10 +168,13 @@ class Reporter:
         self._total = total
         self._t_start = time.perf_counter()
         if self.tensorboard is not None:
-            self.tensorboard.start(start_step)
+            self._board("start", start_step)
         if self.metrics_path is not None:
-            self.metrics_path.parent.mkdir(parents=True, exist_ok=True)
-            self._metrics_file = open(self.metrics_path, "a", encoding="utf-8")  # noqa: SIM115
+            try:
+                self.metrics_path.parent.mkdir(parents=True, exist_ok=True)
+                self._metrics_file = open(self.metrics_path, "a", encoding="utf-8")  # noqa: SIM115
+            except OSError as exc:
+                raise write_failure(self.metrics_path, exc) from None
             rec = {
                 "event": "start",
                 "step": start_step,
@@ -157,8 +182,7 @@ class Reporter:
                 "time": round(time.time(), 3),
                 **info,
             }
-            self._metrics_file.write(json_record(rec) + "\n")
-            self._metrics_file.flush()
+            self._append(rec)
         self._steps_done = start_step
         self._last_output = time.monotonic()
         if not self.live and not self.quiet and self.heartbeat_seconds > 0:
@@ -197,12 +221,28 @@ class Reporter:
             return
         rec = {"event": name, **fields, "time": round(time.time(), 3)}
         if self._metrics_file is not None:
+            self._append(rec)
+            return
+        try:
+            self.metrics_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.metrics_path, "a", encoding="utf-8") as fh:
+                fh.write(json_record(rec) + "\n")
+        except OSError as exc:
+            raise write_failure(self.metrics_path, exc) from None
+
+    def _append(self, rec: dict) -> None:
+        """One record to the open metrics.jsonl; a failed write (a full disk) is a
+        SingaError naming the file and the free space, and the file is given up."""
+        try:
             self._metrics_file.write(json_record(rec) + "\n")
             self._metrics_file.flush()
-            return
-        self.metrics_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.metrics_path, "a", encoding="utf-8") as fh:
-            fh.write(json_record(rec) + "\n")
+        except OSError as exc:
+            fh, self._metrics_file = self._metrics_file, None
+            try:
+                fh.close()
+            except OSError:
+                pass
+            raise write_failure(self.metrics_path, exc) from None
 
     def finish(self) -> None:
         if self._heartbeat is not None:
@@ -210,11 +250,21 @@ class Reporter:
             self._heartbeat.join()
             self._heartbeat = None
         self._clear_progress()
+        failed = None
         if self.tensorboard is not None:
-            self.tensorboard.close()
+            board, self.tensorboard = self.tensorboard, None
+            try:
+                board.close()
+            except OSError as exc:
+                failed = write_failure(board.logdir, exc, "TensorBoard event files in")
         if self._metrics_file is not None:
-            self._metrics_file.close()
-            self._metrics_file = None
+            fh, self._metrics_file = self._metrics_file, None
+            try:
+                fh.close()
+            except OSError as exc:
+                failed = failed or write_failure(self.metrics_path, exc)
+        if failed is not None:
+            raise failed
 
     # -- output ------------------------------------------------------------------------
     def line(self, text: str) -> None:
@@ -234,14 +284,26 @@ class Reporter:
     def metrics(self, phase: str, step: int, metrics: dict[str, float]) -> None:
         self.line(f"{phase} step-{step}, {format_metrics(metrics)}")
         if self.tensorboard is not None:
-            self.tensorboard.scalars(phase.lower(), step, metrics)
+            self._board("scalars", phase.lower(), step, metrics)
         if "loss" in metrics and phase == "Train":
             self._last_loss = metrics["loss"]
         if self._metrics_file is not None:
             rec = {"phase": phase.lower(), "step": step, "time": round(time.time(), 3)}
             rec.update({k: float(v) for k, v in metrics.items()})
-            self._metrics_file.write(json_record(rec) + "\n")
-            self._metrics_file.flush()
+            self._append(rec)
+
+    def _board(self, method: str, *args) -> None:
+        """A call to the TensorBoard log; an OSError (a full disk) is a SingaError naming
+        its folder and the free space."""
+        try:
+            getattr(self.tensorboard, method)(*args)
+        except OSError as exc:
+            board, self.tensorboard = self.tensorboard, None
+            try:
+                board.close()
+            except OSError:
+                pass
+            raise write_failure(board.logdir, exc, "TensorBoard event files in") from None
 
     def evaluated(self, phase: str, step: int | None, seconds: float) -> None:
         """An evaluation pass (``"Test"``/``"Validation"``) took ``seconds``."""
@@ -258,7 +320,7 @@ class Reporter:
         self.train_steps_timed += 1
         self._step_times.append(seconds)
         if self.tensorboard is not None:
-            self.tensorboard.step_done(seconds)
+            self._board("step_done", seconds)
         if len(self._step_times) > 50:
             del self._step_times[:-50]
         if not self.live or self.quiet:
