@@ -13,10 +13,9 @@ will under multi-process engines.
 
 from __future__ import annotations
 
-import os
-
-from singa_core.blas import blas_threads_for, set_blas_threads
+from singa_core.blas import blas_threads_for, blas_threads_problem
 from singa_core.contracts.names import runtime_param_name
+from singa_core.contracts.resources import usable_cpus
 from singa_core.engine import Engine, TrainResult
 from singa_core.layer import kTest, kTrain
 from singa_core.running import checkpoint as ckpt
@@ -77,7 +76,7 @@ class InProcessEngine(Engine):
         n = self.train_net.num_param_values()
         k = self.train_net.num_partitions
         workers = "worker 0" if k == 1 else f"workers 0-{k - 1} (one partition each)"
-        threads = blas_threads_for(self.job, os.cpu_count() or 1)
+        threads = blas_threads_for(self.job, usable_cpus())
         return [
             f"engine: inprocess (1 process: {workers} of group 0 and server 0 of group 0; "
             f"{threads} BLAS thread(s))",
@@ -154,9 +153,11 @@ class InProcessEngine(Engine):
 
     def _pin_threads(self) -> None:
         # SINGA's num_openblas_threads when set, else the user's OPENBLAS_NUM_THREADS /
-        # OMP_NUM_THREADS; otherwise the whole machine, since this engine runs a single
-        # worker process.
-        set_blas_threads(blas_threads_for(self.job, os.cpu_count() or 1))
+        # OMP_NUM_THREADS; otherwise every CPU this process may use (affinity mask, cgroup
+        # quota), since this engine runs a single worker process.
+        problem = blas_threads_problem(blas_threads_for(self.job, usable_cpus()))
+        if problem:
+            self.reporter.note(problem)
 
     def train(self) -> TrainResult:
         self._pin_threads()

@@ -716,10 +716,10 @@ def time_command(
     no metrics) and prints per layer its type, output shape, forward and backward ms, its
     share of the step and GFLOP/s where the layer knows its FLOPs, then the updater's and
     the engine's share."""
-    import os
 
     from singa_core.commands.timing import time_training_step
     from singa_core.contracts.blas import blas_threads_for, set_blas_threads
+    from singa_core.contracts.resources import usable_cpus
     from singa_core.jobconf.parse import load_job
     from singa_core.running.job import prepare_job
 
@@ -735,7 +735,7 @@ def time_command(
         cfg = load_job(job, override or [])
         prepared = prepare_job(cfg, host, seed=seed)
         # as the in-process engine runs it (job.conf, else the environment, else all cores)
-        set_blas_threads(blas_threads_for(prepared.job, os.cpu_count() or 1))
+        set_blas_threads(blas_threads_for(prepared.job, usable_cpus()))
         timing = time_training_step(prepared, iterations, warmup)
     except SingaError as err:
         _fail(err)

@@ -1,8 +1,11 @@
 """Pin the number of BLAS threads of this process (SINGA's ``num_openblas_threads``).
 
-Uses the OpenBLAS that numpy loaded (``openblas_set_num_threads``, under the symbol names
-of the scipy-openblas builds numpy's wheels ship). Engines call :func:`set_blas_threads`
-in every worker process; without a known OpenBLAS it does nothing and says so.
+Uses threadpoolctl (OpenBLAS, MKL, BLIS and the OpenMP runtimes) and, directly, the
+OpenBLAS that numpy loaded (``openblas_set_num_threads``, under the symbol names of the
+scipy-openblas builds numpy's wheels ship). Engines call :func:`set_blas_threads` in every
+worker process; :func:`blas_threads_problem` is the note when the count cannot be applied.
+The default count is the CPUs this process may use
+(:func:`singa_core.contracts.resources.usable_cpus`: affinity mask and cgroup quota).
 """
 
 from __future__ import annotations
@@ -65,15 +68,62 @@ def blas_threads_for(job, default: int, environ=None) -> int:
 
 
 def set_blas_threads(n: int) -> bool:
-    """Set OpenBLAS's thread count; True if an OpenBLAS was found and set."""
+    """Set the thread count of numpy's BLAS (OpenBLAS, MKL, BLIS) and of the OpenMP
+    runtimes loaded, through threadpoolctl, and OpenBLAS's directly; True if numpy's BLAS
+    now runs ``n`` threads (see :func:`blas_threads_problem` for the note when not)."""
+    import numpy  # noqa: F401 - its BLAS must be loaded for threadpoolctl to see it
+
     n = max(1, int(n))
+    done = False
     for lib in _openblas_libs():
         for sym in _SETTERS:
             fn = getattr(lib, sym, None)
             if fn is not None:
                 fn(ctypes.c_int(n))
-                return True
-    return False
+                done = True
+                break
+        if done:
+            break
+    try:
+        from threadpoolctl import ThreadpoolController
+
+        ctl = ThreadpoolController()
+        ctl.limit(limits=n)
+        blas = [lib for lib in ctl.info() if lib.get("user_api") == "blas"]
+        if blas:
+            return all(int(lib.get("num_threads", 0)) == n for lib in blas)
+    except Exception:  # noqa: BLE001 - threadpoolctl missing or failing: OpenBLAS alone
+        pass
+    return done
+
+
+def blas_libraries() -> list[str]:
+    """``"openblas 0.3.27 (4 threads)"`` for each BLAS numpy loaded (through threadpoolctl)."""
+    import numpy  # noqa: F401
+
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return []
+    return [
+        f"{lib.get('internal_api')} {lib.get('version') or ''} ({lib.get('num_threads')} "
+        "threads)".replace("  ", " ")
+        for lib in threadpool_info()
+        if lib.get("user_api") == "blas"
+    ]
+
+
+def blas_threads_problem(n: int) -> str | None:
+    """A note when :func:`set_blas_threads` could not set ``n`` threads, else None."""
+    if set_blas_threads(n):
+        return None
+    libs = blas_libraries()
+    what = ", ".join(libs) if libs else "no BLAS library threadpoolctl recognises"
+    return (
+        f"note: cannot set numpy's BLAS to {n} thread(s): {what}; set the thread count in the "
+        "environment before starting singa instead (OPENBLAS_NUM_THREADS, MKL_NUM_THREADS, "
+        "OMP_NUM_THREADS)"
+    )
 
 
 def get_blas_threads() -> int | None:

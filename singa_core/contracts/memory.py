@@ -9,7 +9,9 @@ available, the charge raises a :class:`~singa_core.contracts.errors.SingaError` 
 that asked for it, with the estimate, instead of numpy's ``MemoryError`` (or the kernel's
 OOM killer, for a lazily committed ``np.zeros``).
 
-The available memory is ``MemAvailable`` of ``/proc/meminfo``, or the environment variable
+The available memory is the least of ``MemAvailable`` of ``/proc/meminfo`` and the memory
+this process's cgroup still allows (a container's or scheduler's limit minus its usage:
+:func:`singa_core.contracts.resources.cgroup_memory`), or the environment variable
 ``SINGA_MEMORY_AVAILABLE`` (bytes, or with a K/M/G/T suffix: ``512M``) when set; on a system
 without either, nothing is checked.
 
@@ -67,14 +69,33 @@ def available_memory() -> tuple[int | None, str]:
                 where=f"${ENV_AVAILABLE}",
                 help="give bytes, or a number with K, M, G or T (e.g. 512M), or unset it",
             ) from None
+    return system_available_memory()
+
+
+def system_available_memory(
+    proc_root: str = "/proc", sys_root: str = "/sys/fs/cgroup"
+) -> tuple[int | None, str]:
+    """The least of ``MemAvailable`` and what this process's cgroup still allows (its
+    limit minus its usage, v1 or v2, the tightest over its ancestors), with the source."""
+    from singa_core.contracts.resources import cgroup_memory
+
+    best: tuple[int | None, str] = (None, "unknown")
     try:
-        with open("/proc/meminfo") as fh:
+        with open(os.path.join(proc_root, "meminfo")) as fh:
             for line in fh:
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024, "MemAvailable in /proc/meminfo"
+                    best = (int(line.split()[1]) * 1024, "MemAvailable in /proc/meminfo")
+                    break
     except (OSError, ValueError, IndexError):
         pass
-    return None, "unknown"
+    cg = cgroup_memory(proc_root, sys_root)
+    if cg is not None and (best[0] is None or cg.available < best[0]):
+        best = (
+            cg.available,
+            f"the cgroup memory limit {format_bytes(cg.limit)} of {cg.source} minus "
+            f"{format_bytes(cg.usage)} in use",
+        )
+    return best
 
 
 def nbytes(shape: Sequence[int], itemsize: int = 4) -> int:

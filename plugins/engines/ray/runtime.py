@@ -14,6 +14,7 @@ import logging
 import os
 from dataclasses import dataclass
 
+from singa_core.contracts.resources import usable_cpus
 from singa_core.errors import SingaError
 
 PIP_COMMAND = "pip install 'singa-classic[ray]'"
@@ -76,7 +77,7 @@ class Runtime:
         )
         try:
             if self.private:
-                ray.init(address="local", num_cpus=os.cpu_count() or 1, **kwargs)
+                ray.init(address="local", num_cpus=usable_cpus(), **kwargs)
             else:
                 ray.init(address=self.address, **kwargs)
         except (ConnectionError, RuntimeError, ValueError) as exc:

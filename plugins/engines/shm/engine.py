@@ -18,7 +18,6 @@ forces it for 1 worker + 1 server too.
 from __future__ import annotations
 
 import inspect
-import os
 
 import numpy as np
 from singa_builtins.engines.shm.bridge import bridge_pairs
@@ -26,6 +25,7 @@ from singa_builtins.engines.shm.layout import ParamLayout
 from singa_builtins.engines.shm.topology import build_topology
 
 from singa_core.blas import blas_threads_for
+from singa_core.contracts.resources import usable_cpus
 from singa_core.engine import Engine, TrainResult
 from singa_core.errors import SingaError
 from singa_core.layer import kTrain
@@ -93,7 +93,7 @@ class SharedMemoryEngine(Engine):
     def blas_threads(self) -> int:
         # num_openblas_threads, else OPENBLAS_NUM_THREADS / OMP_NUM_THREADS, else the
         # cores shared out among the processes
-        share = (os.cpu_count() or 1) // len(self.topology.procs)
+        share = usable_cpus() // len(self.topology.procs)
         return blas_threads_for(self.prepared.job, share)
 
     def describe(self) -> list[str]:
