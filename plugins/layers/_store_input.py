@@ -222,6 +222,16 @@ class StoreInputLayer(PrefetchingInput, InputLayer):
         if self.std is not None:
             self._rows /= self.std
 
+    def to_onnx(self, g, inputs):
+        x = g.reshape(inputs[0], (self.rowlen,), f"{self.name}/rows")
+        if self.mean is not None:
+            x = g.add(
+                "Sub", [x, g.const(self.mean, f"{self.name}/mean")], name=f"{self.name}/-mean"
+            )
+        if self.std is not None:
+            x = g.add("Div", [x, g.const(self.std, f"{self.name}/std")], name=f"{self.name}/std")
+        return g.reshape(x, self.instance_shape, self.name)
+
     # -- subclass hooks ----------------------------------------------------------------
     def parse_batch(
         self, records: list[tuple[bytes, bytes]], with_label: bool, rows=None, aux=None

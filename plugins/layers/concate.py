@@ -60,7 +60,7 @@ class ConcateLayer(NeuronLayer):
         # the part of data/grad belonging to each source (views)
         cuts = np.cumsum(sizes)[:-1]
         self._data_parts = np.split(self.data, cuts, axis=dim)
-        self._grad_parts = np.split(self.grad, cuts, axis=dim)
+        self._grad_parts = np.split(self.grad, cuts, axis=dim) if self.grad is not None else []
 
     def to_onnx(self, g, inputs):
         return g.add("Concat", inputs, name=self.name, axis=int(self.concate_dim))

@@ -116,7 +116,8 @@ class GRULayer(NeuronLayer):
                     "step's kGRU layer with the same dim_hidden",
                 )
         self.alloc((B, hdim))
-        self.grad2 = np.zeros_like(self.grad)  # written by a consumer that is a GRU
+        # written by a consumer that is a GRU (none when predicting: no gradients)
+        self.grad2 = np.zeros_like(self.data) if self.grad is not None else None
         vdim = self.vdim
         shapes = [(hdim, vdim)] * 3 + [(hdim, hdim)] * 3 + [(hdim,)] * 3
         for i in range(nparams):

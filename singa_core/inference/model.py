@@ -10,17 +10,18 @@
 ``predict`` takes raw samples exactly as the data layer reads them from records and applies
 the data layer's own preprocessing (mean/std, mean file), then runs the deploy net
 (:mod:`singa_core.netbuilder.deploy`) forward with phase ``kDeploy``: no dropout, the test
-crops. Any number of rows works: they run in chunks of at most ``max_batch`` rows through
-nets built for each chunk size (cached), all sharing the checkpoint's arrays (no copies, no
-gradients, no updater). A chunk of one row runs as two (the second a copy), because BLAS
-multiplies a single row by another kernel: so a row's prediction is bit-identical whatever
-the batch it came in.
+crops. The net is built once for ``batch`` rows (default :data:`BATCH`) and shares the
+checkpoint's arrays (no copies, no gradients, no updater). Any number of rows works: they
+run ``batch`` at a time, the last pass padded. Every pass has the same shape because BLAS
+picks its kernels by the matrix sizes (a single row, or a small product, is multiplied by
+other kernels that round differently): so a row's prediction is bit-identical whatever
+the number of rows it came with. A model built with ``batch=1`` answers single samples
+fastest, with rows consistent among themselves.
 """
 
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -32,9 +33,8 @@ from singa_core.contracts.param import DTYPE
 from singa_core.netbuilder.deploy import DeployPlan, deploy_job
 from singa_core.netbuilder.net import NeuralNet
 
-#: rows per forward pass; larger inputs run in chunks
-MAX_BATCH = 256
-_CACHED_NETS = 4
+#: rows per forward pass (inputs run in passes of this many rows, the last one padded)
+BATCH = 64
 
 
 def checkpoint_files(workspace: str | Path | None, checkpoint=None, fallback=()) -> list[Path]:
@@ -99,7 +99,7 @@ class Model:
         *,
         sample_shape: tuple[int, ...] | None = None,
         source=(),
-        max_batch: int = MAX_BATCH,
+        batch: int = BATCH,
     ) -> None:
         if len(plan.inputs) != 1:
             raise SingaError(
@@ -112,10 +112,16 @@ class Model:
         self.get_plugin = get_plugin
         self.values = values
         self.source = [str(s) for s in source]  # the checkpoint files
-        self.max_batch = max(int(max_batch), 2)
-        self._nets: OrderedDict[int, NeuralNet] = OrderedDict()
+        if int(batch) < 1:
+            raise SingaError(
+                f"batch must be at least 1, got {batch}",
+                where="batch",
+                help="the rows of one forward pass, e.g. 64",
+            )
+        self.batch = int(batch)
         self._given_shape = tuple(sample_shape) if sample_shape else None
-        probe = self._net(2)
+        self._built: NeuralNet | None = None
+        probe = self.net
         layer = probe.by_name[plan.inputs[0]]
         self.sample_shape: tuple[int, ...] = tuple(int(s) for s in layer.sample_shape())
         out = probe.by_name[plan.output].data
@@ -152,12 +158,15 @@ class Model:
                 help="give the checkpoint this job.conf wrote (--checkpoint FILE)",
             )
 
-    def _net(self, batchsize: int) -> NeuralNet:
-        net = self._nets.get(batchsize)
-        if net is not None:
-            self._nets.move_to_end(batchsize)
-            return net
-        net = NeuralNet.create(
+    @property
+    def net(self) -> NeuralNet:
+        """The deploy net, set up for :attr:`batch` rows."""
+        if self._built is None:
+            self._built = self._create(self.batch)
+        return self._built
+
+    def _create(self, batchsize: int) -> NeuralNet:
+        return NeuralNet.create(
             self.plan.job,
             kDeploy,
             get_plugin=self.get_plugin,
@@ -167,10 +176,6 @@ class Model:
             sample_shape=self._given_shape,
             param_values=_PlainNames(self.values),
         )
-        self._nets[batchsize] = net
-        while len(self._nets) > _CACHED_NETS:
-            self._nets.popitem(last=False)
-        return net
 
     # -- predicting --------------------------------------------------------------------
     def _check_input(self, x) -> np.ndarray:
@@ -206,18 +211,22 @@ class Model:
         """The output layer's values for ``x`` (``(N, *sample_shape)`` raw values):
         ``(N, K)`` float32 (class probabilities for a softmax loss)."""
         x = self._check_input(x)
-        n = x.shape[0]
+        n, b = x.shape[0], self.batch
         out = np.empty((n, self.num_outputs), dtype=DTYPE)
-        for start in range(0, n, self.max_batch):
-            chunk = x[start : start + self.max_batch]
+        pad = None
+        for start in range(0, n, b):
+            chunk = x[start : start + b]
             rows = chunk.shape[0]
-            if rows == 1:  # see the module text: one row runs as two
-                chunk = np.concatenate([chunk, chunk])
+            if rows < b:  # see the module text: every pass has the same shape
+                if pad is None:
+                    pad = np.zeros((b, *self.sample_shape), dtype=DTYPE)
+                pad[:rows] = chunk
+                chunk = pad
             out[start : start + rows] = self._forward(chunk)[:rows]
         return out
 
     def _forward(self, chunk: np.ndarray) -> np.ndarray:
-        net = self._net(chunk.shape[0])
+        net = self.net
         net.by_name[self.input_name].feed(chunk)
         phase = kDeploy | kForward
         for layer in net.layers:

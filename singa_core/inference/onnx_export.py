@@ -155,7 +155,7 @@ def export_onnx(model, out: str | Path) -> str:
     """Write the ONNX graph of ``model`` (:class:`singa_core.inference.model.Model`)."""
     from singa_core.running.fileio import atomic_write_bytes
 
-    net = model._net(2)
+    net = model.net
     proto = build_graph(
         net,
         model.input_name,

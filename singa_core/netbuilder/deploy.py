@@ -137,11 +137,26 @@ def deploy_job(job, get_plugin, locate=None) -> DeployPlan:
                 )
     consumed = {s for conf, _ in out_specs for s in conf.srclayers}
     sinks = [conf.name for conf, _ in out_specs if conf.name not in consumed]
-    # the output: the replacement of a loss, or a loss's source, else the one sink
-    outputs = [n for n in sinks if n in replaced] or [
-        stand_in[n] for n in replaced if n in stand_in and stand_in[n] in sinks
-    ]
+    # the output: a layer the conf puts in kDeploy by name, else the replacement of a loss,
+    # or a loss's source, else the one sink
+    own_sinks = [n for n in sinks if own and kDeploy in _conf_of(specs, n).include]
+    outputs = (
+        own_sinks
+        or [n for n in sinks if n in replaced]
+        or [stand_in[n] for n in replaced if n in stand_in and stand_in[n] in sinks]
+    )
     outputs = outputs or sinks
+    if len(set(outputs)) == 1:  # keep what the output needs, nothing else
+        needed, todo = set(), [outputs[0]]
+        by_name = {conf.name: conf for conf, _ in out_specs}
+        while todo:
+            name = todo.pop()
+            if name not in needed:
+                needed.add(name)
+                todo.extend(by_name[name].srclayers)
+        dropped += [c.name for c, _ in out_specs if c.name not in needed]
+        out_specs = [(c, s) for c, s in out_specs if c.name in needed]
+        replaced = {n: r for n, r in replaced.items() if n in needed or stand_in.get(n) in needed}
     inputs = [conf.name for conf, _ in out_specs if roles.get(conf.name) == "input"]
     if not inputs:
         raise SingaError(
@@ -185,3 +200,7 @@ def deploy_job(job, get_plugin, locate=None) -> DeployPlan:
         dropped=dropped,
         replaced=replaced,
     )
+
+
+def _conf_of(specs, name: str):
+    return next(s.conf for s in specs if s.conf.name == name)

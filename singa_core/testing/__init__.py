@@ -16,6 +16,7 @@ the same as fixtures. The built-in plugins' tests use this kit too. See CONTRIBU
   and checkpoints), :func:`blobs_csv` and :func:`mlp_job` for a small real job.
 """
 
+from singa_core.testing.export import ExportReport, check_onnx_export
 from singa_core.testing.gradcheck import (
     CheckReport,
     GradientChecker,
@@ -45,6 +46,8 @@ from singa_core.testing.updaters import (
 from singa_core.testing.workers import RecordingStub, check_worker, expected_bp_order
 
 __all__ = [
+    "ExportReport",
+    "check_onnx_export",
     "CheckReport",
     "GradCase",
     "GradientChecker",
