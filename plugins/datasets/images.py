@@ -279,6 +279,9 @@ class ImagesConverter(DatasetConverter):
         if self.options is None:
             self.configure([str(source_dir)])
         opts = self.options
+        from singa_builtins._imaging import pil
+
+        pil()  # Pillow missing: a SingaError naming the extra, before anything is read
         root, out_dir = Path(opts.dir), Path(out_dir).resolve()
         items, classes = self._listing(root)
         if not items:
