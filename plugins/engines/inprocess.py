@@ -90,7 +90,7 @@ class InProcessEngine(Engine):
         if prepared.resume:
             step, files = prepared.resume
             ckpt.load_param_files(owners, files, start_step=step, reset_version=False)
-            state = ckpt.read_state(str(files[0]) + ckpt.STATE_SUFFIX)
+            state = ckpt.read_state(str(files[0]) + ckpt.STATE_SUFFIX, lazy=True)
             self._check_resume_state(state, files[0])
             self._put_all()
             self.shard.load_state_arrays(self.names, state.arrays)

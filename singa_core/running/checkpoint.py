@@ -7,8 +7,11 @@ SINGA never saved and an exact resume needs: the updater's history arrays, the l
 data cursors and random-generator states, the step, the seed, the updater type and the
 plugin versions that produced it. It is an ``.npz`` read with ``allow_pickle=False``.
 
-Every file is written atomically (:func:`singa_core.running.fileio.atomic_write_bytes`): a temporary
-file in the same folder, flushed and fsync'ed, then renamed over the final name. The state
+Every file is written atomically (:class:`singa_core.running.fileio.AtomicFile`): a temporary
+file in the same folder, flushed and fsync'ed, then renamed over the final name. Files are
+written and read streaming, one Param (or updater-history array) at a time in pieces of
+:data:`CHUNK_BYTES`, hashed on the way: a checkpoint may be of any size and costs about one
+Param of memory beyond the Params themselves. The state
 file is written first, so a params file whose state file exists is always complete.
 
 Verification. Last, ``step<S>-worker<W>.manifest.json`` records the size and SHA-256 of
@@ -34,6 +37,7 @@ import json
 import re
 import zipfile
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,7 +55,6 @@ _STALE_FILE = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$|^\.step\d+-part\d+\.layers\
 STATE_SUFFIX = ".state.npz"
 MANIFEST_SUFFIX = ".manifest.json"
 MANIFEST_FORMAT = "singa-checkpoint-manifest/1"
-MAX_CHECKPOINT_BYTES = 512 << 20
 
 
 @dataclass
@@ -84,127 +87,266 @@ def _varint(n: int) -> bytes:
             return bytes(out)
 
 
-def _read_varint(buf: memoryview, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
-
-
 def _int32(n: int) -> int:
     n &= (1 << 64) - 1
     n &= 0xFFFFFFFF
     return n - (1 << 32) if n >= 1 << 31 else n
 
 
+#: bytes handed to the file (and the digest) at a time when a Param is written
+CHUNK_BYTES = 16 << 20
+
+
+def _f32(value: np.ndarray) -> np.ndarray:
+    """``value`` as contiguous little-endian float32: itself when it already is (the usual
+    case: no copy), else one copy of this one Param."""
+    return np.ascontiguousarray(value, dtype="<f4")
+
+
+def _param_pieces(records: list[ParamRecord]):
+    """The pieces of a ``singa.BlobProtos`` in order: small header ``bytes`` and each
+    Param's float data as a byte memoryview of its own array (never copied whole)."""
+    head = bytearray()
+    for r in records:
+        name = r.name.encode()
+        head += b"\x22" + _varint(len(name)) + name
+    for r in records:
+        head += b"\x18" + _varint(int(r.version))
+    yield bytes(head)
+    for r in records:
+        arr = _f32(r.value)
+        n = arr.size * 4
+        blob = bytearray()
+        for s_ in r.value.shape:
+            blob += b"\x08" + _varint(int(s_))
+        blob += b"\x12" + _varint(n)
+        yield b"\x2a" + _varint(len(blob) + n) + bytes(blob)
+        raw = memoryview(arr.reshape(-1)).cast("B")
+        for i in range(0, n, CHUNK_BYTES):
+            yield raw[i : i + CHUNK_BYTES]
+
+
 def encode_params(records: list[ParamRecord]) -> bytes:
     """Serialize a ``singa.BlobProtos`` (wire-compatible; float data packed as SINGA does).
 
     Encoded by hand because going through Python protobuf containers costs seconds for the
-    ~10M floats of the MNIST MLP.
+    ~10M floats of the MNIST MLP. Checkpoints are written piece by piece instead
+    (:func:`write_checkpoint`), never as one bytes object.
     """
-    out = bytearray()
-    for r in records:
-        name = r.name.encode()
-        out += b"\x22" + _varint(len(name)) + name
-    for r in records:
-        out += b"\x18" + _varint(int(r.version))
-    for r in records:
-        raw = np.ascontiguousarray(r.value, dtype="<f4").tobytes()
-        blob = bytearray()
-        for s in r.value.shape:
-            blob += b"\x08" + _varint(int(s))
-        blob += b"\x12" + _varint(len(raw)) + raw
-        out += b"\x2a" + _varint(len(blob)) + blob
-    return bytes(out)
+    return b"".join(bytes(p) for p in _param_pieces(records))
 
 
-def _skip(buf: memoryview, pos: int, wire: int) -> int:
-    if wire == 0:
-        return _read_varint(buf, pos)[1]
-    if wire == 1:
-        return pos + 8
-    if wire == 2:
-        n, pos = _read_varint(buf, pos)
-        return pos + n
-    if wire == 5:
-        return pos + 4
-    raise ValueError(f"unsupported wire type {wire}")
+def checkpoint_write_bytes(params) -> int:
+    """Memory a checkpoint write needs beyond the Params and updater state: the file buffer
+    and numpy's 16 MiB pieces of an array (and their copies), plus one copy of the largest
+    Param that is not already contiguous float32 (none, usually)."""
+    copy = max(
+        (
+            int(p.value.size) * 4
+            for p in params
+            if not (p.value.dtype == np.float32 and p.value.flags.c_contiguous)
+        ),
+        default=0,
+    )
+    return 3 * CHUNK_BYTES + (1 << 20) + copy
 
 
-def _decode_blob(buf: memoryview) -> tuple[tuple[int, ...], np.ndarray]:
+class _HashingWriter:
+    """A write-only, unseekable stream that hashes and counts what goes through it to an
+    :class:`~singa_core.running.fileio.AtomicFile` (zipfile then writes data descriptors
+    instead of seeking back, so ``np.savez`` streams too)."""
+
+    def __init__(self, out) -> None:
+        self.out = out
+        self.sha = hashlib.sha256()
+        self.n = 0
+
+    def write(self, data) -> int:
+        self.sha.update(data)
+        self.out.write(data)
+        size = len(data) if isinstance(data, bytes) else memoryview(data).nbytes
+        self.n += size
+        return size
+
+    def tell(self) -> int:
+        return self.n
+
+    def seek(self, *args):
+        raise io.UnsupportedOperation("seek")
+
+    def seekable(self) -> bool:
+        return False
+
+    def read(self, *args):  # numpy opens a path unless the object has `read`
+        raise io.UnsupportedOperation("read")
+
+    def flush(self) -> None:
+        pass
+
+
+def _write_streamed(path: Path, fill) -> dict:
+    """Write ``path`` atomically through ``fill(writer)``; its ``{"bytes", "sha256"}``."""
+    from singa_core.running.fileio import AtomicFile
+
+    out = AtomicFile(str(path), "checkpoint file")
+    try:
+        w = _HashingWriter(out)
+        fill(w)
+        out.commit()
+    except BaseException:
+        out.abort()
+        raise
+    return {"bytes": w.n, "sha256": w.sha.hexdigest()}
+
+
+class _Reader:
+    """Sequential reads of a checkpoint with exact lengths (a short read is truncation)."""
+
+    def __init__(self, fh, size: int) -> None:
+        self.fh = fh
+        self.pos = 0
+        self.size = size
+
+    def read(self, n: int) -> bytes:
+        if n < 0 or self.pos + n > self.size:
+            raise ValueError("truncated file")
+        data = self.fh.read(n)
+        if len(data) != n:
+            raise ValueError("truncated file")
+        self.pos += n
+        return data
+
+    def read_into(self, arr: np.ndarray) -> None:
+        view = memoryview(arr.reshape(-1)).cast("B")
+        if self.pos + len(view) > self.size:
+            raise ValueError("truncated float data")
+        got = 0
+        while got < len(view):
+            k = self.fh.readinto(view[got : got + CHUNK_BYTES])
+            if not k:
+                raise ValueError("truncated float data")
+            got += k
+        self.pos += got
+
+    def varint(self) -> int:
+        result = shift = 0
+        while True:
+            b = self.read(1)[0]
+            result |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return result
+            shift += 7
+            if shift > 63:
+                raise ValueError("varint too long")
+
+    def skip(self, wire: int) -> None:
+        if wire == 0:
+            self.varint()
+        elif wire == 1:
+            self.read(8)
+        elif wire == 2:
+            n = self.varint()
+            if self.pos + n > self.size:
+                raise ValueError("truncated field")
+            self.fh.seek(n, io.SEEK_CUR)
+            self.pos += n
+        elif wire == 5:
+            self.read(4)
+        else:
+            raise ValueError(f"unsupported wire type {wire}")
+
+
+def _read_blob(r: _Reader, end: int) -> tuple[tuple[int, ...], np.ndarray]:
+    """One BlobProto ending at byte ``end``: its shape and its float data, read straight
+    into a new array (one Param's worth of memory)."""
     shape: list[int] = []
     chunks: list[np.ndarray] = []
-    pos = 0
-    while pos < len(buf):
-        key, pos = _read_varint(buf, pos)
+    singles: list[float] = []
+    while r.pos < end:
+        key = r.varint()
         fnum, wire = key >> 3, key & 7
         if fnum == 1 and wire == 0:
-            v, pos = _read_varint(buf, pos)
-            shape.append(_int32(v))
+            shape.append(_int32(r.varint()))
         elif fnum == 1 and wire == 2:
-            n, pos = _read_varint(buf, pos)
-            end = pos + n
-            while pos < end:
-                v, pos = _read_varint(buf, pos)
-                shape.append(_int32(v))
+            stop = r.pos + r.varint()
+            while r.pos < stop:
+                shape.append(_int32(r.varint()))
         elif fnum == 2 and wire == 2:
-            n, pos = _read_varint(buf, pos)
-            if n % 4 or pos + n > len(buf):
+            n = r.varint()
+            if n % 4 or r.pos + n > end:
                 raise ValueError("truncated float data")
-            chunks.append(np.frombuffer(buf[pos : pos + n], dtype="<f4"))
-            pos += n
+            arr = np.empty(n // 4, dtype="<f4")
+            r.read_into(arr)
+            chunks.append(arr)
         elif fnum == 2 and wire == 5:
-            chunks.append(np.frombuffer(buf[pos : pos + 4], dtype="<f4"))
-            pos += 4
+            singles.append(float(np.frombuffer(r.read(4), dtype="<f4")[0]))
         else:
-            pos = _skip(buf, pos, wire)
-    if pos != len(buf):
+            r.skip(wire)
+    if r.pos != end:
         raise ValueError("truncated blob")
-    data = np.concatenate(chunks) if chunks else np.zeros(0, dtype="<f4")
-    return tuple(shape), data.astype(DTYPE, copy=True)
+    if singles:
+        chunks.append(np.asarray(singles, dtype="<f4"))
+    if len(chunks) == 1:
+        data = chunks[0]
+    else:
+        data = np.concatenate(chunks) if chunks else np.zeros(0, dtype="<f4")
+    if data.dtype != DTYPE:
+        data = data.astype(DTYPE)
+    return tuple(shape), data
 
 
-def decode_params(data: bytes, path: str) -> list[ParamRecord]:
-    """Parse a ``singa.BlobProtos`` checkpoint (SINGA's or ours)."""
-    buf = memoryview(data)
+def _record(name: str, version: int, shape, arr: np.ndarray, path: str) -> ParamRecord:
+    if any(d < 0 for d in shape):
+        raise SingaError(
+            f"corrupt checkpoint: param '{name}' has negative shape {shape}",
+            where=path,
+            help="the file is damaged; use an earlier checkpoint",
+        )
+    expected = int(np.prod(shape)) if shape else arr.size
+    if arr.size != expected:
+        raise SingaError(
+            f"corrupt checkpoint: param '{name}' has shape {shape} but {arr.size} values",
+            where=path,
+            help="the file is damaged; use an earlier checkpoint",
+        )
+    return ParamRecord(name, version, arr.reshape(shape) if shape else arr)
+
+
+def _iter_stream(fh, size: int, path: str):
+    """The Params of a ``singa.BlobProtos`` stream, one at a time. Names and versions come
+    before the blobs (ours, and protobuf's field order in SINGA's); a blob that comes before
+    its name is held until the name arrives."""
+    r = _Reader(fh, size)
     names: list[str] = []
     versions: list[int] = []
-    blobs: list[tuple[tuple[int, ...], np.ndarray]] = []
-    pos = 0
+    held: list[tuple[tuple[int, ...], np.ndarray]] = []
+    nblobs = 0
     try:
-        while pos < len(buf):
-            key, pos = _read_varint(buf, pos)
+        while r.pos < size:
+            key = r.varint()
             fnum, wire = key >> 3, key & 7
             if fnum == 4 and wire == 2:
-                n, pos = _read_varint(buf, pos)
-                names.append(bytes(buf[pos : pos + n]).decode())
-                pos += n
+                names.append(r.read(r.varint()).decode())
             elif fnum == 3 and wire == 0:
-                v, pos = _read_varint(buf, pos)
-                versions.append(_int32(v))
+                versions.append(_int32(r.varint()))
             elif fnum == 3 and wire == 2:
-                n, pos = _read_varint(buf, pos)
-                end = pos + n
-                while pos < end:
-                    v, pos = _read_varint(buf, pos)
-                    versions.append(_int32(v))
+                stop = r.pos + r.varint()
+                while r.pos < stop:
+                    versions.append(_int32(r.varint()))
             elif fnum == 5 and wire == 2:
-                n, pos = _read_varint(buf, pos)
-                if pos + n > len(buf):
+                n = r.varint()
+                if r.pos + n > size:
                     raise ValueError("truncated blob")
-                blobs.append(_decode_blob(buf[pos : pos + n]))
-                pos += n
+                shape, arr = _read_blob(r, r.pos + n)
+                i = nblobs
+                nblobs += 1
+                if i < len(names) and not held:
+                    v = versions[i] if i < len(versions) else 0
+                    yield _record(names[i], v, shape, arr, path)
+                else:
+                    held.append((shape, arr))
             else:
-                pos = _skip(buf, pos, wire)
-        if pos != len(buf):
-            raise ValueError("truncated file")
+                r.skip(wire)
     except (ValueError, IndexError, UnicodeDecodeError) as exc:
         raise SingaError(
             f"not a valid SINGA checkpoint (BlobProtos): {exc}",
@@ -212,31 +354,22 @@ def decode_params(data: bytes, path: str) -> list[ParamRecord]:
             help="checkpoint files are WORKSPACE/checkpoint/step<S>-worker<W>; "
             "a damaged file must be removed to resume from an earlier one",
         ) from None
-    if len(names) != len(blobs):
+    if len(names) != nblobs:
         raise SingaError(
-            f"corrupt checkpoint: {len(names)} names but {len(blobs)} blobs",
+            f"corrupt checkpoint: {len(names)} names but {nblobs} blobs",
             where=path,
             help="the file is damaged; use an earlier checkpoint",
         )
-    out = []
-    for i, name in enumerate(names):
-        shape, arr = blobs[i]
-        if any(d < 0 for d in shape):
-            raise SingaError(
-                f"corrupt checkpoint: param '{name}' has negative shape {shape}",
-                where=path,
-                help="the file is damaged; use an earlier checkpoint",
-            )
-        expected = int(np.prod(shape)) if shape else arr.size
-        if arr.size != expected:
-            raise SingaError(
-                f"corrupt checkpoint: param '{name}' has shape {shape} but {arr.size} values",
-                where=path,
-                help="the file is damaged; use an earlier checkpoint",
-            )
-        version = versions[i] if i < len(versions) else 0
-        out.append(ParamRecord(name, version, arr.reshape(shape) if shape else arr))
-    return out
+    first_held = nblobs - len(held)
+    for j, (shape, arr) in enumerate(held):
+        i = first_held + j
+        v = versions[i] if i < len(versions) else 0
+        yield _record(names[i], v, shape, arr, path)
+
+
+def decode_params(data: bytes, path: str) -> list[ParamRecord]:
+    """Parse a ``singa.BlobProtos`` checkpoint (SINGA's or ours) held in memory."""
+    return list(_iter_stream(io.BytesIO(data), len(data), path))
 
 
 _DAMAGED_HELP = (
@@ -296,113 +429,210 @@ def read_manifest(params_path: str | Path) -> dict[str, dict] | None:
     return files
 
 
-def read_checkpoint_bytes(path: str | Path, what: str = "checkpoint file") -> bytes:
-    """The bytes of a checkpoint file, checked against its manifest when it has one."""
-    p = Path(path)
+def _file_size(p: Path, what: str) -> int:
     try:
         size = p.stat().st_size
     except FileNotFoundError:
         raise SingaError(
             f"{what} not found",
-            where=str(path),
+            where=str(p),
             help="checkpoint_path lists files like WORKSPACE/checkpoint/step1000-worker0; "
             "resuming needs both step<S>-worker<W> and its .state.npz",
         ) from None
     except OSError as exc:
-        raise SingaError(f"cannot read {what}: {exc.strerror or exc}", where=str(path)) from None
+        raise SingaError(f"cannot read {what}: {exc.strerror or exc}", where=str(p)) from None
     if p.is_dir():
         raise SingaError(
             f"{what} is a folder",
-            where=str(path),
+            where=str(p),
             help="give a checkpoint file such as WORKSPACE/checkpoint/step1000-worker0",
         )
-    if size > MAX_CHECKPOINT_BYTES:
-        raise SingaError(
-            f"{what} is larger than {MAX_CHECKPOINT_BYTES >> 20} MB",
-            where=str(path),
-            help="is this really a SINGA checkpoint?",
-        )
+    return size
+
+
+def _open(p: Path, what: str):
     try:
-        data = p.read_bytes()
+        return open(p, "rb", buffering=1 << 20)  # noqa: SIM115 - the caller closes it
     except OSError as exc:
         raise SingaError(
             f"cannot read {what}: {exc.strerror or exc}",
-            where=str(path),
+            where=str(p),
             help="check that it is a regular, readable file",
         ) from None
+
+
+def verify_file(path: str | Path, what: str = "checkpoint file") -> int:
+    """Check a checkpoint file against its manifest, when it has one, reading it in chunks
+    (any size, constant memory); returns its size. Raises SingaError naming a damaged file."""
+    p = Path(path)
+    size = _file_size(p, what)
     files = read_manifest(_params_path_of(p))
-    if files is not None:
-        entry = files.get(p.name)
-        if entry is None:
+    if files is None:
+        return size
+    entry = files.get(p.name)
+    if entry is None:
+        raise SingaError(
+            f"{what} is not listed in its manifest {manifest_path(_params_path_of(p))}",
+            where=str(path),
+            help=_DAMAGED_HELP,
+        )
+    sha, n = hashlib.sha256(), 0
+    with _open(p, what) as fh:
+        try:
+            while chunk := fh.read(CHUNK_BYTES):
+                sha.update(chunk)
+                n += len(chunk)
+        except OSError as exc:
             raise SingaError(
-                f"{what} is not listed in its manifest {manifest_path(_params_path_of(p))}",
-                where=str(path),
-                help=_DAMAGED_HELP,
-            )
-        found = sha256_hex(data)
-        if found != entry["sha256"] or len(data) != entry["bytes"]:
+                f"cannot read {what}: {exc.strerror or exc}", where=str(path)
+            ) from None
+    found = sha.hexdigest()
+    if found != entry["sha256"] or n != entry["bytes"]:
+        raise SingaError(
+            f"{what} is damaged: expected SHA-256 {entry['sha256']} ({entry['bytes']} "
+            f"bytes, from its manifest), found {found} ({n} bytes)",
+            where=str(path),
+            help=_DAMAGED_HELP,
+        )
+    return n
+
+
+def read_checkpoint_bytes(path: str | Path, what: str = "checkpoint file") -> bytes:
+    """The bytes of a (small) checkpoint file, checked against its manifest when it has one.
+    Checkpoints themselves are read streaming (:func:`iter_params`)."""
+    verify_file(path, what)
+    with _open(Path(path), what) as fh:
+        return fh.read()
+
+
+def iter_params(path: str | Path):
+    """The Params of a BlobProtos checkpoint one at a time (memory: one Param), after the
+    file is verified against its manifest (else checked for structure as it is read); a
+    file holding no Param (empty, or not a checkpoint) is an error."""
+    p = Path(path)
+    size = verify_file(p)
+    count = 0
+    with _open(p, "checkpoint file") as fh:
+        try:
+            for rec in _iter_stream(fh, size, str(path)):
+                count += 1
+                yield rec
+        except OSError as exc:
             raise SingaError(
-                f"{what} is damaged: expected SHA-256 {entry['sha256']} ({entry['bytes']} "
-                f"bytes, from its manifest), found {found} ({len(data)} bytes)",
-                where=str(path),
-                help=_DAMAGED_HELP,
-            )
-    return data
+                f"cannot read checkpoint file: {exc.strerror or exc}", where=str(path)
+            ) from None
+    if not count:
+        raise SingaError(
+            "checkpoint holds no Param" + (" (the file is empty)" if not size else ""),
+            where=str(path),
+            help="a checkpoint is a WORKSPACE/checkpoint/step<S>-worker<W> file written by "
+            "SINGA or singa; use an earlier checkpoint or fix checkpoint_path",
+        )
 
 
 def read_params(path: str | Path) -> list[ParamRecord]:
     """The Params of a BlobProtos checkpoint: verified against its manifest, else checked
     for structure; a file holding no Param (empty, or not a checkpoint) is an error."""
-    data = read_checkpoint_bytes(path)
-    records = decode_params(data, str(path))
-    if not records:
-        raise SingaError(
-            "checkpoint holds no Param" + (" (the file is empty)" if not data else ""),
-            where=str(path),
-            help="a checkpoint is a WORKSPACE/checkpoint/step<S>-worker<W> file written by "
-            "SINGA or singa; use an earlier checkpoint or fix checkpoint_path",
-        )
-    return records
+    return list(iter_params(path))
+
+
+def check_params_file(path: str | Path) -> None:
+    """Verify a params file without keeping its values: against the manifest when it has
+    one (digest only), else by parsing it through (one Param at a time)."""
+    if read_manifest(_params_path_of(Path(path))) is not None:
+        verify_file(path)
+        return
+    for _ in iter_params(path):
+        pass
+
+
+def _fill_state(state: TrainingState):
+    meta = dict(state.meta, step=state.step)
+    arrays = {f"a/{k}": v for k, v in state.arrays.items()}
+    arrays["meta"] = np.frombuffer(json.dumps(meta, sort_keys=True).encode(), dtype=np.uint8)
+
+    def fill(w) -> None:
+        np.savez(w, **arrays)  # streams each array in 16 MiB pieces (numpy's write_array)
+
+    return fill
 
 
 def encode_state(state: TrainingState) -> bytes:
-    meta = dict(state.meta, step=state.step)
     buf = io.BytesIO()
-    arrays = {f"a/{k}": v for k, v in state.arrays.items()}
-    arrays["meta"] = np.frombuffer(json.dumps(meta, sort_keys=True).encode(), dtype=np.uint8)
-    np.savez(buf, **arrays)
+    _fill_state(state)(buf)
     return buf.getvalue()
 
 
-def _load_state(path: str | Path, with_arrays: bool) -> tuple[dict, dict[str, np.ndarray]]:
-    data = read_checkpoint_bytes(path, "training-state file")
+_STATE_ERRORS = (
+    OSError,
+    ValueError,
+    KeyError,
+    EOFError,
+    zipfile.BadZipFile,
+    zlib.error,
+    NotImplementedError,  # zipfile: an unsupported compression, version or flag
+    RuntimeError,  # zipfile: "is encrypted, password required"
+)
+
+
+def _corrupt_state(path, exc) -> SingaError:
+    return SingaError(
+        f"corrupt training-state file: {exc}",
+        where=str(path),
+        help="the file is damaged; resume from an earlier checkpoint with "
+        "`singa train --resume-from STEP`",
+    )
+
+
+class StateArrays(Mapping):
+    """The updater-history arrays of a verified training-state file, read one at a time
+    when asked for (``arrays[name]``), so a resume never holds them all twice."""
+
+    def __init__(self, path: str | Path, names: list[str]) -> None:
+        self.path = str(path)
+        self._names = names
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key not in self._names:
+            raise KeyError(key)
+        try:
+            with np.load(self.path, allow_pickle=False) as z:
+                return z[f"a/{key}"]
+        except _STATE_ERRORS as exc:
+            raise _corrupt_state(self.path, exc) from None
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+def _load_state(
+    path: str | Path, with_arrays: bool, lazy: bool = False
+) -> tuple[dict, Mapping[str, np.ndarray]]:
+    verify_file(path, "training-state file")
     try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as z:
+        with np.load(str(path), allow_pickle=False) as z:
             meta = json.loads(bytes(z["meta"]).decode())
             if not isinstance(meta, dict) or not isinstance(meta.get("step"), int):
                 raise ValueError("its metadata has no step")
-            arrays = {k[2:]: z[k] for k in z.files if k.startswith("a/")} if with_arrays else {}
-    except (
-        OSError,
-        ValueError,
-        KeyError,
-        EOFError,
-        zipfile.BadZipFile,
-        zlib.error,
-        NotImplementedError,  # zipfile: an unsupported compression, version or flag
-        RuntimeError,  # zipfile: "is encrypted, password required"
-    ) as exc:
-        raise SingaError(
-            f"corrupt training-state file: {exc}",
-            where=str(path),
-            help="the file is damaged; resume from an earlier checkpoint with "
-            "`singa train --resume-from STEP`",
-        ) from None
+            names = [k[2:] for k in z.files if k.startswith("a/")]
+            if not with_arrays:
+                arrays: Mapping[str, np.ndarray] = {}
+            elif lazy:
+                arrays = StateArrays(path, names)
+            else:
+                arrays = {k: z[f"a/{k}"] for k in names}
+    except _STATE_ERRORS as exc:
+        raise _corrupt_state(path, exc) from None
     return meta, arrays
 
 
-def read_state(path: str | Path) -> TrainingState:
-    meta, arrays = _load_state(path, with_arrays=True)
+def read_state(path: str | Path, *, lazy: bool = False) -> TrainingState:
+    """The training state; ``lazy``: its arrays are a :class:`StateArrays`, each read when
+    used (what the engines resume with: one updater-history array in memory at a time)."""
+    meta, arrays = _load_state(path, with_arrays=True, lazy=lazy)
     return TrainingState(step=int(meta.pop("step")), meta=meta, arrays=arrays)
 
 
@@ -459,17 +689,28 @@ def write_checkpoint(
             where=str(man),
             help="check the checkpoint folder's permissions",
         ) from None
-    state_bytes, params_bytes = encode_state(state), encode_params(params)
-    atomic_write_bytes(state_path, state_bytes, "checkpoint file")
-    atomic_write_bytes(path, params_bytes, "checkpoint file")
+    # streamed: the state's arrays and each Param's values go to the files (and their
+    # digests) in pieces; memory beyond the arrays themselves is a few buffers
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SingaError(
+            f"cannot create the checkpoint folder: {exc.strerror or exc}",
+            where=str(d),
+            help="check that the workspace is a writable folder",
+        ) from None
+    state_entry = _write_streamed(state_path, _fill_state(state))
+
+    def fill_params(w) -> None:
+        for piece in _param_pieces(params):
+            w.write(piece)
+
+    params_entry = _write_streamed(path, fill_params)
     doc = {
         "format": MANIFEST_FORMAT,
         "step": int(step),
         "worker": int(worker),
-        "files": {
-            p.name: {"bytes": len(b), "sha256": sha256_hex(b)}
-            for p, b in ((path, params_bytes), (state_path, state_bytes))
-        },
+        "files": {path.name: params_entry, state_path.name: state_entry},
     }
     atomic_write_bytes(man, (json.dumps(doc, indent=1) + "\n").encode(), "checkpoint manifest")
     if keep > 0:
@@ -504,7 +745,7 @@ def verify_checkpoint(files: list[Path]) -> dict:
     the training-state metadata of the first. Raises SingaError naming a damaged file."""
     meta: dict | None = None
     for f in files:
-        read_params(f)
+        check_params_file(f)
         m = read_state_meta(str(f) + STATE_SUFFIX)
         meta = m if meta is None else meta
     return meta or {}
@@ -626,22 +867,15 @@ def load_param_files(
     by_name = {plain_param_name(p.name): p for p in params if p.is_owner}
     loaded: set[str] = set()
     for f in files:
-        records = read_params(f)
-        if not any(plain_param_name(r.name) in by_name for r in records):
-            raise SingaError(
-                "checkpoint holds none of this net's Params",
-                where=str(f),
-                notes=[
-                    "it holds: " + _some(r.name for r in records),
-                    "the net's Params: " + _some(by_name),
-                ],
-                help="the checkpoint was written by another net; remove it from "
-                "checkpoint_path (or --checkpoint) or give this net's checkpoint",
-            )
-        for rec in records:
+        # read one Param at a time into the net (a checkpoint of any size: memory is the
+        # net's Params plus one); shapes are checked before a value is copied
+        held, matched = [], 0
+        for rec in iter_params(f):
+            held.append(rec.name)
             p = by_name.get(plain_param_name(rec.name))
             if p is None:
                 continue
+            matched += 1
             if tuple(rec.value.shape) != p.shape and rec.value.size != p.size:
                 raise SingaError(
                     f"param '{p.name}' has shape {p.shape} in the net but "
@@ -653,6 +887,17 @@ def load_param_files(
             p.value[...] = rec.value.reshape(p.shape)
             p.version = start_step if reset_version else rec.version
             loaded.add(p.name)
+        if not matched:
+            raise SingaError(
+                "checkpoint holds none of this net's Params",
+                where=str(f),
+                notes=[
+                    "it holds: " + _some(held),
+                    "the net's Params: " + _some(by_name),
+                ],
+                help="the checkpoint was written by another net; remove it from "
+                "checkpoint_path (or --checkpoint) or give this net's checkpoint",
+            )
     return loaded
 
 

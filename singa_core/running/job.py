@@ -26,7 +26,11 @@ from singa_core.netbuilder.net import (
 )
 from singa_core.plugin_host.host import PluginHost
 from singa_core.plugin_host.registry import type_selection
-from singa_core.running.checkpoint import find_resume, load_param_files
+from singa_core.running.checkpoint import (
+    checkpoint_write_bytes,
+    find_resume,
+    load_param_files,
+)
 from singa_core.running.numeric import check_config
 from singa_core.running.paths import bad_path_text, readable_file_problem, writable_folder_problem
 from singa_core.schema import job_pb2
@@ -298,6 +302,15 @@ def prepare_job(
     files = found[1] if found else list(job.checkpoint_path)
     train = prepared.build_net(kTrain, init=not files)
     prepared.nets[kTrain] = train
+    if not test_only:  # what writing a checkpoint costs beyond the Params (streamed)
+        prepared.memory.charge(
+            "train",
+            "(checkpoint write)",
+            "scratch",
+            checkpoint_write_bytes(train.owner_params),
+            where=cfg.locate("checkpoint_freq"),
+            what="writing a checkpoint",
+        )
     if not getattr(worker, "handles_unrolled_nets", False) and any(
         p.grad_owner is not p for p in train.params
     ):

@@ -76,7 +76,7 @@ def initial_state(engine) -> InitialState:
     layer_states = None
     if prepared.resume:
         files = prepared.resume[1]
-        state = ckpt.read_state(str(files[0]) + ckpt.STATE_SUFFIX)
+        state = ckpt.read_state(str(files[0]) + ckpt.STATE_SUFFIX, lazy=True)
         saved, current = state.meta.get("updater"), updater_type_name(prepared.job.updater)
         if saved and saved != current:
             raise SingaError(
