@@ -143,6 +143,19 @@ class SignalCatcher:
         self._prev = {}
 
 
+def _block_stop_signals():
+    """Block SIGINT/SIGTERM in this thread (None where that is not possible)."""
+    try:
+        return signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGINT, signal.SIGTERM))
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _restore_signal_mask(old) -> None:
+    if old is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 def stopped_error(workspace, failure: str) -> SingaError:
     """The error of a job torn down by ``failure``, pointing at its newest checkpoint."""
     latest = ckpt.latest_checkpoint(workspace)
@@ -236,15 +249,24 @@ class Launcher:
             )
             self._signals.install()
             readers = {}
-            for ps in topo.procs:
-                r, w = self.ctx.Pipe(duplex=False)
-                p = self.ctx.Process(
-                    target=process_main, args=(ps.index, shared, w), name=f"singa-proc{ps.index}"
-                )
-                p.start()
-                w.close()
-                procs.append(p)
-                readers[r] = ps.index
+            # children start with SIGINT/SIGTERM blocked (inherited through spawn's exec):
+            # a signal to the process group during their start-up waits until their
+            # handlers are in place (process_main) instead of killing them mid-import
+            blocked = _block_stop_signals()
+            try:
+                for ps in topo.procs:
+                    r, w = self.ctx.Pipe(duplex=False)
+                    p = self.ctx.Process(
+                        target=process_main,
+                        args=(ps.index, shared, w),
+                        name=f"singa-proc{ps.index}",
+                    )
+                    p.start()
+                    w.close()
+                    procs.append(p)
+                    readers[r] = ps.index
+            finally:
+                _restore_signal_mask(blocked)
             return self._supervise(shared, procs, readers, server_queues)
         finally:
             self._teardown(procs, shared if procs else None)
@@ -263,6 +285,7 @@ class Launcher:
         alive = {p.sentinel: i for i, p in enumerate(procs)}
         stopping_servers = False
         handled_signals = 0
+        aborted_by = 0
         failure: str | None = None
         while alive and failure is None:
             ready = wait([*readers, *alive], timeout=0.25)
@@ -299,10 +322,14 @@ class Launcher:
                     self.reporter.note("stopping after this step (Ctrl-C again to abort now)")
                 else:
                     failure = f"aborted by {signal.Signals(sig).name}"
+                    aborted_by = int(sig)
         if failure is not None:
             if self._non_finite is not None:
                 raise self._non_finite
-            raise stopped_error(self.prepared.workspace, failure)
+            err = stopped_error(self.prepared.workspace, failure)
+            if aborted_by:
+                err.exit_code = 128 + aborted_by  # 130/143, as the in-process engine
+            raise err
         return result_of(leader_result)
 
     def _handle(self, msg, pending_workers) -> str | None:

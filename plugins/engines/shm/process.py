@@ -2,8 +2,11 @@
 
 The main thread only supervises: it starts the threads, watches for the launcher's abort
 event and for the launcher itself dying, and reports a thread's failure on the control
-pipe. SIGINT is the launcher's business (a terminal's Ctrl-C reaches the whole process group;
-the launcher turns it into a stop request), so it is ignored here; SIGTERM kills.
+pipe. SIGINT and SIGTERM (a terminal's Ctrl-C, systemd, Slurm's scancel, ``timeout`` and
+``kill -TERM -PGID`` signal the whole process group) are stop requests for the whole job,
+as in the launcher: the first sets the job's stop signal, which the workers check after
+every step; the launcher's second signal tears the job down. SIGKILL kills, and the
+launcher names the process.
 """
 
 from __future__ import annotations
@@ -13,10 +16,21 @@ import sys
 import threading
 import traceback
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
 
 def process_main(index: int, shared, ctrl) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # the launcher started this process with SIGINT/SIGTERM blocked (a signal during
+    # start-up waits here instead of killing it or printing a traceback); from now on a
+    # signal, to the process group or to this process alone, is a stop request for the
+    # whole job: the workers stop after their current step and group 0 checkpoints
+    def stop_request(signum, frame):
+        if shared.stop_signal.value == 0:
+            shared.stop_signal.value = int(signum)
+
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, stop_request)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     from singa_core.blas import set_blas_threads
 
     set_blas_threads(shared.blas_threads)
