@@ -415,3 +415,19 @@ class StoreOutputLayer(OutputLayer):
         n = int(state.get("instances", 0))
         if self.store is None:
             self.count = self._resume_from = n
+
+
+def deploy_sample_shape(layer: Layer, example: str) -> tuple[int, ...]:
+    """A parser layer in a deploy net (its record source dropped): the raw sample shape the
+    model is told (``job.model(sample_shape=...)``, ``singa predict --sample-shape``)."""
+    shape = layer.ctx.sample_shape
+    if not shape or any(int(s) <= 0 for s in shape):
+        raise layer.error(
+            f"layer '{layer.name}' ({layer.type_names[0]}) learns its image size from its "
+            "records, which a deploy net does not read: give the size of one raw sample",
+            field="srclayers",
+            help="singa predict/export "
+            + " ".join(f"--sample-shape {n.strip()}" for n in example.split(","))
+            + f", or job.model(sample_shape=({example}))",
+        )
+    return tuple(int(s) for s in shape)

@@ -36,6 +36,7 @@ from singa_core.layer import InputLayer, kTrain
 class ImagePreprocessLayer(InputLayer):
     type_names = ("kImagePreprocess",)
     num_srclayers = (1, 1)
+    deploy_role = "keep"  # predicting: the central crop and the scale, as in testing
 
     def setup(self, srcs):
         self.expect_srcs(srcs)
@@ -67,6 +68,19 @@ class ImagePreprocessLayer(InputLayer):
 
     def stage_take(self, out) -> None:
         self._prepared = out
+
+    def to_onnx(self, g, inputs):
+        crop = self.cropper
+        x = inputs[0]
+        if crop.cropping:  # the central crop, as outside training
+            h0, w0 = (crop.height - crop.crop) // 2, (crop.width - crop.crop) // 2
+            starts = g.const([h0, w0], f"{self.name}/starts", np.int64)
+            ends = g.const([h0 + crop.crop, w0 + crop.crop], f"{self.name}/ends", np.int64)
+            axes = g.const([2, 3], f"{self.name}/axes", np.int64)
+            x = g.add("Slice", [x, starts, ends, axes], name=f"{self.name}/crop")
+        return g.add(
+            "Mul", [x, g.const(np.float32(crop.scale), f"{self.name}/scale")], name=self.name
+        )
 
     def forward(self, phase, srcs):
         prepared, self._prepared = self._prepared, None

@@ -19,25 +19,26 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from singa_builtins.layers._records import bad_record_maker, fill_rows, record_source
+from singa_builtins.layers._records import (
+    bad_record_maker,
+    deploy_sample_shape,
+    fill_rows,
+    record_source,
+)
 
-from singa_core.layer import InputLayer
+from singa_core.layer import InputLayer, kDeploy
 
 
 class MnistLayer(InputLayer):
     type_names = ("kMnist",)
     num_srclayers = (1, 1)
+    deploy_role = "input"  # predicting: fed raw pixels, normalised as records are
 
     def setup(self, srcs):
+        if self.ctx.phase & kDeploy:
+            return self._setup_deploy()
         src = record_source(self, srcs)
-        mc = self.conf.mnist_conf
-        self.norm_a, self.norm_b = np.float32(mc.norm_a), np.float32(mc.norm_b)
-        if self.norm_a == 0:
-            raise self.error(
-                f"layer '{self.name}': mnist_conf.norm_a must not be 0 (pixels are divided by it)",
-                field="mnist_conf.norm_a",
-                help="leave norm_a out for the default 1, or set e.g. `norm_a: 255`",
-            )
+        self._norm()
         sample = src.sample()
         shape = list(sample.shape)
         count = len(sample.pixel) or len(sample.data)
@@ -57,6 +58,46 @@ class MnistLayer(InputLayer):
         self.batchsize = int(src.batchsize)
         self.alloc([self.batchsize, 1, s, s], grad=False)
         self._rows = self.data.reshape(self.batchsize, s * s)
+
+    def _norm(self) -> None:
+        mc = self.conf.mnist_conf
+        self.norm_a, self.norm_b = np.float32(mc.norm_a), np.float32(mc.norm_b)
+        if self.norm_a == 0:
+            raise self.error(
+                f"layer '{self.name}': mnist_conf.norm_a must not be 0 (pixels are divided by it)",
+                field="mnist_conf.norm_a",
+                help="leave norm_a out for the default 1, or set e.g. `norm_a: 255`",
+            )
+
+    def _setup_deploy(self) -> None:
+        self._norm()
+        shape = deploy_sample_shape(self, "28, 28")
+        s = math.isqrt(math.prod(shape))
+        if s * s != math.prod(shape):
+            raise self.error(
+                f"layer '{self.name}' (kMnist) parses square images; {shape} is not one",
+                field="srclayers",
+                help="give the sample shape of a square image, e.g. 28 28",
+            )
+        self.side = s
+        self.batchsize = int(self.ctx.batchsize)
+        self.alloc([self.batchsize, 1, s, s], grad=False)
+        self._rows = self.data.reshape(self.batchsize, s * s)
+
+    def sample_shape(self):
+        return (self.side, self.side)
+
+    def feed(self, values):
+        np.copyto(self._rows, values.reshape(self._rows.shape))
+        self._rows /= self.norm_a
+        self._rows -= self.norm_b
+
+    def to_onnx(self, g, inputs):
+        s = self.side
+        x = g.reshape(inputs[0], (s * s,), f"{self.name}/rows")
+        x = g.add("Div", [x, g.const(self.norm_a, f"{self.name}/norm_a")], name=f"{self.name}/a")
+        x = g.add("Sub", [x, g.const(self.norm_b, f"{self.name}/norm_b")], name=f"{self.name}/b")
+        return g.reshape(x, (1, s, s), self.name)
 
     def forward(self, phase, srcs):
         src = srcs[0]

@@ -33,20 +33,33 @@ import math
 import numpy as np
 from singa_builtins.layers._records import (
     bad_record_maker,
+    deploy_sample_shape,
     fill_rows,
     image_cropper,
     load_mean_file,
     record_source,
 )
 
-from singa_core.layer import InputLayer, kTrain
+from singa_core.layer import InputLayer, kDeploy, kTrain
 
 
 class RGBImageLayer(InputLayer):
     type_names = ("kRGBImage",)
     num_srclayers = (1, 1)
+    deploy_role = "input"  # predicting: fed raw C×H×W pixels, then mean, central crop, scale
 
     def setup(self, srcs):
+        if self.ctx.phase & kDeploy:
+            shape = list(deploy_sample_shape(self, "3, 32, 32"))
+            if len(shape) != 3:
+                raise self.error(
+                    f"layer '{self.name}' (kRGBImage) parses [channels, height, width] "
+                    f"images; the sample shape {shape} is not one",
+                    field="srclayers",
+                    help="give three numbers: --sample-shape 3 --sample-shape 32 --sample-shape 32",
+                )
+            self._setup_images(shape, int(self.ctx.batchsize))
+            return
         src = record_source(self, srcs)
         sample = src.sample()
         shape = [int(s) for s in sample.shape]
@@ -58,10 +71,13 @@ class RGBImageLayer(InputLayer):
                 field="srclayers",
                 help="kRGBImage parses records whose shape is [C, H, W], e.g. [3, 32, 32]",
             )
+        self._setup_images(shape, int(src.batchsize))
+
+    def _setup_images(self, shape, b: int) -> None:
         c, h, w = shape
         self.image_shape = (c, h, w)
         self.cropper = image_cropper(self, h, w)
-        self.batchsize = b = int(src.batchsize)
+        self.batchsize = b
         crop = self.cropper.crop
         self.alloc([b, c, crop, crop] if self.cropper.cropping else [b, c, h, w], grad=False)
         self._full = np.zeros((b, c * h * w), dtype=np.float32)
@@ -92,6 +108,33 @@ class RGBImageLayer(InputLayer):
                 field="rgbimage_conf",
             )
         return mean
+
+    def sample_shape(self):
+        return self.image_shape
+
+    def feed(self, values):
+        full = self._full
+        np.copyto(full, values.reshape(full.shape))
+        if self.mean is not None:
+            full -= self.mean
+        images = full.reshape(self.batchsize, *self.image_shape)
+        self.cropper(images, self.data, False, self.ctx.rng)
+
+    def to_onnx(self, g, inputs):
+        x = inputs[0]
+        if self.mean is not None:
+            mean = g.const(self.mean.reshape(self.image_shape), f"{self.name}/mean")
+            x = g.add("Sub", [x, mean], name=f"{self.name}/-mean")
+        crop = self.cropper
+        if crop.cropping:  # the central crop, as outside training
+            h0, w0 = (crop.height - crop.crop) // 2, (crop.width - crop.crop) // 2
+            starts = g.const([h0, w0], f"{self.name}/starts", np.int64)
+            ends = g.const([h0 + crop.crop, w0 + crop.crop], f"{self.name}/ends", np.int64)
+            axes = g.const([2, 3], f"{self.name}/axes", np.int64)
+            x = g.add("Slice", [x, starts, ends, axes], name=f"{self.name}/crop")
+        return g.add(
+            "Mul", [x, g.const(np.float32(crop.scale), f"{self.name}/scale")], name=self.name
+        )
 
     def forward(self, phase, srcs):
         src = srcs[0]

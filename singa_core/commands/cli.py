@@ -845,6 +845,15 @@ def predict(
         bool,
         typer.Option("--resize", help="scale (and convert) images to the model's input size"),
     ] = False,
+    sample_shape: Annotated[
+        list[int] | None,
+        typer.Option(
+            "--sample-shape",
+            metavar="N",
+            help="the shape of one raw sample, repeatable (e.g. --sample-shape 28 --sample-shape "
+            "28), for 0.1-style parser layers (kMnist, kRGBImage) that learn it from records",
+        ),
+    ] = None,
     workspace: Annotated[
         str | None, typer.Option(metavar="DIR", help="override cluster.workspace")
     ] = None,
@@ -875,7 +884,7 @@ def predict(
                     help="name it FILE.jsonl, FILE.csv or FILE.npz",
                 )
         run = Job.from_file(job, override, workspace=workspace)
-        model = run.model(checkpoint)
+        model = run.model(checkpoint, sample_shape=tuple(sample_shape or ()) or None)
         if not 1 <= top_k <= model.num_outputs:
             raise SingaError(
                 f"--top-k {top_k}: the model has {model.num_outputs} outputs",
@@ -926,6 +935,15 @@ def export(
     workspace: Annotated[
         str | None, typer.Option(metavar="DIR", help="override cluster.workspace")
     ] = None,
+    sample_shape: Annotated[
+        list[int] | None,
+        typer.Option(
+            "--sample-shape",
+            metavar="N",
+            help="the shape of one raw sample, repeatable (e.g. --sample-shape 28 --sample-shape "
+            "28), for 0.1-style parser layers (kMnist, kRGBImage) that learn it from records",
+        ),
+    ] = None,
 ) -> None:
     """Export a trained model: ONNX (the deploy net, preprocessing included) or
     safetensors (the Params, with the job.conf in the metadata)."""
@@ -942,7 +960,7 @@ def export(
         if fmt == "onnx":
             from singa_core.inference.onnx_export import export_onnx
 
-            model = run.model(checkpoint)
+            model = run.model(checkpoint, sample_shape=tuple(sample_shape or ()) or None)
             summary = export_onnx(model, out)
         else:
             from singa_core.inference.safetensors_export import export_safetensors

@@ -77,6 +77,15 @@ CASES = [
     ),
 ]
 
+CASES += [
+    (
+        "kImagePreprocess",
+        'name: "crop" rgbimage_conf { cropsize: 5 scale: 0.5 mirror: true }',
+        [IMG],
+    ),
+    ("kImagePreprocess", 'name: "scale" rgbimage_conf { scale: 2 }', [IMG]),
+]
+
 
 @pytest.mark.parametrize("type_name,conf,sources", CASES, ids=[c[1].split('"')[1] for c in CASES])
 def test_export_equals_forward(type_name, conf, sources):
