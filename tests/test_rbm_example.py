@@ -98,7 +98,7 @@ def test_rbm_pretraining_then_autoencoder(mnist_stores, data_dir, tmp_path):
     out = train_stage("rbm1", ws, data)
     assert "Test step-0, Squared Error = " in out
     t1 = evaluations(ws, "rbm1")
-    assert len(t1) == 4 and t1[0]["step"] == 0
+    assert len(t1) == 5 and t1[0]["step"] == 0  # every test_freq steps and at the end
     assert t1[-1]["Squared Error"] < 0.25 * t1[0]["Squared Error"], t1
 
     # SINGA's -test on the CD job: the step-0 checkpoint gives the training run's

@@ -33,6 +33,10 @@ def sigmoid(x: np.ndarray, out: np.ndarray) -> np.ndarray:
 class RBMLayer(Layer):
     """Common parts: configuration, the four blobs, sampling, no back-propagation."""
 
+    # the contrastive-divergence phases have no prediction of their own: an RBM's features
+    # are predicted by the auto-encoder built from it (examples/rbm/autoencoder.conf)
+    deploy_role = None
+
     order_after_first_src_only = True
 
     def read_conf(self) -> None:

@@ -151,7 +151,9 @@ class Reporter:
         self._last_output = time.monotonic()
         self._activity = "starting"
         self._steps_done = 0
-        self._print_lock = threading.Lock()
+        # reentrant: a signal handler (Ctrl-C, SIGTERM) may print while the main thread is
+        # printing, in the same thread
+        self._print_lock = threading.RLock()
 
     @property
     def param_histograms(self) -> bool:

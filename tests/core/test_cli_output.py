@@ -26,7 +26,11 @@ def test_end_of_run_line_gives_wall_time_and_its_split(small_job):
     res = runner.invoke(app, ["train", str(conf), "-q"])
     assert res.exit_code == 0, res.output
     last = res.output.strip().splitlines()[-1]
-    m = re.fullmatch(rf"finished at step 60 in {SPLIT}; checkpoint: .*step60-worker0", last)
+    m = re.fullmatch(
+        rf"finished at step 60 in {SPLIT}; test loss = [\d.]+, accuracy = [\d.]+; "
+        r"checkpoint: .*step60-worker0",
+        last,
+    )
     assert m, last
     parts = {k: float(v) for k, v in m.groupdict().items()}
     assert parts["steps"] == 60  # (the small job's evaluations and checkpoints take ~0.0 s)

@@ -62,11 +62,13 @@ def test_unknown_enum_value_suggests(tmp_path, good):
     assert err.where.line == line_col(text, "kInnerProdcut")[0]
 
 
-def test_type_without_plugin_lists_known_types_and_providers(tmp_path, good):
-    text = good.replace("type: kSTanh", "type: kLMDBData")
+def test_type_without_plugin_lists_known_types_and_providers(tmp_path, good, monkeypatch):
+    # a schema type no installed plugin provides (every built-in one is provided: take one out)
+    monkeypatch.delitem(get_host().registry("layer").entries, "kLRN")
+    text = good.replace("type: kSTanh", "type: kLRN")
     err = error_of(tmp_path, text)
-    assert 'unknown layer type "kLMDBData"' in err.message
-    assert (err.where.line, err.where.col) == line_col(text, "type: kLMDBData")
+    assert 'unknown layer type "kLRN"' in err.message
+    assert (err.where.line, err.where.col) == line_col(text, "type: kLRN")
     assert any("kSTanh (singa-classic)" in n for n in err.notes)
 
 

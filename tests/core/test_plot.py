@@ -74,7 +74,7 @@ def test_png_of_two_runs(two_runs, tmp_path):
 def test_curves_follow_metrics_jsonl(two_runs):
     curves = read_curves(two_runs[0])
     assert [s for s, _ in curves.series[("train", "loss")]] == [0, 10, 20, 30, 40, 50]
-    assert [s for s, _ in curves.series[("test", "accuracy")]] == [0, 30]
+    assert [s for s, _ in curves.series[("test", "accuracy")]] == [0, 30, 60]  # 60: the end
     assert curves.series[("train", "loss")][-1][1] < curves.series[("train", "loss")][0][1]
 
 

@@ -191,10 +191,10 @@ def test_output_layers_publish_their_files_after_each_evaluation(small_job, tmp_
         f'layer {{ name: "out" type: kCSVOutput srclayers: "ip2" include: kTest '
         f'store_conf {{ path: "{out}" }} }}'
     )
-    conf, ws = small_job(steps=40, extra=extra)  # tests at steps 0 and 30 (5 batches of 20)
+    conf, ws = small_job(steps=40, extra=extra)  # tests at steps 0, 30 and 40 (5 batches of 20)
     res = CliRunner().invoke(app, ["train", str(conf), "--seed", "1", "-q"])
     assert res.exit_code == 0, res.output
     # published by Layer.close after each test pass, not by garbage collection
     lines = out.read_text().splitlines()
-    assert len(lines) == 2 * 5 * 20
+    assert len(lines) == 3 * 5 * 20
     assert all(len(line.split(",")) == 3 for line in lines)  # ip2 has no labels to prefix
