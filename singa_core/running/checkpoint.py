@@ -162,11 +162,15 @@ class _HashingWriter:
         self.n = 0
 
     def write(self, data) -> int:
+        if not isinstance(data, bytes):
+            # a view of live values (Hogwild's servers write the shared Params while a
+            # worker checkpoints them): hash and write one copy, so the digest is of the
+            # bytes on disk (one chunk of at most CHUNK_BYTES at a time)
+            data = bytes(memoryview(data).cast("B"))
         self.sha.update(data)
         self.out.write(data)
-        size = len(data) if isinstance(data, bytes) else memoryview(data).nbytes
-        self.n += size
-        return size
+        self.n += len(data)
+        return len(data)
 
     def tell(self) -> int:
         return self.n
