@@ -17,6 +17,7 @@ from singa_core.layer import InputLayer
 
 class OneHotLayer(InputLayer):
     type_names = ("kOneHot",)
+    deploy_role = "keep"  # indices -> one-hot rows, the same when predicting
     num_srclayers = (1, 1)
 
     def setup(self, srcs):

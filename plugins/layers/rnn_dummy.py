@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from singa_core.layer import NeuronLayer
+from singa_core.layer import NeuronLayer, kDeploy
 from singa_core.param import DTYPE
 
 
@@ -26,12 +26,23 @@ class RNNDummyLayer(NeuronLayer):
     type_names = ("kRNNDummy",)
     num_srclayers = (0, 1)
 
+    @classmethod
+    def deploy_role_for(cls, conf):
+        # without a source it stands for the next input (a sampling net's first character,
+        # then the fed-back prediction): predicting feeds it
+        return "keep" if conf.srclayers else "input"
+
     def setup(self, srcs):
         self.expect_srcs(srcs)
         conf = self.conf.rnn_dummy_conf
         self.dynamic_srclayer: str | None = conf.dynamic_srclayer or None
         self.integer = bool(conf.integer)
         self.low, self.high = float(conf.low), float(conf.high)
+        if self.ctx.phase & kDeploy and not srcs:  # fed: rnn_dummy_conf.shape minus its batch
+            shape = [int(s) for s in conf.shape] or [1]
+            self._sample = tuple(shape[1:])
+            self.alloc([int(self.ctx.batchsize), *self._sample], grad=False)
+            return
         if srcs:
             self.data = srcs[0].data
             self.grad = np.zeros_like(self.data, dtype=DTYPE)
@@ -55,6 +66,12 @@ class RNNDummyLayer(NeuronLayer):
         self._low = DTYPE(self.low)
         # float32 rounding can give high itself; keep draws below it (so floor < high)
         self._top = np.nextafter(DTYPE(self.high), DTYPE(self.low))
+
+    def sample_shape(self):
+        return self._sample
+
+    def feed(self, values):
+        np.copyto(self.data, values.reshape(self.data.shape))
 
     def forward(self, phase, srcs):
         if srcs:

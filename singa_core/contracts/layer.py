@@ -111,6 +111,12 @@ class Layer:
         raise NotImplementedError
 
     @classmethod
+    def deploy_role_for(cls, conf) -> str | None:
+        """The ``deploy_role`` of a layer with this LayerProto (default: the class's); a
+        type whose part depends on its configuration overrides it."""
+        return cls.deploy_role
+
+    @classmethod
     def deploy_output(cls, conf) -> job_pb2.LayerProto | None:
         """``deploy_role = "output"``: the layer that stands for this loss in the deploy
         net (same name, e.g. a kSoftmax over the loss's first source), or None when the

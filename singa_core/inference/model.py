@@ -127,6 +127,9 @@ class Model:
         out = probe.by_name[plan.output].data
         self.output_shape: tuple[int, ...] = tuple(int(s) for s in out.shape[1:])
         self._check_values(probe)
+        # recurrent layers that run once per pass carry their state to the next pass (a
+        # sampling net: each prediction continues the sequence), as kBPTT does at test steps
+        self.carriers = [layer for layer in probe.layers if layer.recurrent]
 
     # -- loading -----------------------------------------------------------------------
     @classmethod
@@ -186,6 +189,8 @@ class Model:
                 where="input",
                 help="give raw sample values, e.g. pixels 0-255",
             )
+        if x.ndim == len(self.sample_shape) and not self.sample_shape:
+            x = x.reshape(-1)  # scalar samples: a vector of N
         if x.ndim >= 1 and tuple(x.shape[1:]) != self.sample_shape:
             flat = int(math.prod(self.sample_shape))
             if x.ndim >= 2 and int(math.prod(x.shape[1:])) == flat:
@@ -207,11 +212,25 @@ class Model:
             )
         return np.ascontiguousarray(x, dtype=DTYPE)
 
+    def reset_state(self) -> None:
+        """Recurrent nets: start every row's sequence over (zero states)."""
+        for layer in self.carriers:
+            layer.reset_state()
+
     def predict(self, x) -> np.ndarray:
         """The output layer's values for ``x`` (``(N, *sample_shape)`` raw values):
-        ``(N, K)`` float32 (class probabilities for a softmax loss)."""
+        ``(N, K)`` float32 (class probabilities for a softmax loss). A recurrent net carries
+        each row's state from one call to the next (row i continues row i; see
+        :meth:`reset_state`), so it takes at most :attr:`batch` rows a call."""
         x = self._check_input(x)
         n, b = x.shape[0], self.batch
+        if self.carriers and n > b:
+            raise SingaError(
+                f"a recurrent model carries each row's state from one call to the next, so "
+                f"it predicts at most {b} rows a call, got {n}",
+                where="input",
+                help=f"build it for more rows: job.model(batch={n})",
+            )
         out = np.empty((n, self.num_outputs), dtype=DTYPE)
         pad = None
         for start in range(0, n, b):
@@ -232,6 +251,8 @@ class Model:
         for layer in net.layers:
             if layer.name != self.input_name:
                 layer.forward(phase, net.srclayers(layer))
+        for layer in self.carriers:
+            layer.carry_state()
         data = net.by_name[self.plan.output].data
         return data.reshape(chunk.shape[0], -1)
 

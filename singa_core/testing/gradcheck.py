@@ -280,9 +280,7 @@ class GradientChecker:
         return report
 
 
-def peak_bytes(
-    step: Callable[[], None], *, warmup: int = 2, reps: int = 3, trials: int = 3
-) -> int:
+def peak_bytes(step: Callable[[], None], *, warmup: int = 2, reps: int = 3, trials: int = 3) -> int:
     """Peak bytes traced by tracemalloc while running ``step`` ``reps`` times after warm-up
     (checks that a layer does not allocate arrays per step). tracemalloc sees every
     thread's allocations, so the least of ``trials`` measurements is returned: another
