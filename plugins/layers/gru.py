@@ -157,6 +157,34 @@ class GRULayer(NeuronLayer):
             return self._h0
         return srcs[1].data.reshape(self.batchsize, self.hdim)
 
+    def to_onnx(self, g, inputs):
+        x = g.reshape(inputs[0], (self.vdim,), f"{self.name}/x")
+        if len(inputs) > 1:  # an unrolled copy: the previous step's output
+            h = inputs[1]
+        else:  # the carried state: a graph input (zeros unless fed) and output
+            h = g.state(f"{self.name}/state", (self.hdim,))
+        w = [g.param(q) for q in self.params]
+
+        def affine(src, k: int, name: str) -> str:  # src · P_kᵀ
+            return g.add("Gemm", [src, w[k]], name=f"{self.name}/{name}", transB=1)
+
+        gates = []
+        for k, gate in ((0, "z"), (1, "r")):
+            s = g.add("Add", [affine(x, k, f"x{gate}"), affine(h, k + 3, f"h{gate}")])
+            if self.has_bias:
+                s = g.add("Add", [s, w[k + 6]])
+            gates.append(g.add("Sigmoid", [s], name=f"{self.name}/{gate}"))
+        z, r = gates
+        c = g.add("Add", [g.add("Mul", [r, affine(h, 5, "hc")]), affine(x, 2, "xc")])
+        if self.has_bias:
+            c = g.add("Add", [c, w[8]])
+        c = g.add("Tanh", [c], name=f"{self.name}/c")
+        # h = z ⊙ (h_prev − c) + c
+        out = g.add("Add", [g.add("Mul", [z, g.add("Sub", [h, c])]), c], name=self.name)
+        if len(inputs) == 1:
+            g.state_out(f"{self.name}/state_out", out, (self.hdim,))
+        return out
+
     def forward(self, phase, srcs):
         x, h = self._x(srcs), self._hprev(srcs)
         p = [q.value for q in self.params]

@@ -43,6 +43,16 @@ class OneHotLayer(InputLayer):
         self._idx = np.empty(self.batchsize, dtype=np.int64)
         self._rows = np.arange(self.batchsize)
 
+    def to_onnx(self, g, inputs):
+        flat = g.add(
+            "Reshape",
+            [inputs[0], g.const([-1], f"{self.name}/flat", np.int64)],
+            name=f"{self.name}/indices",
+        )
+        idx = g.add("Cast", [flat], name=f"{self.name}/int", to=7)  # int64
+        eye = g.const(np.eye(self.vocab_size, dtype=np.float32), f"{self.name}/eye")
+        return g.add("Gather", [eye, idx], name=self.name, axis=0)
+
     def forward(self, phase, srcs):
         idx = read_indices(self, srcs[0], self._idx, self.vocab_size, "onehot_conf")
         self.data.fill(0.0)

@@ -70,6 +70,9 @@ class RNNDummyLayer(NeuronLayer):
     def sample_shape(self):
         return self._sample
 
+    def to_onnx(self, g, inputs):
+        return inputs[0]  # fed (a sampling net's input) or its source's tensor: as it is
+
     def feed(self, values):
         np.copyto(self.data, values.reshape(self.data.shape))
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from singa_core.layer import Layer, NeuronLayer
+from singa_core.layer import Layer, NeuronLayer, kDeploy
 from singa_core.param import DTYPE
 
 
@@ -84,7 +84,10 @@ class SliceLayer(NeuronLayer):
         lead = (slice(None),) * dim
         self._index = [lead + (slice(k * n, (k + 1) * n),) for k in range(num)]
         self._view(src)
-        self.grads = [np.zeros(self.datas[0].shape, dtype=DTYPE) for _ in range(num)]
+        if self.ctx.phase & kDeploy:  # predicting: no gradients
+            self.grads = [None] * num
+        else:
+            self.grads = [np.zeros(self.datas[0].shape, dtype=DTYPE) for _ in range(num)]
         self.grad = self.grads[0]
         self._slot: dict[object, int] = {}  # consumer -> part index
         self._read: set[int] = set()  # parts whose consumer asked for its data
@@ -142,6 +145,19 @@ class SliceLayer(NeuronLayer):
         return self.grads[k]
 
     # -- the layer ------------------------------------------------------------------------
+    def to_onnx(self, g, inputs):
+        """One output per part, in part order (each consumer reads its own)."""
+        size = self.datas[0].shape[self.slice_dim]
+        sizes = g.const([size] * self.num_slices, f"{self.name}/sizes", np.int64)
+        parts = g.add(
+            "Split",
+            [inputs[0], sizes],
+            name=self.name,
+            outputs=self.num_slices,
+            axis=int(self.slice_dim),
+        )
+        return parts if self.num_slices > 1 else [parts]
+
     def forward(self, phase, srcs):
         src = srcs[0].data
         if src is not self._src_data:  # the source handed on a new array: new views

@@ -5,6 +5,10 @@ The graph takes ``input``, float32 ``(N, *sample_shape)`` raw samples exactly as
 ``output``, float32 ``(N, K)``: what ``predict`` returns (class probabilities for a softmax
 loss). ``N`` is dynamic; opset 17; the model passes ``onnx.checker``.
 
+A recurrent layer that carries its state between calls (a GRU in a sampling net) adds a
+graph input ``<layer>/state`` (zeros when not fed) and a graph output ``<layer>/state_out``:
+feed one call's ``state_out`` as the next call's ``state`` to go on as ``predict`` does.
+
 Each layer adds its own part through :meth:`Layer.to_onnx(g, inputs)` (the optional export
 method of the Layer contract): ``g`` is an :class:`OnnxGraph`, ``inputs`` the names of its
 sources' output tensors (batch first, the shapes the layer sees in singa); it returns the
@@ -47,6 +51,9 @@ class OnnxGraph:
         self.initializers: list = []
         self._names: set[str] = set()
         self._shapes: dict[str, tuple[int, ...]] = {}
+        # recurrent state: (graph input, shape) with zeros as its default, (graph output, shape)
+        self.state_inputs: list[tuple[str, tuple[int, ...]]] = []
+        self.state_outputs: list[tuple[str, tuple[int, ...]]] = []
 
     def fresh(self, hint: str) -> str:
         base = "".join(c if c.isalnum() or c in "_./#@" else "_" for c in hint) or "t"
@@ -88,6 +95,23 @@ class OnnxGraph:
         target = self.const([0, *[int(s) for s in shape]], f"{hint}/shape", np.int64)
         return self.add("Reshape", [x, target], name=hint)
 
+    def state(self, name: str, shape) -> str:
+        """A recurrent layer's incoming state: the graph input ``name`` (``(N, *shape)``),
+        zeros unless the caller feeds it (an initializer of shape ``(1, *shape)`` is its
+        default, broadcast over the batch)."""
+        self._names.add(name)
+        self.state_inputs.append((name, tuple(int(s) for s in shape)))
+        self.initializers.append(
+            self._numpy_helper.from_array(np.zeros((1, *shape), dtype=np.float32), name)
+        )
+        return name
+
+    def state_out(self, name: str, tensor: str, shape) -> None:
+        """Make ``tensor`` (a recurrent layer's new state) the graph output ``name``."""
+        self._names.add(name)
+        self.nodes.append(self._helper.make_node("Identity", [tensor], [name], name=name))
+        self.state_outputs.append((name, tuple(int(s) for s in shape)))
+
     def set_shape(self, name: str, shape) -> None:
         self._shapes[name] = tuple(int(s) for s in shape)
 
@@ -110,9 +134,9 @@ def _export_layer(layer, g: OnnxGraph, inputs: list[str]) -> str:
             "to_onnx(g, inputs) method (CONTRIBUTING.md, 'Exporting a layer')",
         )
     out = method(g, inputs)
-    if layer.data is not None:
+    if isinstance(out, str) and layer.data is not None:
         g.set_shape(out, layer.data.shape[1:])
-    return out
+    return out  # a name, or a list of names (one per part, for kSlice)
 
 
 def build_graph(net, input_layer: str, output_layer: str, sample_shape, *, name="singa"):
@@ -126,7 +150,12 @@ def build_graph(net, input_layer: str, output_layer: str, sample_shape, *, name=
         if layer.name == input_layer:
             inputs = ["input"]
         else:
-            inputs = [tensors[src.name] for src in net.srclayers(layer)]
+            inputs = []
+            for src in net.srclayers(layer):
+                part = getattr(src, "index", None)  # a part of a multi-output layer
+                owner = src.layer.name if part is not None else src.name
+                out = tensors[owner]
+                inputs.append(out[part] if isinstance(out, list) else out)
         tensors[layer.name] = _export_layer(layer, g, inputs)
     last = tensors[output_layer]
     flat = g.add("Flatten", [last], name="output/flatten", axis=1)
@@ -139,8 +168,16 @@ def build_graph(net, input_layer: str, output_layer: str, sample_shape, *, name=
             helper.make_tensor_value_info(
                 "input", onnx.TensorProto.FLOAT, ["N", *map(int, sample_shape)]
             )
+        ]
+        + [
+            helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, [None, *s])
+            for n, s in g.state_inputs
         ],
-        [helper.make_tensor_value_info("output", onnx.TensorProto.FLOAT, ["N", out_dim])],
+        [helper.make_tensor_value_info("output", onnx.TensorProto.FLOAT, ["N", out_dim])]
+        + [
+            helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, ["N", *s])
+            for n, s in g.state_outputs
+        ],
         initializer=g.initializers,
     )
     model = helper.make_model(

@@ -90,3 +90,21 @@ def test_the_deploy_net_samples_what_singa_test_prints(trained):
     assert np.array_equal(gru.data, fresh)
     with pytest.raises(SingaError, match="at most 1 rows a call"):
         model.predict(np.array([1, 2]))
+
+    # the ONNX export of the sampling net: the GRU's state in and out of the graph
+    ort = pytest.importorskip("onnxruntime")
+    out = folder / "sample.onnx"
+    res = run_singa("export", str(conf), *args, "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    assert names == ["output", "gru1/state_out"]
+    c, state, text = seeds[0], None, []
+    for _ in range(80):
+        feed = {"input": np.array([c], dtype=np.float32)}
+        if state is not None:
+            feed["gru1/state"] = state
+        pred, state = session.run(names, feed)
+        c = int(pred[0, 0])
+        text.append(vocab[c])
+    assert "".join(text).rstrip("\n") == printed

@@ -84,6 +84,26 @@ CASES += [
         [IMG],
     ),
     ("kImagePreprocess", 'name: "scale" rgbimage_conf { scale: 2 }', [IMG]),
+    (
+        "kOneHot",
+        'name: "oh" onehot_conf { vocab_size: 7 }',
+        [rng.integers(0, 7, size=(5, 1)).astype(np.float32)],
+    ),
+    (
+        "kGRU",
+        'name: "gru" gru_conf { dim_hidden: 6 } ' + "param { } " * 9,
+        [rng.standard_normal((4, 5))],
+    ),
+    (
+        "kGRU",
+        'name: "gru6" gru_conf { dim_hidden: 6 } ' + "param { } " * 6,
+        [rng.standard_normal((4, 5))],
+    ),
+    (
+        "kGRU",
+        'name: "gru2" gru_conf { dim_hidden: 6 } ' + "param { } " * 9,
+        [rng.standard_normal((4, 5)), rng.standard_normal((4, 6))],
+    ),
 ]
 
 
@@ -99,3 +119,39 @@ def test_the_check_catches_a_wrong_export(monkeypatch):
     monkeypatch.setattr(ReLULayer, "to_onnx", lambda self, g, i: g.add("Sigmoid", i))
     with pytest.raises(AssertionError, match="differs from forward"):
         check_onnx_export("kReLU", 'name: "r"', [IMG])
+
+
+def test_a_slice_exports_one_output_per_part():
+    """kSlice's parts go to different consumers: the export gives each its own tensor."""
+    onnx = pytest.importorskip("onnx")
+    import onnxruntime as ort
+    from onnx import helper
+    from singa_builtins.layers.slice import SliceLayer
+
+    from singa_core.inference.onnx_export import OPSET, OnnxGraph
+    from singa_core.layer import kDeploy, kForward
+    from singa_core.testing import SourceLayer, layer_conf, make_ctx
+
+    x = rng.standard_normal((3, 12)).astype(np.float32)
+    ctx = make_ctx()
+    ctx.phase = kDeploy
+    layer = SliceLayer(layer_conf('name: "sl" slice_conf { slice_dim: 1 num_slices: 3 }'), ctx)
+    src = SourceLayer(x)
+    layer.setup([src])
+    layer.forward(kDeploy | kForward, [src])
+    g = OnnxGraph()
+    parts = layer.to_onnx(g, ["x"])
+    assert len(parts) == 3
+    outs = [helper.make_tensor_value_info(p, onnx.TensorProto.FLOAT, None) for p in parts]
+    graph = helper.make_graph(
+        g.nodes,
+        "slice",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 12])],
+        outs,
+        initializer=g.initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = min(model.ir_version, 10)
+    got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for k, part in enumerate(got.run(parts, {"x": x})):
+        assert np.array_equal(part, layer.datas[k])
