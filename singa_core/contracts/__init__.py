@@ -6,8 +6,10 @@ Every kind of pluggable object has its interface here: :mod:`.layer` (Layer, SIN
 only way to the parameter servers, and ParamShard, the server side), :mod:`.store`,
 :mod:`.dataset`, :mod:`.engine`, and :mod:`.hookspecs` (the pluggy hooks that register
 them). Beside them the small services plugins call: :mod:`.errors` (SingaError, located
-user errors), :mod:`.blas` (GEMM/AXPY kernels and BLAS thread pinning) and :mod:`.memory`
-(the buffer accounting behind ``Layer.alloc``).
+user errors), :mod:`.blas` (GEMM/AXPY kernels and BLAS thread pinning), :mod:`.resources`
+(the memory and CPUs a process may use, container limits included), :mod:`.memory` (the
+buffer accounting behind ``Layer.alloc``), :mod:`.names` (generated layer and Param names)
+and :mod:`.version`.
 
 Plugins import these through their plugin API 1.0 paths (``singa_core.layer``,
 ``singa_core.errors``, ...: the same module objects). This room imports nothing of
