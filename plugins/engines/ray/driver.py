@@ -17,8 +17,10 @@ attempt is torn down (every actor killed, the placement group removed) and, with
 ``--max-restarts N``, the job is prepared again from its newest checkpoint (as ``--resume``
 would) and started on the nodes that remain, up to N times; otherwise it stops with a
 message naming the process, its role and node, and the newest checkpoint. Ctrl-C /
-SIGTERM: the first asks every worker to stop after its step (group 0 checkpoints; exit
-130/143), a second tears down at once.
+SIGTERM (to the ``singa`` process or to its whole process group, whose signal the private
+runtime's processes do not receive: :mod:`.runtime`): the first asks every worker to stop
+after its step (group 0 checkpoints; exit 130/143), a second tears down at once (exit
+130/143); one before training starts ends the start-up cleanly (exit 130/143).
 """
 
 from __future__ import annotations
@@ -37,7 +39,6 @@ from singa_builtins.engines.ray.runtime import Runtime
 from singa_builtins.engines.ray.segments import check_nodes_room
 from singa_builtins.engines.shm.context import job_shared
 from singa_builtins.engines.shm.launcher import (
-    SignalCatcher,
     initial_state,
     result_of,
     stopped_error,
@@ -66,7 +67,7 @@ class Driver:
                 try:
                     return Attempt(engine, runtime).run()
                 except ProcessLost as lost:
-                    if restarts >= self.options.max_restarts:
+                    if restarts >= self.options.max_restarts or runtime.signals.caught:
                         raise stopped_error(engine.prepared.workspace, str(lost)) from None
                     restarts += 1
                     engine = self._restart(engine, str(lost), restarts)
@@ -106,7 +107,7 @@ class Attempt:
         self.actors: list = []
         self.pg = None
         self.where: list[dict] = []
-        self.signals = SignalCatcher()
+        self.signals = runtime.signals  # installed by the runtime for its whole life
 
     def run(self) -> TrainResult:
         import ray
@@ -119,6 +120,7 @@ class Attempt:
             self.topo, engine.layout, len(engine.state_names), self.options.cpus_per_worker
         )
         check_fits(requests, nodes, self.options.cpus_per_worker, engine.prepared.cfg.locate)
+        self._check_startup_signal()
         start = initial_state(engine)
         shared = job_shared(
             engine,
@@ -165,6 +167,7 @@ class Attempt:
                     )
                 )  # fmt: skip
             self.where = self._get_all([a.where.remote() for a in self.actors])
+            self._check_startup_signal()
             self._check_shared_memory()
             engine.reporter.note(
                 "ray: "
@@ -177,13 +180,22 @@ class Attempt:
             del values, state  # every actor has made its servers: free the object store
             # every actor has attached its node's segments: their names can go
             self._get_all([a.unlink_segments.remote() for a in self.actors])
-            self.signals.install()
             result = self._supervise()
             self._note_traffic()
             return result
         finally:
-            self.signals.restore()
             self._teardown()
+
+    def _check_startup_signal(self) -> None:
+        """A SIGINT/SIGTERM before the actors exist ends the start-up (exit 130/143)."""
+        if self.signals.caught:
+            sig = self.signals.caught[0]
+            err = stopped_error(
+                self.engine.prepared.workspace,
+                f"{signal.Signals(sig).name} during start-up, before training began",
+            )
+            err.exit_code = 128 + int(sig)
+            raise err
 
     def _check_shared_memory(self) -> None:
         """Each node's /dev/shm has room for what training will touch there (a missing page
@@ -243,7 +255,7 @@ class Attempt:
         }
         pending, ready = set(workers), set()
         leader_result = None
-        handled = 0
+        handled = 0  # signals caught before this point are handled on the first pass
         lost_deadline, lost_text = None, None
         calls = {a.events.remote(POLL): i for i, a in enumerate(self.actors)}
         while pending:
@@ -295,10 +307,12 @@ class Attempt:
                         a.stop.remote(int(sig))
                     reporter.note("stopping after this step (Ctrl-C again to abort now)")
                 else:
-                    raise stopped_error(
+                    err = stopped_error(
                         self.engine.prepared.workspace,
                         f"aborted by {signal.Signals(sig).name}",
                     )
+                    err.exit_code = 128 + int(sig)  # 130/143, as the other engines
+                    raise err
         return result_of(leader_result)
 
     def _teardown(self) -> None:

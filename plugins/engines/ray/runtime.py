@@ -5,6 +5,13 @@ Without ``--address`` (and without ``RAY_ADDRESS``) a private local runtime is s
 shut down at the end (its processes with it). With ``--address HOST:PORT`` or ``auto`` the
 job joins that cluster as a driver and leaves it running. Either way usage statistics are
 off and no dashboard is started: Ray talks only to the cluster's own nodes.
+
+Signals: while the runtime is up, SIGINT/SIGTERM to the ``singa`` process are collected in
+``Runtime.signals`` (the driver turns them into a stop request). The private runtime's
+processes (GCS, raylet, the actors' worker processes) start with SIGINT/SIGTERM blocked: a
+signal to the whole process group (``kill -TERM -PGID``, systemd, Slurm, ``timeout``,
+Ctrl-C) reaches only the driver, which stops the job with a checkpoint and then shuts the
+runtime down by handle (``ray.shutdown`` kills the processes ``ray.init`` started).
 """
 
 from __future__ import annotations
@@ -12,7 +19,10 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import signal
 from dataclasses import dataclass
+
+from singa_builtins.engines.shm.launcher import SignalCatcher
 
 from singa_core.contracts.resources import usable_cpus
 from singa_core.errors import SingaError
@@ -40,6 +50,14 @@ def import_ray():
     return ray
 
 
+def _block_stop_signals():
+    """Block SIGINT/SIGTERM in this thread; the old mask (None where not possible)."""
+    try:
+        return signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGINT, signal.SIGTERM))
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
 @dataclass(frozen=True)
 class Node:
     id: str  # Ray node id (hex)
@@ -58,6 +76,7 @@ class Runtime:
         self.address = address or os.environ.get("RAY_ADDRESS") or None
         self.private = self.address is None
         self._owned = False
+        self.signals = SignalCatcher()  # SIGINT/SIGTERM while the runtime is up
 
     def describe(self) -> str:
         if self.private:
@@ -68,6 +87,7 @@ class Runtime:
         ray = import_ray()
         os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
         if ray.is_initialized():  # e.g. a program that runs several jobs
+            self.signals.install()
             return self
         kwargs = dict(
             include_dashboard=False,
@@ -75,27 +95,40 @@ class Runtime:
             logging_level=logging.ERROR,
             configure_logging=True,
         )
+        # the processes ray.init starts inherit this thread's signal mask: with SIGINT/SIGTERM
+        # blocked they never see a signal sent to the process group (only the driver acts
+        # on it); a signal that arrives meanwhile waits and is then collected
+        blocked = _block_stop_signals()
         try:
-            if self.private:
-                ray.init(address="local", num_cpus=usable_cpus(), **kwargs)
-            else:
-                ray.init(address=self.address, **kwargs)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise SingaError(
-                f"cannot connect to the Ray cluster at {self.address}: {exc}",
-                where="--address",
-                help="start it with `ray start --head` (and `ray start --address HEAD:PORT` on "
-                "the other machines), then pass --address HEAD:PORT",
-            ) from None
+            try:
+                if self.private:
+                    ray.init(address="local", num_cpus=usable_cpus(), **kwargs)
+                else:
+                    ray.init(address=self.address, **kwargs)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                raise SingaError(
+                    f"cannot connect to the Ray cluster at {self.address}: {exc}",
+                    where="--address",
+                    help="start it with `ray start --head` (and `ray start --address HEAD:PORT` "
+                    "on the other machines), then pass --address HEAD:PORT",
+                ) from None
+            # after ray.init, which installs its own SIGTERM handler in this process
+            self.signals.install()
+        finally:
+            if blocked is not None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         self._owned = True
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._owned:
-            import ray
+        try:
+            if self._owned:
+                import ray
 
-            ray.shutdown()
-            self._owned = False
+                ray.shutdown()  # the private runtime: kills the processes ray.init started
+                self._owned = False
+        finally:
+            self.signals.restore()
 
     @staticmethod
     def nodes() -> list[Node]:
