@@ -258,6 +258,17 @@ class ImageCropper:
             np.multiply(window[..., ::-1] if flip else window, scale, out=out[k])
 
 
+def crop_scale_onnx(g, x: str, cropper: ImageCropper, name: str) -> str:
+    """ONNX nodes of ``cropper`` outside training: the central crop (Slice), then the scale."""
+    if cropper.cropping:
+        h0, w0 = (cropper.height - cropper.crop) // 2, (cropper.width - cropper.crop) // 2
+        starts = g.const([h0, w0], f"{name}/starts", np.int64)
+        ends = g.const([h0 + cropper.crop, w0 + cropper.crop], f"{name}/ends", np.int64)
+        axes = g.const([2, 3], f"{name}/axes", np.int64)
+        x = g.add("Slice", [x, starts, ends, axes], name=f"{name}/crop")
+    return g.add("Mul", [x, g.const(np.float32(cropper.scale), f"{name}/scale")], name=name)
+
+
 def image_cropper(layer: Layer, height: int, width: int) -> ImageCropper:
     """An :class:`ImageCropper` from ``layer.conf.rgbimage_conf`` for images of
     ``height`` x ``width``; a bad cropsize or scale is a SingaError."""

@@ -73,12 +73,7 @@ class EmbeddingLayer(NeuronLayer):
         self._idx = np.empty(self.batchsize, dtype=np.int64)
 
     def to_onnx(self, g, inputs):
-        flat = g.add(
-            "Reshape",
-            [inputs[0], g.const([-1], f"{self.name}/flat", np.int64)],
-            name=f"{self.name}/indices",
-        )
-        idx = g.add("Cast", [flat], name=f"{self.name}/int", to=7)  # int64
+        idx = indices_onnx(g, inputs[0], self.name)
         return g.add("Gather", [g.param(self.vocab), idx], name=self.name, axis=0)
 
     def forward(self, phase, srcs):
@@ -94,3 +89,9 @@ class EmbeddingLayer(NeuronLayer):
         buf = srcs[0].grad_for(self)
         if buf is not None:
             buf.fill(0.0)
+
+
+def indices_onnx(g, x: str, name: str) -> str:
+    """ONNX nodes turning a source of one index per row into an int64 vector of them."""
+    flat = g.add("Reshape", [x, g.const([-1], f"{name}/flat", np.int64)], name=f"{name}/rows")
+    return g.add("Cast", [flat], name=f"{name}/indices", to=7)  # int64

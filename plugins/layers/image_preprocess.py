@@ -28,7 +28,7 @@ its source's data in place (it shared the buffer); singa writes its own ``data``
 from __future__ import annotations
 
 import numpy as np
-from singa_builtins.layers._records import image_cropper
+from singa_builtins.layers._records import crop_scale_onnx, image_cropper
 
 from singa_core.layer import InputLayer, kTrain
 
@@ -70,17 +70,7 @@ class ImagePreprocessLayer(InputLayer):
         self._prepared = out
 
     def to_onnx(self, g, inputs):
-        crop = self.cropper
-        x = inputs[0]
-        if crop.cropping:  # the central crop, as outside training
-            h0, w0 = (crop.height - crop.crop) // 2, (crop.width - crop.crop) // 2
-            starts = g.const([h0, w0], f"{self.name}/starts", np.int64)
-            ends = g.const([h0 + crop.crop, w0 + crop.crop], f"{self.name}/ends", np.int64)
-            axes = g.const([2, 3], f"{self.name}/axes", np.int64)
-            x = g.add("Slice", [x, starts, ends, axes], name=f"{self.name}/crop")
-        return g.add(
-            "Mul", [x, g.const(np.float32(crop.scale), f"{self.name}/scale")], name=self.name
-        )
+        return crop_scale_onnx(g, inputs[0], self.cropper, self.name)
 
     def forward(self, phase, srcs):
         prepared, self._prepared = self._prepared, None

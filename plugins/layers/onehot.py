@@ -10,7 +10,7 @@ SingaError (0.3 wrote out of bounds).
 from __future__ import annotations
 
 import numpy as np
-from singa_builtins.layers.embedding import read_indices
+from singa_builtins.layers.embedding import indices_onnx, read_indices
 
 from singa_core.layer import InputLayer
 
@@ -44,12 +44,7 @@ class OneHotLayer(InputLayer):
         self._rows = np.arange(self.batchsize)
 
     def to_onnx(self, g, inputs):
-        flat = g.add(
-            "Reshape",
-            [inputs[0], g.const([-1], f"{self.name}/flat", np.int64)],
-            name=f"{self.name}/indices",
-        )
-        idx = g.add("Cast", [flat], name=f"{self.name}/int", to=7)  # int64
+        idx = indices_onnx(g, inputs[0], self.name)
         eye = g.const(np.eye(self.vocab_size, dtype=np.float32), f"{self.name}/eye")
         return g.add("Gather", [eye, idx], name=self.name, axis=0)
 

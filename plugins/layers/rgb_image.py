@@ -33,6 +33,7 @@ import math
 import numpy as np
 from singa_builtins.layers._records import (
     bad_record_maker,
+    crop_scale_onnx,
     deploy_sample_shape,
     fill_rows,
     image_cropper,
@@ -125,16 +126,7 @@ class RGBImageLayer(InputLayer):
         if self.mean is not None:
             mean = g.const(self.mean.reshape(self.image_shape), f"{self.name}/mean")
             x = g.add("Sub", [x, mean], name=f"{self.name}/-mean")
-        crop = self.cropper
-        if crop.cropping:  # the central crop, as outside training
-            h0, w0 = (crop.height - crop.crop) // 2, (crop.width - crop.crop) // 2
-            starts = g.const([h0, w0], f"{self.name}/starts", np.int64)
-            ends = g.const([h0 + crop.crop, w0 + crop.crop], f"{self.name}/ends", np.int64)
-            axes = g.const([2, 3], f"{self.name}/axes", np.int64)
-            x = g.add("Slice", [x, starts, ends, axes], name=f"{self.name}/crop")
-        return g.add(
-            "Mul", [x, g.const(np.float32(crop.scale), f"{self.name}/scale")], name=self.name
-        )
+        return crop_scale_onnx(g, x, self.cropper, self.name)
 
     def forward(self, phase, srcs):
         src = srcs[0]

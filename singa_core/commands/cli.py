@@ -119,6 +119,16 @@ OverrideOpt = Annotated[
         help="set a field, e.g. -o train_steps=100 (repeatable)",
     ),
 ]
+WorkspaceOpt = Annotated[str | None, typer.Option(metavar="DIR", help="override cluster.workspace")]
+SampleShapeOpt = Annotated[
+    list[int] | None,
+    typer.Option(
+        "--sample-shape",
+        metavar="N",
+        help="the shape of one raw sample, repeatable (e.g. --sample-shape 28 --sample-shape "
+        "28), for 0.1-style parser layers (kMnist, kRGBImage) that learn it from records",
+    ),
+]
 
 
 def _fail(err: SingaError) -> None:
@@ -269,9 +279,7 @@ def train(
             help="engine plugin to run the job (default: chosen from the cluster config)",
         ),
     ] = None,
-    workspace: Annotated[
-        str | None, typer.Option(metavar="DIR", help="override cluster.workspace")
-    ] = None,
+    workspace: WorkspaceOpt = None,
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="no metric lines, only the summary")
     ] = False,
@@ -845,18 +853,8 @@ def predict(
         bool,
         typer.Option("--resize", help="scale (and convert) images to the model's input size"),
     ] = False,
-    sample_shape: Annotated[
-        list[int] | None,
-        typer.Option(
-            "--sample-shape",
-            metavar="N",
-            help="the shape of one raw sample, repeatable (e.g. --sample-shape 28 --sample-shape "
-            "28), for 0.1-style parser layers (kMnist, kRGBImage) that learn it from records",
-        ),
-    ] = None,
-    workspace: Annotated[
-        str | None, typer.Option(metavar="DIR", help="override cluster.workspace")
-    ] = None,
+    sample_shape: SampleShapeOpt = None,
+    workspace: WorkspaceOpt = None,
 ) -> None:
     """Predict with a trained model: class probabilities (or the output layer's values).
 
@@ -932,18 +930,8 @@ def export(
             "the newest in the workspace, else checkpoint_path)",
         ),
     ] = None,
-    workspace: Annotated[
-        str | None, typer.Option(metavar="DIR", help="override cluster.workspace")
-    ] = None,
-    sample_shape: Annotated[
-        list[int] | None,
-        typer.Option(
-            "--sample-shape",
-            metavar="N",
-            help="the shape of one raw sample, repeatable (e.g. --sample-shape 28 --sample-shape "
-            "28), for 0.1-style parser layers (kMnist, kRGBImage) that learn it from records",
-        ),
-    ] = None,
+    workspace: WorkspaceOpt = None,
+    sample_shape: SampleShapeOpt = None,
 ) -> None:
     """Export a trained model: ONNX (the deploy net, preprocessing included) or
     safetensors (the Params, with the job.conf in the metadata)."""

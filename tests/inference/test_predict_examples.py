@@ -44,6 +44,22 @@ def write_records(path: Path, records) -> Path:
     return path
 
 
+def example_overrides(stores: Path, ws: Path, *, mean: bool = False) -> list[str]:
+    """``-o`` arguments pointing an example's two data layers at ``stores`` and its
+    workspace at ``ws``."""
+    fields = []
+    for k, name in ((0, "train_data.bin"), (1, "test_data.bin")):
+        fields.append(f"neuralnet.layer[{k}].store_conf.path={stores / name}")
+        if mean:
+            fields.append(f"neuralnet.layer[{k}].store_conf.mean_file={stores / 'image_mean.bin'}")
+    fields.append(f"cluster.workspace={ws}")
+    return [a for f in fields for a in ("-o", f)]
+
+
+def model_of(conf: Path, overrides: list[str]):
+    return Job.from_file(conf, overrides=overrides[1::2]).model()
+
+
 def train(conf: Path, overrides: list[str], steps: int) -> None:
     res = run_singa(
         "train", str(conf), *overrides, "-o", f"train_steps={steps}", "--seed", "1", "-q"
@@ -84,14 +100,7 @@ def onnx_probabilities(model, x) -> np.ndarray:
 def mlp(mnist_stores, tmp_path_factory):
     ws = tmp_path_factory.mktemp("mlp-ws")
     conf = REPO / "examples" / "mnist" / "job.conf"
-    overrides = [
-        "-o",
-        f"neuralnet.layer[0].store_conf.path={mnist_stores / 'train_data.bin'}",
-        "-o",
-        f"neuralnet.layer[1].store_conf.path={mnist_stores / 'test_data.bin'}",
-        "-o",
-        f"cluster.workspace={ws}",
-    ]
+    overrides = example_overrides(mnist_stores, ws)
     train(conf, overrides, 300)
     return conf, overrides, ws
 
@@ -121,14 +130,14 @@ def test_mlp_predict_on_png_files_equals_singa_test(mlp, mnist_stores, tmp_path)
     assert abs(accuracy - expected) <= 0.001
     assert accuracy > 0.8
 
-    model = Job.from_file(conf, overrides=[o for o in overrides if o != "-o"]).model()
+    model = model_of(conf, overrides)
     probs = model.predict(x.reshape(1000, 784))
     assert np.abs(onnx_probabilities(model, x.reshape(1000, 784)) - probs).max() < 1e-4
 
 
 def test_mlp_rows_do_not_depend_on_the_batch(mlp, mnist_stores):
     conf, overrides, _ = mlp
-    model = Job.from_file(conf, overrides=[o for o in overrides if o != "-o"]).model()
+    model = model_of(conf, overrides)
     x, _, _ = read_records(mnist_stores / "test_data.bin", 10_000)
     x = x.reshape(len(x), 784)
     big = model.predict(x)
@@ -170,7 +179,7 @@ def _npy_round_trip(conf, overrides, store, tmp_path, n, steps_of_test):
         probs = saved["output"]
     accuracy = float((probs.argmax(1) == y).mean())
     expected = test_accuracy(conf, overrides, write_records(tmp_path / "t.bin", raw), steps_of_test)
-    model = Job.from_file(conf, overrides=[o for o in overrides if o != "-o"]).model()
+    model = model_of(conf, overrides)
     assert np.array_equal(model.predict(x), probs)
     assert np.abs(onnx_probabilities(model, x) - probs).max() < 1e-4
     for i in (0, n - 1):
@@ -181,14 +190,7 @@ def _npy_round_trip(conf, overrides, store, tmp_path, n, steps_of_test):
 
 def test_lenet_predict_on_npy_equals_singa_test(mnist_stores, tmp_path):
     conf = REPO / "examples" / "mnist" / "conv.conf"
-    overrides = [
-        "-o",
-        f"neuralnet.layer[0].store_conf.path={mnist_stores / 'train_data.bin'}",
-        "-o",
-        f"neuralnet.layer[1].store_conf.path={mnist_stores / 'test_data.bin'}",
-        "-o",
-        f"cluster.workspace={tmp_path / 'ws'}",
-    ]
+    overrides = example_overrides(mnist_stores, tmp_path / "ws")
     train(conf, overrides, 100)
     accuracy, expected = _npy_round_trip(
         conf, overrides, mnist_stores / "test_data.bin", tmp_path, 500, 5
@@ -203,18 +205,7 @@ def test_cifar10_predict_on_npy_equals_singa_test(data_dir, tmp_path_factory, tm
     stores = tmp_path_factory.mktemp("cifar10")
     prepare_dataset(get_host().get("dataset", "cifar10")(), stores, data_dir / "cifar10")
     conf = REPO / "examples" / "cifar10" / "job.conf"
-    overrides = [
-        "-o",
-        f"neuralnet.layer[0].store_conf.path={stores / 'train_data.bin'}",
-        "-o",
-        f"neuralnet.layer[0].store_conf.mean_file={stores / 'image_mean.bin'}",
-        "-o",
-        f"neuralnet.layer[1].store_conf.path={stores / 'test_data.bin'}",
-        "-o",
-        f"neuralnet.layer[1].store_conf.mean_file={stores / 'image_mean.bin'}",
-        "-o",
-        f"cluster.workspace={tmp_path / 'ws'}",
-    ]
+    overrides = example_overrides(stores, tmp_path / "ws", mean=True)
     train(conf, overrides, 150)
     accuracy, expected = _npy_round_trip(
         conf, overrides, stores / "test_data.bin", tmp_path, 300, 3
