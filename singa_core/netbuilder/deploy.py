@@ -4,7 +4,8 @@ From any job.conf (SINGA 0.3 has the phase ``kDeploy`` but no rule for it):
 
 * where layers say ``include: kDeploy``, the deploy net is the kDeploy phase's layers (those
   and the layers without include/exclude), as 0.3 meant it;
-* otherwise it is derived from the test net.
+* otherwise it is derived from the test net (the validation or the training net when the
+  job has no complete test net, e.g. no test data).
 
 Either way each layer's class says what becomes of it (``Layer.deploy_role``): ``"keep"``
 layers stay; ``"drop"`` layers (labels, accuracy, file writers, record readers feeding
@@ -26,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from singa_core.contracts.errors import SingaError
-from singa_core.contracts.layer import kDeploy, kTest
+from singa_core.contracts.layer import kDeploy, kTest, kTrain, kVal
 from singa_core.netbuilder.net import _phase_filter
 from singa_core.netbuilder.specs import layer_type_name, spec_location
 from singa_core.schema import job_pb2
@@ -67,7 +68,10 @@ def deploy_job(job, get_plugin, locate=None) -> DeployPlan:
     """The deploy net of ``job`` (a JobProto), as a job of its own (see the module text)."""
     locate = locate or (lambda path=None: None)
     own = has_deploy_phase(job)
-    specs = _phase_filter(job.neuralnet, kDeploy if own else kTest, locate)
+    if own:
+        specs = _phase_filter(job.neuralnet, kDeploy, locate)
+    else:  # the test net; a job without a complete one (no test data): the training net
+        specs = _complete_net(job, locate)
 
     roles: dict[str, str] = {}
     classes = {}
@@ -130,9 +134,13 @@ def deploy_job(job, get_plugin, locate=None) -> DeployPlan:
             src = stand_in.get(src, src)
             conf.srclayers[k] = src
             if src in gone or src not in names:
+                why = (
+                    f"which the deploy net drops ({classes[src][1]})"
+                    if src in classes
+                    else "which is not in the net the deploy net comes from"
+                )
                 raise SingaError(
-                    f"layer '{conf.name}' reads '{src}', which the deploy net drops "
-                    f"({classes.get(src, (None, 'a label, metric or reader layer'))[1]})",
+                    f"layer '{conf.name}' reads '{src}', {why}",
                     where=spec_location(locate, spec, f"srclayers[{k}]"),
                     help="give the net layers for prediction with `include: kDeploy`",
                 )
@@ -205,3 +213,17 @@ def deploy_job(job, get_plugin, locate=None) -> DeployPlan:
 
 def _conf_of(specs, name: str):
     return next(s.conf for s in specs if s.conf.name == name)
+
+
+def _complete_net(job, locate):
+    """The layers of the first of the test, validation and training nets whose every source
+    is in it (a job without test data has no usable test net)."""
+    for phase in (kTest, kVal, kTrain):
+        try:
+            specs = _phase_filter(job.neuralnet, phase, locate)
+        except SingaError:
+            continue
+        names = {s.conf.name for s in specs}
+        if all(src in names for s in specs for src in s.conf.srclayers):
+            return specs
+    return _phase_filter(job.neuralnet, kTest, locate)  # its error says what is missing
