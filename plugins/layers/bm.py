@@ -94,6 +94,13 @@ class BMLayer(NeuronLayer):
             np.einsum("nchw,nchw->c", a, b, out=out.reshape(-1))
         return out
 
+    def to_onnx(self, g, inputs):
+        # predicting uses the running statistics: y = (x − μ_r)·(γ·ρ_r) + β
+        k = (self.scale.value * self.running_inv_std.value).astype(DTYPE)
+        centred = g.add("Sub", [inputs[0], g.param(self.running_mean)], name=f"{self.name}/-mean")
+        scaled = g.add("Mul", [centred, g.const(k, f"{self.name}/k")], name=f"{self.name}/k")
+        return g.add("Add", [scaled, g.param(self.bias)], name=self.name)
+
     def forward(self, phase, srcs):
         x = self._as4d(srcs[0].data)
         y, xc = self._as4d(self.data), self._as4d(self._xc)

@@ -84,6 +84,8 @@ CASES += [
         [IMG],
     ),
     ("kImagePreprocess", 'name: "scale" rgbimage_conf { scale: 2 }', [IMG]),
+    ("kBM", 'name: "bm" ' + "param { } " * 4, [IMG]),
+    ("kBM", 'name: "bm2" ' + "param { } " * 4, [rng.standard_normal((3, 7))]),
     (
         "kOneHot",
         'name: "oh" onehot_conf { vocab_size: 7 }',
