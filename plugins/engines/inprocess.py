@@ -13,14 +13,22 @@ will under multi-process engines.
 
 from __future__ import annotations
 
-from singa_core.blas import blas_threads_for, blas_threads_problem
+import time
+
+from singa_core.blas import (
+    blas_threads_for,
+    blas_threads_problem,
+    blas_threads_set_by,
+    faster_thread_count,
+    set_blas_threads,
+)
 from singa_core.contracts.names import runtime_param_name
 from singa_core.contracts.resources import usable_cpus
 from singa_core.engine import Engine, TrainResult
 from singa_core.layer import kTest, kTrain
 from singa_core.running import checkpoint as ckpt
 from singa_core.running.job import updater_type_name
-from singa_core.running.training import TrainingLoop
+from singa_core.running.training import TrainingLoop, pop_net_metrics
 from singa_core.stub import ParamShard, ParamStub
 
 
@@ -40,6 +48,20 @@ class InProcessStub(ParamStub):
         if version is not None:
             for q in self.shares[param.owner.id]:
                 q.version = version
+
+
+class _TrialStub(InProcessStub):
+    """The stub of the thread trial's steps: gradients go nowhere (values, versions and
+    updater state stay as they were)."""
+
+    def update(self, step: int, param) -> None:
+        pass
+
+
+#: the thread trial: at most this many (1 thread, N threads) pairs of steps, and no new pair
+#: once it has taken this many seconds
+TRIAL_PAIRS = 3
+TRIAL_SECONDS = 3.0
 
 
 class InProcessEngine(Engine):
@@ -71,15 +93,17 @@ class InProcessEngine(Engine):
         self.updater = prepared.make_updater()
         self.shard = ParamShard(self.updater)
         self.names = {p.id: runtime_param_name(p.name) for p in self.train_net.owner_params}
+        self.threads: int | None = None  # the BLAS threads of this run, once chosen
 
     def describe(self) -> list[str]:
         n = self.train_net.num_param_values()
         k = self.train_net.num_partitions
         workers = "worker 0" if k == 1 else f"workers 0-{k - 1} (one partition each)"
-        threads = blas_threads_for(self.job, usable_cpus())
+        threads, why = self._threads_rule()
+        count = f"{threads} BLAS thread(s)" if threads else "BLAS threads"
         return [
             f"engine: inprocess (1 process: {workers} of group 0 and server 0 of group 0; "
-            f"{threads} BLAS thread(s))",
+            f"{count}: {why})",
             f"server 0 holds all {len(self.train_net.owner_params)} params ({n:,} values) unsliced",
         ]
 
@@ -130,6 +154,7 @@ class InProcessEngine(Engine):
                 "plugins": [f"{d} {v}" for d, v in self.prepared.host.distributions()],
                 "layers": ckpt.layer_states(self.nets),
                 "evaluated": list(evaluated),
+                "blas_threads": self.threads,
             },
             arrays=self.shard.state_arrays(self.names),
         )
@@ -151,17 +176,71 @@ class InProcessEngine(Engine):
             lr=self.updater.lr,
         )
 
-    def _pin_threads(self) -> None:
-        # SINGA's num_openblas_threads when set, else the user's OPENBLAS_NUM_THREADS /
-        # OMP_NUM_THREADS; otherwise every CPU this process may use (affinity mask, cgroup
-        # quota), since this engine runs a single worker process.
-        problem = blas_threads_problem(blas_threads_for(self.job, usable_cpus()))
+    def _threads_rule(self) -> tuple[int | None, str]:
+        """(BLAS threads, why), or (None, why) when a trial on the first steps decides:
+        SINGA's num_openblas_threads when set, else the user's OPENBLAS_NUM_THREADS /
+        OMP_NUM_THREADS; else a resumed run's recorded count (its results depend on it);
+        else, with one usable CPU (affinity mask, cgroup quota), 1."""
+        cpus = usable_cpus()
+        source = blas_threads_set_by(self.job)
+        if source is not None:
+            return blas_threads_for(self.job, cpus), f"set by {source}"
+        recorded = self.prepared.resume_meta.get("blas_threads") if self.prepared.resume else None
+        if recorded:
+            return int(recorded), "automatic, recorded in the checkpoint this run resumes"
+        if cpus == 1:
+            return 1, "automatic: 1 CPU usable"
+        return None, (
+            f"automatic: 1 or {cpus}, whichever runs the first trial steps faster here and now "
+            f"({cpus} only when at least 10% faster; the trial's steps are then undone)"
+        )
+
+    def _thread_trial(self, step: int) -> tuple[int, str]:
+        """Time training steps at 1 and at every usable CPU, alternating, and keep the faster
+        (:func:`faster_thread_count`). The steps change nothing: their gradients go nowhere
+        and the layers' cursors, random states and metrics are rewound afterwards, so the
+        run's results depend only on the count kept (recorded in its checkpoints)."""
+        cpus, net = usable_cpus(), self.train_net
+        before = ckpt.layer_states({kTrain: net})
+        stub = _TrialStub(self.shard, net.params)
+        times: dict[int, list[float]] = {1: [], cpus: []}
+        t_start = time.perf_counter()
+        try:
+            set_blas_threads(cpus)
+            self.worker.train_one_batch(step, net, stub)  # warm-up: buffers, thread pool
+            while len(times[1]) < TRIAL_PAIRS:
+                for n in (1, cpus):
+                    set_blas_threads(n)
+                    t0 = time.perf_counter()
+                    self.worker.train_one_batch(step, net, stub)
+                    times[n].append(time.perf_counter() - t0)
+                if time.perf_counter() - t_start > TRIAL_SECONDS:
+                    break
+        finally:
+            ckpt.restore_layer_states({kTrain: net}, before)
+            pop_net_metrics(net)
+        n, why = faster_thread_count(times)
+        return n, f"automatic: {why}"
+
+    def _pin_threads(self, step: int | None = None) -> None:
+        if self.threads is None:
+            n, why = self._threads_rule()
+            if n is None:
+                n, why = (
+                    self._thread_trial(step)
+                    if step is not None and step < self.job.train_steps
+                    else (usable_cpus(), "automatic: no training steps to time")
+                )
+            self.threads = n
+            if blas_threads_set_by(self.job) is None:
+                self.reporter.note(f"BLAS threads: {n} ({why})")
+        problem = blas_threads_problem(self.threads)
         if problem:
             self.reporter.note(problem)
 
     def train(self) -> TrainResult:
-        self._pin_threads()
         start, resumed = self._init_params()
+        self._pin_threads(start)
         loop = self._loop()
         done = self.prepared.resume_meta.get("evaluated", ()) if resumed else ()
         step, last, interrupted = loop.run(start, resumed=resumed, done_evaluations=done)

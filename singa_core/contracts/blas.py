@@ -67,6 +67,43 @@ def blas_threads_for(job, default: int, environ=None) -> int:
     return max(1, int(default))
 
 
+def blas_threads_set_by(job, environ=None) -> str | None:
+    """What sets the BLAS thread count: ``"num_openblas_threads"`` (job.conf), the name of
+    the environment variable, or None (singa chooses: :func:`choose_blas_threads`)."""
+    if job is not None and job.HasField("num_openblas_threads"):
+        return "num_openblas_threads"
+    env = os.environ if environ is None else environ
+    for name in THREAD_ENV_VARS:
+        value = env.get(name, "").strip()
+        if value.isdigit() and int(value) > 0:
+            return name
+    return None
+
+
+#: N threads are chosen over 1 only when their products take at most this share of the time
+#: with 1 (hysteresis: 1 thread is never replaced for a gain within the noise)
+AUTO_THREADS_GAIN = 0.9
+
+
+def faster_thread_count(times: dict[int, list[float]]) -> tuple[int, str]:
+    """The thread count to keep from timed steps (``{1: [s, ...], N: [s, ...]}``), and why.
+
+    N is kept only when its median step is below ``AUTO_THREADS_GAIN`` of 1 thread's: on a
+    machine shared with CPU-bound work N threads often run slower than 1, and 1 thread is
+    never given up for a gain within the noise."""
+    med = {n: sorted(v)[len(v) // 2] for n, v in times.items() if v}
+    many = max(med)
+    if many == 1 or 1 not in med:
+        return many, "nothing to compare"
+    choice = many if med[many] < AUTO_THREADS_GAIN * med[1] else 1
+    why = (
+        f"median step {med[1] * 1000:.1f} ms at 1 thread, {med[many] * 1000:.1f} ms at "
+        f"{many} over {len(times[1])}+{len(times[many])} trial steps; {many} are kept only "
+        f"when at least {round((1 - AUTO_THREADS_GAIN) * 100)}% faster"
+    )
+    return choice, why
+
+
 def set_blas_threads(n: int) -> bool:
     """Set the thread count of numpy's BLAS (OpenBLAS, MKL, BLIS) and of the OpenMP
     runtimes loaded, through threadpoolctl, and OpenBLAS's directly; True if numpy's BLAS

@@ -320,6 +320,14 @@ class Reporter:
         self._activity = "training"
         self.train_seconds += seconds
         self.train_steps_timed += 1
+        if len(self._step_times) >= 5:  # a step 10x slower than usual: say so, not a hang
+            usual = sorted(self._step_times)[len(self._step_times) // 2]
+            if seconds > 10 * usual and seconds > 0.5:
+                self.note(
+                    f"slow step: step {step + 1} took {seconds:.1f} s, "
+                    f"{seconds / max(usual, 1e-9):.0f}x the median {usual * 1000:.1f} ms so far "
+                    "(a busy machine, swapping, or a slow disk)"
+                )
         self._step_times.append(seconds)
         if self.tensorboard is not None:
             self._board("step_done", seconds)

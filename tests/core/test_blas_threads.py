@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from singa_core.blas import blas_threads_for, get_blas_threads, set_blas_threads
 from singa_core.commands.cli import app
+from singa_core.contracts.resources import usable_cpus
 from singa_core.schema import job_pb2
 
 runner = CliRunner()
@@ -59,12 +60,15 @@ def test_dry_run_tells_the_threads(small_job, monkeypatch):
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
     res = runner.invoke(app, ["train", str(conf), "--dry-run"])
     assert res.exit_code == 0, res.output
-    assert "server 0 of group 0; 1 BLAS thread(s))" in res.output
+    assert "server 0 of group 0; 1 BLAS thread(s): set by OPENBLAS_NUM_THREADS)" in res.output
     res = runner.invoke(app, ["train", str(conf), "--dry-run", "-o", "num_openblas_threads=2"])
-    assert "; 2 BLAS thread(s))" in res.output
+    assert "; 2 BLAS thread(s): set by num_openblas_threads)" in res.output
     monkeypatch.delenv("OPENBLAS_NUM_THREADS")
     res = runner.invoke(app, ["train", str(conf), "--dry-run"])
-    assert f"; {os.cpu_count()} BLAS thread(s))" in res.output
+    if usable_cpus() == 1:
+        assert "; 1 BLAS thread(s): automatic: 1 CPU usable)" in res.output
+    else:  # the faster of 1 and all, timed on the first steps
+        assert f"; BLAS threads: automatic: 1 or {usable_cpus()}, whichever" in res.output
 
 
 @pytest.mark.parametrize("var", ["OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"])
