@@ -199,10 +199,13 @@ class InProcessEngine(Engine):
     def _thread_trial(self, step: int) -> tuple[int, str]:
         """Time training steps at 1 and at every usable CPU, alternating, and keep the faster
         (:func:`faster_thread_count`). The steps change nothing: their gradients go nowhere
-        and the layers' cursors, random states and metrics are rewound afterwards, so the
+        and the layers' cursors, random states, metrics and the values of the Params they
+        write themselves (non-learnable) are rewound afterwards, so the
         run's results depend only on the count kept (recorded in its checkpoints)."""
         cpus, net = usable_cpus(), self.train_net
         before = ckpt.layer_states({kTrain: net})
+        # Params that layers write themselves (e.g. batch-norm running statistics)
+        written = [(p, p.value.copy()) for p in net.owner_params if not p.learnable]
         stub = _TrialStub(self.shard, net.params)
         times: dict[int, list[float]] = {1: [], cpus: []}
         t_start = time.perf_counter()
@@ -221,6 +224,8 @@ class InProcessEngine(Engine):
                     break
         finally:
             ckpt.restore_layer_states({kTrain: net}, before)
+            for p, value in written:
+                p.value[...] = value
             pop_net_metrics(net)
         n, why = faster_thread_count(times)
         return n, f"automatic: {why}"

@@ -87,10 +87,17 @@ def test_a_step_ten_times_slower_than_the_median_is_a_note():
     assert "slow step: step 8 took 1.5 s, 15x the median 100.0 ms so far" in err.getvalue()
 
 
-def test_the_trial_steps_change_nothing(small_job, no_thread_env):
+@pytest.mark.parametrize("net", ["dropout", "batch-norm"])
+def test_the_trial_steps_change_nothing(small_job, no_thread_env, tmp_path, net):
     """A run whose count was chosen by the trial ends exactly as a run told that count (the
-    trial's steps are undone): the seed's repeatability holds for a given count."""
-    conf, ws = small_job(steps=30, checkpoint_freq=30, dropout=True)
+    trial's steps are undone, also the running statistics kBM writes into its Params): the
+    seed's repeatability holds for a given count."""
+    if net == "dropout":
+        conf, ws = small_job(steps=30, checkpoint_freq=30, dropout=True)
+    else:
+        from test_non_learnable_params import bn_job
+
+        conf, ws = bn_job(tmp_path, steps=30, checkpoint_freq=30)
     args = ["train", str(conf), "--seed", "4", "-q", "--no-tensorboard"]
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
