@@ -22,10 +22,14 @@ import numpy as np
 
 from singa_core.errors import SingaError
 
+#: the label of a record that has no label field (class indices are never negative)
+NO_LABEL = np.iinfo(np.int32).min
+
 
 def decode_rows(values: list[bytes], shape: tuple[int, int, int]):
     """``(rows float32 [n, C·H·W], labels int32 [n], problem)``; ``problem`` is None or
-    ``(k, message)`` for the first record that does not decode into ``shape``."""
+    ``(k, message)`` for the first record that does not decode into ``shape``; a record
+    without a label field gets :data:`NO_LABEL`."""
     from google.protobuf.message import DecodeError
     from singa_builtins._imaging import decode
 
@@ -40,7 +44,7 @@ def decode_rows(values: list[bytes], shape: tuple[int, int, int]):
             rec.ParseFromString(value)
         except DecodeError:
             return rows, labels, (k, "is not a RecordProto")
-        labels[k] = rec.label
+        labels[k] = rec.label if rec.HasField("label") else NO_LABEL
         if len(rec.data):
             if len(rec.data) != size:
                 return rows, labels, (k, f"has {len(rec.data)} data values, expected {size}")

@@ -105,7 +105,7 @@ class RecordInputLayer(StoreInputLayer):
     def _parse_encoded(self, records, with_label, rows, aux) -> None:
         """Decode image files: in the prefetch thread through the decoding processes (so
         Pillow does not hold this process's GIL against training), else right here."""
-        from singa_builtins.layers._encoded import decode_rows, decode_rows_in_pool
+        from singa_builtins.layers._encoded import NO_LABEL, decode_rows, decode_rows_in_pool
 
         values = [value for _, value in records]
         in_producer = self.prefetching and rows is not self._rows
@@ -116,6 +116,9 @@ class RecordInputLayer(StoreInputLayer):
             raise self.bad_record(records[k][0], message)
         rows[...] = got
         if with_label:
+            missing = np.flatnonzero(labels == NO_LABEL)
+            if missing.size:
+                raise self.no_label(records[int(missing[0])][0])
             aux[...] = labels
 
     def load_vector(self, value):

@@ -121,3 +121,32 @@ def test_labelled_records_train(tmp_path):
     conf.write_text(RECORD_JOB.format(ws=tmp_path / "ws", data=data, extra=""))
     res = runner.invoke(app, ["train", str(conf)])
     assert res.exit_code == 0, res.output
+
+
+@pytest.mark.parametrize("prefetching", ["false", "true"])
+def test_encoded_record_without_label_is_a_located_error_with_its_key(tmp_path, prefetching):
+    pytest.importorskip("PIL")
+    from singa_builtins._imaging import encode
+    from singa_builtins.stores.kvfile import KVFileStore
+
+    from singa_core.schema import common_pb2
+    from singa_core.store import KCREATE
+
+    rng = np.random.default_rng(0)
+    store = KVFileStore()
+    store.open(str(tmp_path / "png.bin"), KCREATE)
+    for i in range(12):
+        img = rng.integers(0, 256, size=(3, 2, 2), dtype=np.uint8)
+        rec = common_pb2.RecordProto(shape=[3, 2, 2], pixel=encode(img, "PNG"))
+        if i != 5:
+            rec.label = i % 3
+        store.write(b"png%04d" % i, rec.SerializeToString())
+    store.close()
+    conf = tmp_path / "job.conf"
+    text = RECORD_JOB.format(
+        ws=tmp_path / "ws", data=tmp_path / "png.bin", extra=f"prefetching: {prefetching}"
+    ).replace("shape: 4", "shape: 3 shape: 2 shape: 2 encoded: true")
+    conf.write_text(text)
+    res = runner.invoke(app, ["train", str(conf)])
+    assert res.exit_code == 2, res.output
+    assert "record 'png0005'" in res.output and "has no label field" in res.output
