@@ -442,3 +442,16 @@ def deploy_sample_shape(layer: Layer, example: str) -> tuple[int, ...]:
             + f", or job.model(sample_shape=({example}))",
         )
     return tuple(int(s) for s in shape)
+
+
+def store_cursor(layer) -> dict:
+    """A store-reading layer's resumable state: its store position and whether the first
+    forward's random skip already happened."""
+    return {"position": int(layer.store.position()), "skipped": bool(layer._skipped)}
+
+
+def seek_store_cursor(layer, state: dict) -> None:
+    """Put a store-reading layer back where :func:`store_cursor` found it."""
+    if "position" in state:
+        layer.store.seek(int(state["position"]))
+    layer._skipped = bool(state.get("skipped", layer._skipped))

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 from singa_builtins.layers._prefetch import PrefetchingInput
-from singa_builtins.layers._records import key_text, open_store
+from singa_builtins.layers._records import key_text, open_store, seek_store_cursor, store_cursor
 
 from singa_core.errors import SingaError
 from singa_core.layer import InputLayer, kDeploy
@@ -317,12 +317,10 @@ class StoreInputLayer(PrefetchingInput, InputLayer):
             stage.stage_take(out)
 
     def _cursor(self) -> dict[str, Any]:
-        return {"position": int(self.store.position()), "skipped": bool(self._skipped)}
+        return store_cursor(self)
 
     def _seek_cursor(self, state: dict[str, Any]) -> None:
-        if "position" in state:
-            self.store.seek(int(state["position"]))
-        self._skipped = bool(state.get("skipped", self._skipped))
+        seek_store_cursor(self, state)
 
     def close(self) -> None:
         """Stop the prefetch thread (it starts again at the next forward)."""

@@ -31,7 +31,7 @@ from typing import Any
 
 from singa_builtins._caffe import parse_datum
 from singa_builtins.layers._prefetch import PrefetchingInput
-from singa_builtins.layers._records import key_text
+from singa_builtins.layers._records import key_text, seek_store_cursor, store_cursor
 from singa_builtins.layers.shard_data import ShardDataLayer
 
 from singa_core.errors import SingaError
@@ -112,12 +112,10 @@ class LMDBDataLayer(PrefetchingInput, ShardDataLayer):
         self._keys, self._records = batch
 
     def _cursor(self) -> dict[str, Any]:
-        return {"position": int(self.store.position()), "skipped": bool(self._skipped)}
+        return store_cursor(self)
 
     def _seek_cursor(self, state: dict[str, Any]) -> None:
-        if "position" in state:
-            self.store.seek(int(state["position"]))
-        self._skipped = bool(state.get("skipped", self._skipped))
+        seek_store_cursor(self, state)
 
     def state_dict(self) -> dict[str, Any]:
         return self._visible_cursor()

@@ -31,6 +31,8 @@ from singa_builtins.layers._records import (
     open_store,
     parse_image_record,
     partition_batchsize,
+    seek_store_cursor,
+    store_cursor,
 )
 
 from singa_core.errors import SingaError
@@ -142,9 +144,7 @@ class ShardDataLayer(InputLayer):
 
     # -- resume ---------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {"position": int(self.store.position()), "skipped": bool(self._skipped)}
+        return store_cursor(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if "position" in state:
-            self.store.seek(int(state["position"]))
-        self._skipped = bool(state.get("skipped", self._skipped))
+        seek_store_cursor(self, state)

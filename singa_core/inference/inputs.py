@@ -180,6 +180,24 @@ def _read_csv(path: Path, shape: tuple[int, ...]) -> np.ndarray:
     return np.stack(rows) if rows else np.empty((0, *shape), np.float32)
 
 
+def _numpy_file(path: Path, take):
+    """``take`` applied to what ``numpy.load`` reads from ``path`` (no pickles); a file numpy
+    cannot read is a SingaError naming it."""
+    try:
+        loaded = np.load(path, allow_pickle=False)
+        if isinstance(loaded, np.ndarray):
+            return take(loaded)
+        with loaded:
+            return take(loaded)
+    except (ValueError, OSError, EOFError) as exc:
+        writer = "numpy.save" if path.suffix.lower() == ".npy" else "numpy.savez"
+        raise SingaError(
+            f"cannot read the array file: {exc}",
+            where=str(path),
+            help=f"give a {path.suffix.lower()} file written by {writer}",
+        ) from None
+
+
 def read_inputs(paths: Sequence[Path], shape: tuple[int, ...], *, resize: bool = False):
     """(names, samples): every input's samples, stacked ``(N, *shape)`` float32."""
     names: list[str] = []
@@ -201,27 +219,12 @@ def read_inputs(paths: Sequence[Path], shape: tuple[int, ...], *, resize: bool =
             names.append(path.name)
             continue
         if suffix == ".npy":
-            try:
-                array = np.load(path, allow_pickle=False)
-            except (ValueError, OSError) as exc:
-                raise SingaError(
-                    f"cannot read the array: {exc}",
-                    where=str(path),
-                    help="give a .npy file written by numpy.save",
-                ) from None
-            samples = _as_samples(array, shape, str(path))
+            samples = _as_samples(_numpy_file(path, lambda a: a), shape, str(path))
         elif suffix == ".npz":
-            try:
-                with np.load(path, allow_pickle=False) as arrays:
-                    groups = [
-                        (k, _as_samples(arrays[k], shape, f"{path}[{k}]")) for k in arrays.files
-                    ]
-            except (ValueError, OSError) as exc:
-                raise SingaError(
-                    f"cannot read the arrays: {exc}",
-                    where=str(path),
-                    help="give a .npz file written by numpy.savez",
-                ) from None
+            groups = _numpy_file(
+                path,
+                lambda f, p=path: [(k, _as_samples(f[k], shape, f"{p}[{k}]")) for k in f.files],
+            )
             for key, samples in groups:
                 parts.append(samples)
                 names += [f"{path.name}[{key}][{i}]" for i in range(len(samples))]

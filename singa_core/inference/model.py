@@ -41,25 +41,20 @@ def checkpoint_files(workspace: str | Path | None, checkpoint=None, fallback=())
     """The checkpoint files a model loads: ``checkpoint`` (a file, a checkpoint folder or a
     workspace: its newest step), else the newest step of ``workspace``, else ``fallback``
     (job.conf's checkpoint_path)."""
-    from singa_core.running.checkpoint import checkpoint_dir, latest_checkpoint
+    from singa_core.running.checkpoint import latest_checkpoint
 
     if checkpoint is not None:
         path = Path(checkpoint)
         if path.is_file():
             return [path]
-        if path.is_dir():
-            for folder in (path, checkpoint_dir(path)):
-                found = latest_checkpoint(folder.parent) if folder.name == "checkpoint" else None
-                if found is not None:
-                    return list(found[1])
-            raise SingaError(
-                "no checkpoint in this folder",
-                where=str(path),
-                help="give a WORKSPACE/checkpoint/step<S>-worker<W> file, its folder or the "
-                "workspace",
-            )
+        what = "checkpoint not found"
+        if path.is_dir():  # a checkpoint folder or a workspace: its newest step
+            found = latest_checkpoint(path.parent if path.name == "checkpoint" else path)
+            if found is not None:
+                return list(found[1])
+            what = "no checkpoint in this folder"
         raise SingaError(
-            "checkpoint not found",
+            what,
             where=str(path),
             help="give a WORKSPACE/checkpoint/step<S>-worker<W> file, its folder or the workspace",
         )
@@ -273,9 +268,6 @@ class Model:
 class _PlainNames(dict):
     """The checkpoint values looked up by a deploy net's Param names: ``"0#w"`` and ``"w"``
     alike; a value stored flat is reshaped (a view) by the Param that takes it."""
-
-    def __init__(self, values: dict[str, np.ndarray]) -> None:
-        super().__init__(values)
 
     def get(self, name, default=None):
         return super().get(plain_param_name(name), default)

@@ -210,12 +210,14 @@ class Reporter:
         """``progress: step 120/1000 (training), 55.1 ms/step, ETA 48s``."""
         text = f"progress: step {self._steps_done}/{self._total} ({self._activity})"
         if self._step_times:
-            avg = sum(self._step_times) / len(self._step_times)
-            elapsed = time.perf_counter() - self._t_start
-            rate = elapsed / max(self._steps_done - self._start_step, 1)
-            eta = rate * max(self._total - self._steps_done, 0)
-            text += f", {avg * 1000:.1f} ms/step, ETA {_fmt_seconds(eta)}"
+            eta = self._seconds_left(self._steps_done, time.perf_counter())
+            text += f", {self.mean_step_ms:.1f} ms/step, ETA {_fmt_seconds(eta)}"
         return text
+
+    def _seconds_left(self, done: int, now: float) -> float:
+        """The time the remaining steps take at this run's pace so far."""
+        rate = (now - self._t_start) / max(done - self._start_step, 1)
+        return rate * max(self._total - done, 0)
 
     def event(self, name: str, **fields) -> None:
         """Append an ``{"event": name, ...}`` record to metrics.jsonl."""
@@ -240,10 +242,7 @@ class Reporter:
             self._metrics_file.flush()
         except OSError as exc:
             fh, self._metrics_file = self._metrics_file, None
-            try:
-                fh.close()
-            except OSError:
-                pass
+            _close_quietly(fh)
             raise write_failure(self.metrics_path, exc) from None
 
     def finish(self) -> None:
@@ -270,17 +269,16 @@ class Reporter:
 
     # -- output ------------------------------------------------------------------------
     def line(self, text: str) -> None:
-        if self.quiet:
-            return
-        with self._print_lock:
-            self._clear_progress()
-            print(text, file=self.out, flush=True)
-            self._last_output = time.monotonic()
+        if not self.quiet:
+            self._print(text, self.out)
 
     def note(self, text: str) -> None:
+        self._print(text, self.err)
+
+    def _print(self, text: str, stream) -> None:
         with self._print_lock:
             self._clear_progress()
-            print(text, file=self.err, flush=True)
+            print(text, file=stream, flush=True)
             self._last_output = time.monotonic()
 
     def metrics(self, phase: str, step: int, metrics: dict[str, float]) -> None:
@@ -301,10 +299,7 @@ class Reporter:
             getattr(self.tensorboard, method)(*args)
         except OSError as exc:
             board, self.tensorboard = self.tensorboard, None
-            try:
-                board.close()
-            except OSError:
-                pass
+            _close_quietly(board)
             raise write_failure(board.logdir, exc, "TensorBoard event files in") from None
 
     def evaluated(self, phase: str, step: int | None, seconds: float) -> None:
@@ -320,9 +315,9 @@ class Reporter:
         self._activity = "training"
         self.train_seconds += seconds
         self.train_steps_timed += 1
-        if len(self._step_times) >= 5:  # a step 10x slower than usual: say so, not a hang
+        if seconds > 0.5 and len(self._step_times) >= 5:  # 10x slower than usual: say so
             usual = sorted(self._step_times)[len(self._step_times) // 2]
-            if seconds > 10 * usual and seconds > 0.5:
+            if seconds > 10 * usual:
                 self.note(
                     f"slow step: step {step + 1} took {seconds:.1f} s, "
                     f"{seconds / max(usual, 1e-9):.0f}x the median {usual * 1000:.1f} ms so far "
@@ -340,14 +335,10 @@ class Reporter:
             return
         self._last_draw = now
         done = step + 1
-        avg = sum(self._step_times) / len(self._step_times)
-        elapsed = now - self._t_start
-        rate = elapsed / max(done - self._start_step, 1)
-        eta = rate * (self._total - done)
-        frac = done / max(self._total, 1)
-        bar = "#" * int(frac * 20)
+        eta = self._seconds_left(done, now)
+        bar = "#" * int(done / max(self._total, 1) * 20)
         text = (
-            f"\r[{bar:<20}] step {done}/{self._total}  {avg * 1000:.1f} ms/step  "
+            f"\r[{bar:<20}] step {done}/{self._total}  {self.mean_step_ms:.1f} ms/step  "
             f"ETA {_fmt_seconds(eta)}"
         )
         if self._last_loss is not None:
@@ -365,6 +356,14 @@ class Reporter:
     @property
     def mean_step_ms(self) -> float:
         return 1000 * sum(self._step_times) / max(len(self._step_times), 1)
+
+
+def _close_quietly(handle) -> None:
+    """Close a file being given up after a failed write; its own error adds nothing."""
+    try:
+        handle.close()
+    except OSError:
+        pass
 
 
 def _fmt_seconds(s: float) -> str:

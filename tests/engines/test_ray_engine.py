@@ -136,21 +136,34 @@ def _namespace_problem() -> str | None:
     return None
 
 
-def test_on_a_two_node_cluster_in_a_private_network_namespace():
+def run_in_private_network(
+    script: str, *, timeout: int = 900, **env
+) -> subprocess.CompletedProcess:
+    """``script`` (sh) inside a new network namespace with only loopback up, Ray's usage
+    statistics off and no RAY_ADDRESS (nothing can reach another machine); skips the
+    test where such a namespace cannot be made."""
     problem = _namespace_problem()
     if problem:
         pytest.skip(problem)
-    env = dict(os.environ, SINGA_RAY_NETNS="1", RAY_USAGE_STATS_ENABLED="0")
-    env.setdefault("SINGA_DATA", str(shared_data_dir()))
-    env.pop("RAY_ADDRESS", None)
-    inner = "tests/engines/ray_cluster_checks.py"
-    pytest_args = "-q -s -p no:cacheprovider --durations=0"
-    cmd = f"ip link set lo up && exec {sys.executable} -m pytest {pytest_args} {inner}"
-    res = subprocess.run(
-        ["unshare", "-n", "sh", "-c", cmd],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=900,
+    full = dict(os.environ, SINGA_RAY_NETNS="1", RAY_USAGE_STATS_ENABLED="0", **env)
+    full.setdefault("SINGA_DATA", str(shared_data_dir()))
+    full.pop("RAY_ADDRESS", None)
+    return subprocess.run(
+        ["unshare", "-n", "sh", "-c", f"ip link set lo up && {script}"],
+        cwd=REPO, env=full, capture_output=True, text=True, timeout=timeout,
     )  # fmt: skip
+
+
+def run_checks_in_private_network(module: str, pytest_args: str = "-q") -> None:
+    """Run the pytest module ``module`` (the checks of a Ray job) in a private network
+    namespace; its output is printed, and every check must pass (none skipped)."""
+    args = f"{pytest_args} -p no:cacheprovider --durations=0"
+    res = run_in_private_network(f"exec {sys.executable} -m pytest {args} {module}")
     print(res.stdout[-20000:])
     print(res.stderr[-5000:], file=sys.stderr)
     assert res.returncode == 0, res.stdout[-5000:]
     assert " passed" in res.stdout and "skipped" not in res.stdout.splitlines()[-1]
+
+
+def test_on_a_two_node_cluster_in_a_private_network_namespace():
+    run_checks_in_private_network("tests/engines/ray_cluster_checks.py", "-q -s")
