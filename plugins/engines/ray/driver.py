@@ -1,19 +1,25 @@
 """The driver: runs in the ``singa`` process, starts and watches the job's actors.
 
-One attempt: check that the processes fit the cluster, place them (placement group), start
-one :class:`~singa_builtins.engines.ray.process.SingaProcess` actor per SINGA process with
-the values, versions and updater state the job starts from (put in the object store once),
-then long-poll every actor's ``events``:
+One attempt: check that the processes fit the cluster, ask every node for its versions and
+/dev/shm room and have it remove dead jobs' segments (:mod:`.nodecheck`), plan the node of
+every process (:func:`~singa_builtins.engines.ray.placement.plan`) and reserve it
+(placement group), start one :class:`~singa_builtins.engines.ray.process.SingaProcess`
+actor per SINGA process with the values, versions and updater state the job starts from
+(put in the object store once), then long-poll every actor's ``events``:
 
 * ``("ready", worker)``: a worker built its net; when all have, every actor gets ``go``;
 * ``("report", method, args, kwargs)`` from group 0 worker 0: forwarded to the Reporter
   (display, test and validation lines, progress, metrics.jsonl: on this machine);
-* ``("checkpoint", step, records, state)``: written here with
-  :func:`singa_core.running.checkpoint.write_checkpoint`, the path sent back;
+* ``("checkpoint", step, None, state)``: the values of server group 0 taken from its
+  servers and written here (:mod:`.checkpoints`), the path sent back;
 * ``("done", worker, result)``, ``("error", role, text)``, ``("lost", role, text)``.
 
-A poll that fails with a Ray actor error means the process (or its node) is gone. The
-attempt is torn down (every actor killed, the placement group removed) and, with
+Start-up (the node checks, the reservation, the actors' construction, every worker's net
+built) has a deadline (``--startup-timeout``, default 60 s): what has not answered by then
+stops the job naming the processes, their nodes and the likely causes. Any Ray error that
+reports a lost process, node or object (:mod:`.faults`) means the process (or its node) is
+gone. The attempt is torn down (every actor killed, the placement group removed, the
+attempt's shared-memory segments removed on every node that answers) and, with
 ``--max-restarts N``, the job is prepared again from its newest checkpoint (as ``--resume``
 would) and started on the nodes that remain, up to N times; otherwise it stops with a
 message naming the process, its role and node, and the newest checkpoint. Ctrl-C /
@@ -26,13 +32,18 @@ after its step (group 0 checkpoints; exit 130/143), a second tears down at once 
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import time
 
+from singa_builtins.engines.ray import traffic
+from singa_builtins.engines.ray.checkpoints import records_from_snapshots
+from singa_builtins.engines.ray.faults import is_loss, summary
+from singa_builtins.engines.ray.nodecheck import check_nodes, clean_attempt
 from singa_builtins.engines.ray.placement import (
-    bundle_nodes,
     check_fits,
     create_placement_group,
+    plan,
     process_requests,
 )
 from singa_builtins.engines.ray.runtime import Runtime
@@ -45,6 +56,7 @@ from singa_builtins.engines.shm.launcher import (
 )
 
 from singa_core.engine import TrainResult
+from singa_core.errors import SingaError
 from singa_core.running import checkpoint as ckpt
 
 POLL = 0.5  # seconds an actor holds the driver's events call when it has nothing to say
@@ -107,20 +119,57 @@ class Attempt:
         self.actors: list = []
         self.pg = None
         self.where: list[dict] = []
+        self.nodes: list = []
+        self.node_of: list[str] = []
+        self.expected = None
+        self.attempt = secrets.token_hex(4)  # in every segment name of this attempt
+        self.deadline = 0.0
         self.signals = runtime.signals  # installed by the runtime for its whole life
 
     def run(self) -> TrainResult:
         import ray
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-        from singa_builtins.engines.ray.process import SingaProcess
 
         engine = self.engine
-        nodes = self.runtime.nodes()
+        timeout = float(getattr(self.options, "startup_timeout", 60.0) or 60.0)
+        self.deadline = time.monotonic() + timeout
+        nodes = self.nodes = self.runtime.nodes()
+        driver_node = ray.get_runtime_context().get_node_id()
         requests = process_requests(
             self.topo, engine.layout, len(engine.state_names), self.options.cpus_per_worker
         )
         check_fits(requests, nodes, self.options.cpus_per_worker, engine.prepared.cfg.locate)
         self._check_startup_signal()
+        try:
+            facts = check_nodes(nodes, self.deadline, self.signals, self._check_startup_signal)
+            self.node_of = plan(self.topo, requests, nodes, self.options.placement, driver_node)
+            self.expected = traffic.expected(
+                self.topo, engine.layout, self.node_of, len(engine.state_names), driver_node
+            )
+            by_id = {n.id: n for n in nodes}
+            check_nodes_room(
+                self.topo, engine.layout, self.node_of,
+                {n: facts[n]["shm_free"] for n in self.node_of},
+                {n: f"{by_id[n].address} (Ray node {n[:12]})" for n in self.node_of},
+            )  # fmt: skip
+            self.where = [
+                {"node_id": n, "address": by_id[n].address, "pid": "?"} for n in self.node_of
+            ]
+            return self._start_and_supervise(requests)
+        except ProcessLost:
+            raise
+        except ray.exceptions.RayError as exc:
+            if is_loss(exc):
+                raise self._find_lost(exc) from None
+            raise stopped_error(engine.prepared.workspace, f"Ray reported {summary(exc)}") from None
+        finally:
+            self._teardown()
+
+    def _start_and_supervise(self, requests) -> TrainResult:
+        import ray
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+        from singa_builtins.engines.ray.process import SingaProcess
+
+        engine = self.engine
         start = initial_state(engine)
         shared = job_shared(
             engine,
@@ -139,55 +188,51 @@ class Attempt:
             shared.extras["evaluated"] = list(prepared.resume_meta.get("evaluated", ()))
         # group 0 worker 0 sends Param histograms when the Reporter takes them
         shared.extras["param_histograms"] = getattr(engine.reporter, "param_histograms", False)
-        try:
-            self.pg = create_placement_group(requests, self.options.placement)
-            placed = bundle_nodes(self.pg)
-            by_id = {n.id: n for n in nodes}
-            self.where = [
-                {"node_id": placed.get(r.index, "?"), "address": getattr(
-                    by_id.get(placed.get(r.index)), "address", "?")}
-                for r in requests
-            ]  # fmt: skip
-            values, state = ray.put(start.values), ray.put(start.state)
-            actor_cls = ray.remote(SingaProcess)
-            for r in requests:
-                opts = {
-                    "num_cpus": r.cpus,
-                    "max_restarts": 0,
-                    "scheduling_strategy": PlacementGroupSchedulingStrategy(
-                        self.pg, placement_group_bundle_index=r.index
-                    ),
-                }
-                if r.memory:
-                    opts["memory"] = r.memory
-                self.actors.append(
-                    actor_cls.options(**opts).remote(
-                        r.index, shared, os.getcwd(), engine.process_blas_threads(r),
-                        values, start.versions, state,
-                    )
-                )  # fmt: skip
-            self.where = self._get_all([a.where.remote() for a in self.actors])
-            self._check_startup_signal()
-            self._check_shared_memory()
-            engine.reporter.note(
-                "ray: "
-                + "; ".join(
-                    f"{spec.role()} on {w['address']} (node {w['node_id'][:12]}, pid {w['pid']})"
-                    for spec, w in zip(self.topo.procs, self.where, strict=True)
+        self.pg = create_placement_group(
+            requests, self.node_of, max(0.5, self.deadline - time.monotonic()),
+            tick=self._check_startup_signal,
+        )  # fmt: skip
+        values, state = ray.put(start.values), ray.put(start.state)
+        actor_cls = ray.remote(SingaProcess)
+        for r in requests:
+            opts = {
+                "num_cpus": r.cpus,
+                "max_restarts": 0,
+                "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                    self.pg, placement_group_bundle_index=r.index
+                ),
+            }
+            if r.memory:
+                opts["memory"] = r.memory
+            self.actors.append(
+                actor_cls.options(**opts).remote(
+                    r.index, shared, os.getcwd(), engine.process_blas_threads(r),
+                    values, start.versions, state, self.attempt,
                 )
+            )  # fmt: skip
+        self.where = self._startup_get(
+            [a.where.remote() for a in self.actors], "starting the actors"
+        )
+        engine.reporter.note(
+            "ray: "
+            + "; ".join(
+                f"{spec.role()} on {w['address']} (node {w['node_id'][:12]}, pid {w['pid']})"
+                for spec, w in zip(self.topo.procs, self.where, strict=True)
             )
-            self._get_all([a.start.remote(self.actors, self.where) for a in self.actors])
-            del values, state  # every actor has made its servers: free the object store
-            # every actor has attached its node's segments: their names can go
-            self._get_all([a.unlink_segments.remote() for a in self.actors])
-            result = self._supervise()
-            self._note_traffic()
-            return result
-        finally:
-            self._teardown()
+        )
+        self._startup_get(
+            [a.start.remote(self.actors, self.where) for a in self.actors],
+            "starting the worker threads",
+        )
+        del values, state  # every actor has made its servers: free the object store
+        # every actor has attached its node's segments: their names can go
+        self._startup_get([a.unlink_segments.remote() for a in self.actors], "sharing memory")
+        result = self._supervise()
+        self._note_traffic(result)
+        return result
 
     def _check_startup_signal(self) -> None:
-        """A SIGINT/SIGTERM before the actors exist ends the start-up (exit 130/143)."""
+        """A SIGINT/SIGTERM before training starts ends the start-up (exit 130/143)."""
         if self.signals.caught:
             sig = self.signals.caught[0]
             err = stopped_error(
@@ -197,37 +242,84 @@ class Attempt:
             err.exit_code = 128 + int(sig)
             raise err
 
-    def _check_shared_memory(self) -> None:
-        """Each node's /dev/shm has room for what training will touch there (a missing page
-        would kill the process touching it)."""
-        # every actor of a node measured the same /dev/shm (its own segments untouched yet)
-        free = {w["node_id"]: w["shm_free"] for w in self.where}
-        labels = {w["node_id"]: f"{w['address']} (Ray node {w['node_id'][:12]})"
-                  for w in self.where}  # fmt: skip
-        node_of = [w["node_id"] for w in self.where]
-        check_nodes_room(self.topo, self.engine.layout, node_of, free, labels)
+    def _startup_error(self, late: list[int], stage: str) -> SingaError:
+        """The start-up deadline passed with processes ``late`` not answering."""
+        nodes: dict[str, list[int]] = {}
+        for i in late:
+            w = self.where[i] if i < len(self.where) else {}
+            label = f"{w.get('address', '?')} (Ray node {str(w.get('node_id', '?'))[:12]})"
+            nodes.setdefault(label, []).append(i)
+        who = "; ".join(
+            f"process(es) {', '.join(map(str, procs))} on node {label}"
+            for label, procs in nodes.items()
+        )
+        return SingaError(
+            f"start-up did not finish within the start-up deadline ({stage}): {who} did not answer",
+            where="--startup-timeout",
+            help="likely causes: the node cannot reach this machine (a firewall, or the "
+            "address it gave with --node-ip-address is not one this machine reaches: every "
+            "node's ports must be open both ways), different Python/Ray/singa-classic "
+            "versions there, or a slow start (big data or nets): see "
+            "/tmp/ray/session_latest/logs on that node, or --startup-timeout SECONDS",
+        )
 
-    def _note_traffic(self) -> None:
+    def _startup_get(self, refs: list, stage: str) -> list:
+        """One answer per actor, in order, before the start-up deadline; signals end the
+        start-up; a dead actor is a ProcessLost naming it."""
+        import ray
+
+        index = {ref: i for i, ref in enumerate(refs)}
+        pending = list(refs)
+        while pending:
+            _, pending = ray.wait(pending, num_returns=len(pending), timeout=0.25)
+            self._check_startup_signal()
+            if pending and time.monotonic() > self.deadline:
+                raise self._startup_error(sorted(index[r] for r in pending), stage)
+        return self._get_all(refs)
+
+    def _note_traffic(self, result: TrainResult) -> None:
         """A closing note of the parameter bytes that crossed between nodes."""
         try:
             counts = self._get_all([a.traffic_counts.remote() for a in self.actors])
         except Exception:  # noqa: BLE001 - the job is done; the note is not worth a failure
             return
-        total = {k: sum(c[k] for c in counts) for k in counts[0]} if counts else {}
-        if total.get("value_answers"):
-            self.engine.reporter.note(
-                f"ray: parameters between nodes: {total['grad_bytes'] / 1e6:.1f} MB of "
-                f"gradients, {total['value_bytes'] / 1e6:.1f} MB of values "
-                f"({total['value_copies']} value copies for {total['value_answers']} answers)"
-            )
+        total = {k: sum(c.get(k, 0) for c in counts) for k in counts[0]} if counts else {}
+        steps = result.final_step - self.engine.prepared.start_step
+        if len(set(self.node_of)) > 1:
+            text = traffic.note(total, steps, self.expected)
+            if text:
+                self.engine.reporter.note(text)
 
     # -- faults --------------------------------------------------------------------------------
     def _lost(self, index: int, exc: BaseException) -> ProcessLost:
         spec = self.topo.procs[index]
         w = self.where[index] if index < len(self.where) else {}
         node = f"{w.get('address', '?')} (Ray node {str(w.get('node_id', '?'))[:12]})"
-        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return ProcessLost(f"{spec.role()} on node {node} was lost ({type(exc).__name__}: {why})")
+        return ProcessLost(f"{spec.role()} on node {node} was lost ({summary(exc)})")
+
+    def _find_lost(self, exc: BaseException) -> ProcessLost:
+        """The process behind a loss Ray reported without naming it (an object, a node): the
+        first actor that no longer answers, else a node no longer alive, else the error."""
+        import ray
+
+        probes = {a.where.remote(): i for i, a in enumerate(self.actors)}
+        if probes:
+            done, _ = ray.wait(list(probes), num_returns=len(probes), timeout=LOST_GRACE)
+            for ref in sorted(probes, key=probes.get):
+                if ref not in done:
+                    continue
+                try:
+                    ray.get(ref)
+                except ray.exceptions.RayError as err:
+                    return self._lost(probes[ref], err)
+            silent = [probes[r] for r in probes if r not in done]
+            if silent:
+                return self._lost(silent[0], exc)
+        alive = {n.id for n in self.runtime.nodes()}
+        for i, node in enumerate(self.node_of):
+            if node not in alive:
+                return self._lost(i, exc)
+        return ProcessLost(f"a process, node or object of the job was lost ({summary(exc)})")
 
     def _get_all(self, refs: list) -> list:
         """One answer per actor, in order; a dead actor is a ProcessLost naming it."""
@@ -235,15 +327,40 @@ class Attempt:
 
         try:
             return ray.get(refs)
-        except ray.exceptions.RayActorError:
+        except ray.exceptions.RayError as first:
+            if not is_loss(first):
+                raise
             for i, ref in enumerate(refs):
                 try:
                     ray.get(ref, timeout=LOST_GRACE)
-                except ray.exceptions.RayActorError as exc:
-                    raise self._lost(i, exc) from None
                 except ray.exceptions.GetTimeoutError:
                     continue
-            raise
+                except ray.exceptions.RayError as exc:
+                    if is_loss(exc):
+                        raise self._lost(i, exc) from None
+            raise self._find_lost(first) from None
+
+    def _write_checkpoint(self, step: int, records, state) -> str:
+        """Checkpoint ``step``: the values of server group 0 from its servers (see
+        checkpoints) unless the message carried them, written in the workspace."""
+        prepared, topo = self.engine.prepared, self.topo
+        if records is None:
+            owners = {s: ps.index for ps in topo.procs for s in ps.servers}
+            procs = [owners[(0, j)] for j in range(topo.nservers_per_group)]
+            snaps: dict = {}
+            parts = self._get_all(
+                [self.actors[q].snapshot.remote(0, j) for j, q in enumerate(procs)]
+            )
+            for part in parts:
+                snaps.update(part)
+            records, arrays = records_from_snapshots(
+                self.engine.layout, self.engine.state_names, snaps
+            )
+            state.arrays.update(arrays)
+        path = ckpt.write_checkpoint(
+            prepared.workspace, step, 0, records, state, keep=prepared.job.keep_checkpoints
+        )
+        return str(path)
 
     # -- the run -----------------------------------------------------------------------------
     def _supervise(self) -> TrainResult:
@@ -264,8 +381,10 @@ class Attempt:
                 i = calls.pop(ref)
                 try:
                     messages = ray.get(ref)
-                except ray.exceptions.RayActorError as exc:
-                    raise self._lost(i, exc) from None
+                except ray.exceptions.RayError as exc:
+                    if is_loss(exc):
+                        raise self._lost(i, exc) from None
+                    raise
                 for msg in messages:
                     kind = msg[0]
                     if kind == "ready":
@@ -278,12 +397,8 @@ class Attempt:
                         getattr(reporter, method)(*args, **kwargs)
                     elif kind == "checkpoint":
                         _, step, records, state = msg
-                        prepared = self.engine.prepared
-                        path = ckpt.write_checkpoint(
-                            prepared.workspace, step, 0, records, state,
-                            keep=prepared.job.keep_checkpoints,
-                        )  # fmt: skip
-                        self.actors[i].deliver.remote(("checkpoint", step), str(path))
+                        path = self._write_checkpoint(step, records, state)
+                        self.actors[i].deliver.remote(("checkpoint", step), path)
                     elif kind == "done":
                         pending.discard(tuple(msg[1]))
                         if tuple(msg[1]) == (0, 0):
@@ -299,9 +414,14 @@ class Attempt:
                 calls[self.actors[i].events.remote(POLL)] = i
             if lost_deadline is not None and time.monotonic() > lost_deadline:
                 raise ProcessLost(f"a peer of {lost_text} was lost")
+            if ready != workers and time.monotonic() > self.deadline:
+                late = sorted({ps.index for ps in topo.procs for w in ps.workers if w not in ready})
+                raise self._startup_error(late, "building the workers' nets")
             while handled < len(self.signals.caught):
                 sig = self.signals.caught[handled]
                 handled += 1
+                if ready != workers:  # before training began: end the start-up
+                    self._check_startup_signal()
                 if handled == 1:
                     for a in self.actors:
                         a.stop.remote(int(sig))
@@ -316,7 +436,8 @@ class Attempt:
         return result_of(leader_result)
 
     def _teardown(self) -> None:
-        """Kill this attempt's actors and remove its placement group (by handle)."""
+        """Kill this attempt's actors, remove its placement group (by handle) and its
+        shared-memory segments on every node that answers."""
         import ray
         from ray.util.placement_group import remove_placement_group
 
@@ -330,4 +451,10 @@ class Attempt:
                 remove_placement_group(self.pg)
             except Exception:  # noqa: BLE001 - already removed (its node is gone)
                 pass
+        if self.actors:
+            try:
+                alive = [n for n in self.runtime.nodes() if n.id in set(self.node_of)]
+            except Exception:  # noqa: BLE001 - the runtime is going
+                alive = []
+            clean_attempt(alive, self.attempt)
         self.actors, self.pg = [], None

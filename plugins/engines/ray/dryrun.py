@@ -1,11 +1,13 @@
 """``singa train --dry-run --engine ray``: where every process would run, and whether the
 data stores are on every node.
 
-It joins (or starts) the runtime, checks that the processes fit, creates the placement
-group to learn which node gets which process, removes it again, and runs small tasks on
-every node that look for the job's store paths there (relative paths are taken from the
-folder ``singa`` runs in, as the actors do) and for the room in its ``/dev/shm``. It names
-each node's gateways (see :mod:`~singa_builtins.engines.ray.gateway`) and the shared memory
+It joins (or starts) the runtime, checks that the processes fit, plans which node gets
+which process (as the run will: :func:`~singa_builtins.engines.ray.placement.plan`), prints
+the bytes that placement and the others would move between nodes per step and per
+checkpoint (:mod:`~singa_builtins.engines.ray.traffic`), and runs small tasks on every node
+that look for the job's store paths there (relative paths are taken from the folder
+``singa`` runs in, as the actors do) and for the room in its ``/dev/shm``. It names each
+node's gateways (see :mod:`~singa_builtins.engines.ray.gateway`) and the shared memory
 training will touch there.
 """
 
@@ -13,11 +15,12 @@ from __future__ import annotations
 
 import os
 
+from singa_builtins.engines.ray import traffic
 from singa_builtins.engines.ray.gateway import gateway_processes
 from singa_builtins.engines.ray.placement import (
-    bundle_nodes,
+    STRATEGIES,
     check_fits,
-    create_placement_group,
+    plan,
     process_requests,
 )
 from singa_builtins.engines.ray.runtime import Runtime
@@ -113,12 +116,40 @@ def check_stores(fields, nodes, cwd: str, locate, missing_on) -> None:
             )
 
 
+def network_lines(engine, nodes, node_of: list[str], driver: str) -> list[str]:
+    """The bytes the chosen placement is expected to move between nodes per step and per
+    checkpoint, and what the other placements would (:mod:`.traffic`)."""
+    topo, layout, opts = engine.topology, engine.layout, engine.ray_options
+    nstate = len(engine.state_names)
+    requests = process_requests(topo, layout, nstate, opts.cpus_per_worker)
+    chosen = traffic.expected(topo, layout, node_of, nstate, driver)
+    lines = [
+        f"  between nodes ({opts.placement}): {traffic.describe(chosen)}; "
+        f"{chosen.checkpoint / traffic.MB:.1f} MB per checkpoint to this machine"
+    ]
+    others = []
+    for name in STRATEGIES:
+        if name == opts.placement:
+            continue
+        try:
+            alt = plan(topo, requests, nodes, name, driver)
+        except SingaError:
+            others.append(f"{name}: does not fit")
+            continue
+        exp = traffic.expected(topo, layout, alt, nstate, driver)
+        others.append(f"{name} {exp.per_step / traffic.MB:.1f} MB per step")
+    if others:
+        lines.append("  other placements (--placement): " + ", ".join(others))
+    return lines
+
+
 def placement_lines(engine, cwd: str) -> list[str]:
-    from ray.util.placement_group import remove_placement_group
+    import ray
 
     opts = engine.ray_options
     with Runtime(opts.address) as runtime:
         nodes = runtime.nodes()
+        driver = ray.get_runtime_context().get_node_id()
         by_id = {n.id: n for n in nodes}
         lines = [
             f"  cluster: {runtime.describe()}, {len(nodes)} node(s): "
@@ -128,20 +159,15 @@ def placement_lines(engine, cwd: str) -> list[str]:
             engine.topology, engine.layout, len(engine.state_names), opts.cpus_per_worker
         )
         check_fits(requests, nodes, opts.cpus_per_worker, engine.prepared.cfg.locate)
-        pg = create_placement_group(requests, opts.placement)
-        try:
-            placed = bundle_nodes(pg)
-        finally:
-            remove_placement_group(pg)
+        node_of = plan(engine.topology, requests, nodes, opts.placement, driver)
         for spec, req in zip(engine.topology.procs, requests, strict=True):
-            node = by_id.get(placed.get(req.index))
+            node = by_id[node_of[req.index]]
             asks = ", ".join(f"{k} {v:g}" for k, v in req.bundle().items())
-            lines.append(f"  {spec.role()} -> node {node.label() if node else '?'} (asks {asks})")
-        node_of = [placed.get(r.index, "?") for r in requests]
-        if all(n in by_id for n in node_of):
-            lines += shared_memory_lines(
-                engine.topology, engine.layout, nodes, node_of, shm_free_on_nodes
-            )
+            lines.append(f"  {spec.role()} -> node {node.label()} (asks {asks})")
+        lines += network_lines(engine, nodes, node_of, driver)
+        lines += shared_memory_lines(
+            engine.topology, engine.layout, nodes, node_of, shm_free_on_nodes
+        )
         fields = store_paths(engine.prepared.job)
         if fields:
             check_stores(fields, nodes, cwd, engine.prepared.cfg.locate, missing_on_nodes)

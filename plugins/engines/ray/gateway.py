@@ -36,6 +36,7 @@ from collections import defaultdict
 
 import numpy as np
 from singa_builtins.engines.ray.channels import BATCH_BYTES, REPLY, PushCall, send
+from singa_builtins.engines.ray.faults import is_loss, summary
 
 
 def gateway_processes(topo, node_of: list[str]) -> dict[tuple[str, int], int]:
@@ -115,8 +116,6 @@ class NodeGateway:
             self.proc.loop.create_task(self._answer(call, metas))
 
     async def _answer(self, call: PushCall, metas: list) -> None:
-        import ray
-
         proc = self.proc
         role = f"the gateway of {proc.spec.role()} {proc.index}"
         try:
@@ -128,10 +127,9 @@ class NodeGateway:
                 for w in workers:
                     send(proc.reply_fds[w], REPLY, sid, version)
                 proc.count_traffic(value_answers=len(workers) - 1)
-        except ray.exceptions.RayActorError as exc:  # the server's process is gone
-            proc.post(("lost", role, f"{type(exc).__name__}: {exc}".splitlines()[0]))
-            proc.ctx.local_abort.set()
-        except Exception:  # noqa: BLE001 - reported to the driver
-            if not proc.ctx.aborting():
+        except Exception as exc:  # noqa: BLE001 - reported to the driver
+            if is_loss(exc):  # the server's process, its node or an object is gone
+                proc.post(("lost", role, summary(exc)))
+            elif not proc.ctx.aborting():
                 proc.post(("error", role, traceback.format_exc()))
             proc.ctx.local_abort.set()

@@ -54,6 +54,7 @@ from singa_builtins.engines.ray.channels import (
     plan_pieces,
     send,
 )
+from singa_builtins.engines.ray.faults import is_loss, summary
 from singa_builtins.engines.ray.gateway import NodeGateway, gateway_processes
 from singa_builtins.engines.ray.segments import NodeSegments
 from singa_builtins.engines.shm.segments import shm_free
@@ -126,7 +127,10 @@ class RayProcessContext:
 
 
 class SingaProcess:
-    def __init__(self, index, shared, cwd, blas_threads, values, versions, state) -> None:
+    def __init__(
+        self, index, shared, cwd, blas_threads, values, versions, state, attempt=""
+    ) -> None:
+        import ray
         from singa_builtins.engines.shm.process import prepared_job_of
 
         from singa_core.blas import set_blas_threads
@@ -156,7 +160,7 @@ class SingaProcess:
         # gradient buffer per worker, and per group of its workers the values it receives
         # if it turns out to be the node's gateway of the group (see start; untouched
         # pages cost nothing)
-        self.segments = NodeSegments(index)
+        self.segments = NodeSegments(index, ray.get_runtime_context().get_node_id(), attempt)
         for sg in sorted({sg for sg, _ in self.spec.servers}):
             self.segments.create(f"v{sg}", total)
         for g, j in self.spec.workers:
@@ -189,7 +193,7 @@ class SingaProcess:
         self.snapshots: dict = {}
         # parameter traffic with other nodes, for the driver's closing note (see traffic())
         self.traffic = dict.fromkeys(
-            ("grad_bytes", "value_bytes", "value_copies", "value_answers"), 0
+            ("grad_bytes", "value_bytes", "sync_bytes", "value_copies", "value_answers"), 0
         )
         self.ctx = RayProcessContext(self, shared, self.prepared)
         self.outbox: list = []
@@ -351,19 +355,16 @@ class SingaProcess:
             self.threads.append(t)
 
     def _guarded(self, role, cls, g, j) -> None:
-        import ray
-
         from singa_core.errors import SingaError
 
         try:
             cls(self.ctx, g, j).run()
         except Aborted:
             pass
-        except ray.exceptions.RayActorError as exc:  # another process is gone
-            self.post(("lost", role, f"{type(exc).__name__}: {exc}".splitlines()[0]))
-            self.ctx.local_abort.set()
         except BaseException as exc:  # noqa: BLE001 - reported to the driver
-            if not self.ctx.aborting():
+            if is_loss(exc):  # another process, its node or an object is gone
+                self.post(("lost", role, summary(exc)))
+            elif not self.ctx.aborting():
                 text = exc.format() if isinstance(exc, SingaError) else traceback.format_exc()
                 self.post(("error", role, text))
             self.ctx.local_abort.set()
@@ -397,8 +398,9 @@ class SingaProcess:
         self.ctx.stop_at[group] = step
 
     async def traffic_counts(self) -> dict:
-        """Bytes of gradients received from and values sent to other nodes' workers, the
-        value copies serialised and the answers that carried them."""
+        """Bytes of gradients received from and values sent to other nodes' workers, of the
+        syncs with master copies on other nodes (both ways), the value copies serialised and
+        the answers that carried them."""
         return dict(self.traffic)
 
     async def unlink_segments(self) -> None:
@@ -535,6 +537,7 @@ class SingaProcess:
         server.sync_delta(sid, delta)
         master = self.server_handle(s.master, s.server)
         value = await master.sync.remote(s.master, s.server, server.group, sid, delta)
+        self.traffic["sync_bytes"] += delta.nbytes + value.nbytes  # to and from another node
         server.take_master(sid, value)
 
     async def sync(self, sg, j, from_group, sid, delta):

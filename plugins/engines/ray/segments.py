@@ -31,11 +31,18 @@ actors of the same node (the same Ray node id: two Ray nodes on one machine do n
 then the driver has each owner unlink its names, so nothing stays in ``/dev/shm`` whatever
 happens later: the memory goes when the last process mapping it exits, killed or not. A
 process killed before the unlink leaves its names to its multiprocessing resource tracker,
-which removes them.
+which removes them. Two more nets catch what those miss (a whole machine halted, a tracker
+killed with its actor): every name says its node, owner pid and the attempt
+(``singa-ray-<node>-<pid>-<attempt>-p<process>-<key>``); when an attempt ends the driver
+removes the attempt's names on every node it can still reach (:func:`unlink_attempt`, a
+small task per node), and every later attempt first removes, on each node, the names whose
+owner process no longer exists there (:func:`unlink_dead`), as the in-process engine
+removes the temp files of dead runs.
 """
 
 from __future__ import annotations
 
+import os
 import secrets
 from collections import defaultdict
 from multiprocessing import resource_tracker, shared_memory
@@ -44,12 +51,75 @@ import numpy as np
 from singa_builtins.engines.ray.gateway import gateway_processes
 from singa_builtins.engines.shm.segments import check_room
 
+PREFIX = "singa-ray-"
+SHM_DIR = "/dev/shm"
+
+
+def segment_prefix(node_id: str, pid: int, attempt: str, index: int) -> str:
+    return f"{PREFIX}{node_id[:12]}-{pid}-{attempt}-p{index}-"
+
+
+def _names(shm_dir: str = SHM_DIR) -> list[str]:
+    try:
+        return [n for n in os.listdir(shm_dir) if n.startswith(PREFIX)]
+    except OSError:  # no /dev/shm here (not Linux)
+        return []
+
+
+def _parts(name: str) -> tuple[str, int, str] | None:
+    """(node, pid, attempt) of a segment name, None for a name of another form."""
+    fields = name[len(PREFIX) :].split("-")
+    if len(fields) < 5 or not fields[1].isdigit():
+        return None
+    return fields[0], int(fields[1]), fields[2]
+
+
+def _unlink(names, shm_dir: str) -> int:
+    removed = 0
+    for name in names:
+        try:
+            os.unlink(os.path.join(shm_dir, name))
+            removed += 1
+        except OSError:
+            pass
+    return removed
+
+
+def unlink_attempt(attempt: str, shm_dir: str = SHM_DIR) -> int:
+    """Run on a node: remove the segments of ``attempt`` there; how many."""
+    return _unlink([n for n in _names(shm_dir) if (p := _parts(n)) and p[2] == attempt], shm_dir)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def unlink_dead(node_id: str, shm_dir: str = SHM_DIR) -> int:
+    """Run on a node: remove the segments this node's processes made that outlived their
+    owner (its pid is gone here); how many. Names of other nodes (two Ray nodes sharing a
+    /dev/shm) are left alone."""
+    return _unlink(
+        [
+            n
+            for n in _names(shm_dir)
+            if (p := _parts(n)) and p[0] == node_id[:12] and not _alive(p[1])
+        ],
+        shm_dir,
+    )
+
 
 class NodeSegments:
     """The segments one actor created (by key) and the ones it attached (by name)."""
 
-    def __init__(self, index: int) -> None:
-        self.prefix = f"singa-ray-{secrets.token_hex(4)}-p{index}-"
+    def __init__(self, index: int, node_id: str = "local", attempt: str = "") -> None:
+        attempt = attempt or secrets.token_hex(4)
+        self.prefix = segment_prefix(node_id, os.getpid(), attempt, index)
         self.created: dict[str, shared_memory.SharedMemory] = {}
         self.attached: dict[str, shared_memory.SharedMemory] = {}
         self.arrays: dict[str, np.ndarray] = {}

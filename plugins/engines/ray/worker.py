@@ -6,9 +6,10 @@ handling) with Ray for transport.
   waits for the answers and takes the fresh values;
 * :class:`RayBridgeTransport`: bridge data and gradients of a partitioned group go to the
   peer worker's process (``deliver``) and are taken from this process's inbox;
-* checkpoints: group 0 worker 0 gathers the values, versions and updater state of server
-  group 0 from its servers (``snapshot``) and hands the records to the driver, which writes
-  them in its workspace; the other partitions of group 0 send it their layer states.
+* checkpoints: group 0 worker 0 hands the driver the training state of the step (its
+  partitions' layer states included); the driver takes the values, versions and updater
+  state of server group 0 from the servers themselves and writes the checkpoint (see
+  :mod:`~singa_builtins.engines.ray.checkpoints`).
 """
 
 from __future__ import annotations
@@ -326,30 +327,12 @@ class RayWorker(WorkerThread):
         self.ctx.get(refs)
 
     def param_records(self) -> tuple[list, dict]:
-        proc, sg = self.ctx.proc, self.server_group
-        snaps: dict = {}
-        for part in self.ctx.get(
-            [
-                proc.server_handle(sg, j).snapshot.remote(sg, j)
-                for j in range(self.topo.nservers_per_group)
-            ]
-        ):
-            snaps.update(part)
-        records, arrays = [], {}
-        for pid in self.layout.order:
-            info = self.layout.params[pid]
-            sids = self.layout.param_slices[pid]
-            value = np.concatenate([snaps[s][1] for s in sids]) if sids else np.zeros(0, "f4")
-            version = min((snaps[s][0] for s in sids), default=0)
-            records.append(ckpt.ParamRecord(info.name, version, value.reshape(info.shape)))
-            if info.learnable:
-                for name in self.shared.state_names:
-                    block = np.concatenate([snaps[s][2][name] for s in sids])
-                    arrays[f"{info.name}::{name}"] = block.reshape(info.shape)
-        return records, arrays
+        """None: the driver takes the values from the servers (see checkpoints)."""
+        return None, {}
 
-    def save_checkpoint(self, step: int, records: list, state) -> str:
-        """The driver writes the checkpoint in its workspace and answers with the path."""
+    def save_checkpoint(self, step: int, records, state) -> str:
+        """The driver snapshots server group 0, writes the checkpoint in its workspace and
+        answers with the path."""
         self.ctx.send(("checkpoint", step, records, state))
         return self.ctx.inbox.get(("checkpoint", step))
 

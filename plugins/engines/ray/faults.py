@@ -1,0 +1,57 @@
+"""Which of Ray's errors mean "a process, node or object of the job is gone".
+
+Ray reports a lost actor process as ``RayActorError`` (``ActorDiedError``,
+``ActorUnavailableError``), but a lost node or raylet may surface first as an object that
+cannot be fetched or rebuilt (``ObjectLostError`` and its kinds: ``OwnerDiedError``,
+``ObjectReconstructionFailedError``, ``ObjectFetchTimedOutError``), as ``NodeDiedError``,
+``WorkerCrashedError``, ``LocalRayletDiedError``, a removed placement group, an RPC that
+fails, or as any of these inside the ``RayTaskError`` of an actor method that called a lost
+peer. All of them are a loss: the driver stops the job with the located message (or
+restarts it with ``--max-restarts``). Any other Ray error is reported as what it is, with
+exit 2, never as a traceback.
+"""
+
+from __future__ import annotations
+
+LOSS_NAMES = (
+    "RayActorError",
+    "ObjectLostError",
+    "NodeDiedError",
+    "WorkerCrashedError",
+    "LocalRayletDiedError",
+    "ActorPlacementGroupRemoved",
+    "TaskPlacementGroupRemoved",
+    "ActorUnschedulableError",
+    "OutOfMemoryError",
+    "RpcError",
+    "RaySystemError",
+)
+
+
+def loss_types() -> tuple[type, ...]:
+    """The exception classes of :data:`LOSS_NAMES` this Ray has."""
+    import ray.exceptions as rex
+
+    return tuple(getattr(rex, name) for name in LOSS_NAMES if hasattr(rex, name))
+
+
+def is_loss(exc: BaseException) -> bool:
+    """Whether ``exc`` (or the cause inside a task error) reports a lost process, node or
+    object."""
+    import ray.exceptions as rex
+
+    kinds = loss_types()
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, kinds):
+            return True
+        exc = getattr(exc, "cause", None) if isinstance(exc, rex.RayTaskError) else None
+        seen += 1
+    return False
+
+
+def summary(exc: BaseException) -> str:
+    """``Type: first line`` of a Ray error, for messages."""
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else ""
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__

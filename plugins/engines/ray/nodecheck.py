@@ -1,0 +1,122 @@
+"""What the driver asks of every node before an attempt starts, and after it ends.
+
+Before: one small task pinned to each node (no CPU asked) answers with the node's Python,
+Ray and singa-classic versions, the free room in its ``/dev/shm``, and how many segments of
+dead jobs it removed there (:func:`~singa_builtins.engines.ray.segments.unlink_dead`). A
+node that does not answer within the start-up deadline, or whose versions differ from the
+driver's, stops the job with a located message before any actor is made. After: the same
+kind of task removes the attempt's segments on every node that still answers
+(:func:`~singa_builtins.engines.ray.segments.unlink_attempt`), whatever the actors' fate.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+
+from singa_builtins.engines.ray.segments import unlink_attempt, unlink_dead
+from singa_builtins.engines.shm.segments import shm_free
+
+from singa_core.errors import SingaError
+
+CLEANUP_WAIT = 5.0  # seconds the driver waits for the nodes' clean-up tasks
+
+
+def versions() -> dict[str, str]:
+    """Python, Ray and singa-classic versions of this process."""
+    import ray
+
+    from singa_core import __version__ as singa_version
+
+    return {
+        "python": platform.python_version(),
+        "ray": ray.__version__,
+        "singa-classic": singa_version,
+    }
+
+
+def node_facts(node_id: str) -> dict:
+    """Run on a node: its versions, /dev/shm room, and the dead jobs' segments removed."""
+    return {"versions": versions(), "shm_free": shm_free(), "removed": unlink_dead(node_id)}
+
+
+def _on_each(nodes, fn, *args):
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    task = ray.remote(num_cpus=0, max_retries=0)(fn)
+    return {
+        task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n.id, soft=False)).remote(
+            *args(n)
+        ): n
+        for n in nodes
+    }
+
+
+def check_nodes(nodes, deadline: float, signals=None, on_signal=None) -> dict[str, dict]:
+    """Node id -> :func:`node_facts`, every node answering before ``deadline``
+    (``time.monotonic()``), with the driver's versions; else a located error.
+    ``on_signal()`` is called while waiting when ``signals.caught`` is not empty."""
+    import ray
+    from singa_builtins.engines.ray.faults import summary
+
+    refs = _on_each(nodes, node_facts, lambda n: (n.id,))
+    pending = list(refs)
+    while pending:
+        _, pending = ray.wait(pending, num_returns=len(pending), timeout=0.25)
+        if signals is not None and signals.caught and on_signal is not None:
+            on_signal()
+        if pending and time.monotonic() > deadline:
+            late = ", ".join(refs[r].label() for r in pending)
+            raise SingaError(
+                f"node(s) {late} did not run the start-up check within the start-up deadline",
+                where="--startup-timeout",
+                help="the node and this machine must reach each other on the cluster's ports "
+                "(firewall? the address the node gave with --node-ip-address?); its logs are in "
+                "/tmp/ray/session_latest/logs there; --startup-timeout SECONDS to wait longer",
+            )
+    out, mine = {}, versions()
+    for ref, node in refs.items():
+        try:
+            facts = ray.get(ref)
+        except ray.exceptions.RayError as exc:
+            raise SingaError(
+                f"the start-up check failed on node {node.label()}: {summary(exc)}",
+                where="--address",
+                help="every node needs the same Python, Ray and singa-classic as this "
+                f"machine ({', '.join(f'{k} {v}' for k, v in mine.items())}); its logs are in "
+                "/tmp/ray/session_latest/logs there",
+            ) from None
+        differ = {k: v for k, v in facts["versions"].items() if mine.get(k) != v}
+        if differ:
+            raise SingaError(
+                f"node {node.label()} runs "
+                + ", ".join(f"{k} {v}" for k, v in differ.items())
+                + " but this machine runs "
+                + ", ".join(f"{k} {mine[k]}" for k in differ),
+                where="--address",
+                help="install the same versions on every node (`pip install "
+                f"'singa-classic[ray]=={mine['singa-classic']}' 'ray=={mine['ray']}'` in the "
+                "same Python), then restart Ray there",
+            )
+        out[node.id] = facts
+    return out
+
+
+def clean_attempt(nodes, attempt: str) -> int:
+    """Remove the segments of ``attempt`` on every node that answers within
+    :data:`CLEANUP_WAIT`; how many were removed."""
+    import ray
+
+    try:
+        refs = list(_on_each(nodes, unlink_attempt, lambda n: (attempt,)))
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=CLEANUP_WAIT)
+    except Exception:  # noqa: BLE001 - the runtime itself is going
+        return 0
+    removed = 0
+    for ref in done:
+        try:
+            removed += ray.get(ref)
+        except Exception:  # noqa: BLE001 - that node is gone; its /dev/shm with it
+            pass
+    return removed
