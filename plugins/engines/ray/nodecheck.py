@@ -40,17 +40,16 @@ def node_facts(node_id: str) -> dict:
     return {"versions": versions(), "shm_free": shm_free(), "removed": unlink_dead(node_id)}
 
 
-def _on_each(nodes, fn, *args):
+def _on_each(nodes, fn, args_of):
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     task = ray.remote(num_cpus=0, max_retries=0)(fn)
-    return {
-        task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n.id, soft=False)).remote(
-            *args(n)
-        ): n
-        for n in nodes
-    }
+    out = {}
+    for n in nodes:
+        pinned = task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n.id, soft=False))
+        out[pinned.remote(*args_of(n))] = n
+    return out
 
 
 def check_nodes(nodes, deadline: float, signals=None, on_signal=None) -> dict[str, dict]:
