@@ -122,6 +122,7 @@ def test_traffic_note_reports_per_step_bytes_and_the_model():
     text = traffic.note(
         {"grad_bytes": 48e6 * 10, "value_bytes": 48e6 * 10, "sync_bytes": 0,
          "value_copies": 20, "value_answers": 20}, 10, exp)  # fmt: skip
-    assert "96.0 MB per step over 10 step(s)" in text
-    assert "the placement's model: 96.0 MB per step" in text
+    assert "96 MB per step over 10 step(s)" in text
+    assert "the placement's model: 96 MB per step" in text
+    assert traffic.mb(191.6e6) == "191.6" and traffic.mb(0.2621e6) == "0.262"
     assert traffic.note({"grad_bytes": 0}, 10, traffic.Expected()) is None

@@ -125,7 +125,7 @@ def network_lines(engine, nodes, node_of: list[str], driver: str) -> list[str]:
     chosen = traffic.expected(topo, layout, node_of, nstate, driver)
     lines = [
         f"  between nodes ({opts.placement}): {traffic.describe(chosen)}; "
-        f"{chosen.checkpoint / traffic.MB:.1f} MB per checkpoint to this machine"
+        f"{traffic.mb(chosen.checkpoint)} MB per checkpoint to this machine"
     ]
     others = []
     for name in STRATEGIES:
@@ -137,7 +137,7 @@ def network_lines(engine, nodes, node_of: list[str], driver: str) -> list[str]:
             others.append(f"{name}: does not fit")
             continue
         exp = traffic.expected(topo, layout, alt, nstate, driver)
-        others.append(f"{name} {exp.per_step / traffic.MB:.1f} MB per step")
+        others.append(f"{name} {traffic.mb(exp.per_step)} MB per step")
     if others:
         lines.append("  other placements (--placement): " + ", ".join(others))
     return lines

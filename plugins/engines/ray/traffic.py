@@ -27,6 +27,12 @@ from dataclasses import dataclass, field
 MB = 1e6
 
 
+def mb(nbytes: float) -> str:
+    """Megabytes with three significant digits (one decimal from 100 MB)."""
+    v = nbytes / MB
+    return f"{v:.1f}" if v >= 100 else f"{v:.3g}"
+
+
 @dataclass
 class Expected:
     params: float = 0.0  # bytes per step: gradients and values
@@ -77,10 +83,10 @@ def expected(topo, layout, node_of: list[str], nstate: int, driver: str | None =
 
 
 def describe(exp: Expected) -> str:
-    """E.g. "95.8 MB per step (gradients and values 95.8, syncs 0.0); 0.0 MB per checkpoint"."""
+    """E.g. "95.8 MB per step (gradients and values 95.8, syncs 0)"."""
     text = (
-        f"{exp.per_step / MB:.1f} MB per step (gradients and values {exp.params / MB:.1f}, "
-        f"syncs {exp.syncs / MB:.1f})"
+        f"{mb(exp.per_step)} MB per step (gradients and values {mb(exp.params)}, "
+        f"syncs {mb(exp.syncs)})"
     )
     if exp.split_groups:
         text += " + bridge activations of group(s) " + ",".join(map(str, exp.split_groups))
@@ -94,13 +100,13 @@ def note(totals: dict, steps: int, exp: Expected | None) -> str | None:
     total = grads + values + syncs
     if not total and not (exp and exp.per_step):
         return None
-    per = f"{total / max(1, steps) / MB:.1f} MB per step over {steps} step(s)"
+    per = f"{mb(total / max(1, steps))} MB per step over {steps} step(s)"
     text = (
-        f"ray: parameters between nodes: {grads / MB:.1f} MB of gradients, {values / MB:.1f} "
-        f"MB of values, {syncs / MB:.1f} MB of syncs ({per}; "
+        f"ray: parameters between nodes: {mb(grads)} MB of gradients, {mb(values)} "
+        f"MB of values, {mb(syncs)} MB of syncs ({per}; "
         f"{totals.get('value_copies', 0)} value copies for {totals.get('value_answers', 0)} "
         "answers)"
     )
     if exp is not None:
-        text += f"; the placement's model: {exp.per_step / MB:.1f} MB per step"
+        text += f"; the placement's model: {mb(exp.per_step)} MB per step"
     return text
