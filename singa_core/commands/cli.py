@@ -294,8 +294,10 @@ def train(
     placement: Annotated[
         str | None,
         typer.Option(
-            metavar="spread|pack",
-            help="engines that run on a cluster: spread (default) or pack processes",
+            metavar="group|spread|pack",
+            help="engines that run on a cluster: group (default: each worker group with its "
+            "servers on one node), spread (a process on every node first) or pack (fill "
+            "nodes in order)",
         ),
     ] = None,
     max_restarts: Annotated[
@@ -304,6 +306,23 @@ def train(
             metavar="N",
             help="engines that run on a cluster: restart from the newest checkpoint up to N "
             "times when a process or node is lost (default 0: stop)",
+        ),
+    ] = None,
+    insecure: Annotated[
+        bool,
+        typer.Option(
+            "--insecure",
+            help="engines that run on a cluster: also join a cluster that checks no tokens "
+            "(anyone who reaches its ports can run code on its nodes)",
+        ),
+    ] = False,
+    startup_timeout: Annotated[
+        str | None,
+        typer.Option(
+            "--startup-timeout",
+            metavar="SECONDS",
+            help="engines that run on a cluster: stop when start-up (the node checks, the "
+            "processes, every worker's net) has not finished within SECONDS (default 60)",
         ),
     ] = None,
     engine_option: Annotated[
@@ -377,6 +396,8 @@ def train(
                 address=address,
                 placement=placement,
                 max_restarts=max_restarts,
+                insecure=True if insecure else None,
+                startup_timeout=startup_timeout,
                 extra=engine_option or [],
             ),
             quiet=quiet,

@@ -73,7 +73,8 @@ def _o(*pairs: str) -> list[str]:
 
 def ray_train(cluster, conf, *args: str, timeout: int = 300):
     res = run_singa(
-        "train", str(conf), "--engine", "ray", "--address", cluster.address, "-q", *args,
+        "train", str(conf), "--engine", "ray", "--address", cluster.address, "--insecure", "-q",
+        *args,
         timeout=timeout,
     )  # fmt: skip
     assert_nothing_left()
@@ -387,7 +388,7 @@ GROUP = _o("cluster.nworkers_per_group=2", SEPARATE, "test_steps=0")
 def _start(cluster, conf: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "singa_core.commands.cli", "train", str(conf), "--seed", "7", "-q",
-         "--engine", "ray", "--address", cluster.address, *GROUP, *args],
+         "--engine", "ray", "--address", cluster.address, "--insecure", *GROUP, *args],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
 

@@ -5,8 +5,9 @@ The cluster section means what it means for the ``shm`` engine
 groups, ``nworkers_per_procs``, ``nservers_per_procs``, ``server_worker_separate``), the
 same slices (:mod:`singa_core.netbuilder.slicing`) on the same servers
 (:class:`ParamShard` behind the per-group aggregation), the same worker threads and TrainingLoop.
-Each SINGA process is one Ray actor; a placement group puts them on the nodes (``--placement
-spread|pack``). Between actors of one node gradient slices and fresh values go through shared
+Each SINGA process is one Ray actor; singa plans the node of each (``--placement
+group|spread|pack``, :mod:`~singa_builtins.engines.ray.placement`) and a placement group
+reserves it. Between actors of one node gradient slices and fresh values go through shared
 memory and pipes (as with shm); between nodes as batched actor calls and object refs: synchronous
 inside a group, asynchronous across groups, Hogwild sync between server groups, bridges
 between the partitions of a group on different nodes. Reports, metrics and
@@ -22,10 +23,12 @@ this module does not import Ray. Parts: :mod:`singa_builtins.engines.ray`.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
-from singa_builtins.engines.ray.runtime import PIP_COMMAND, ray_installed
+from singa_builtins.engines.ray.placement import STRATEGIES
+from singa_builtins.engines.ray.runtime import PIP_COMMAND, ClusterAddress, ray_installed
 from singa_builtins.engines.shm.engine import SharedMemoryEngine
 
 from singa_core.blas import blas_threads_for
@@ -36,30 +39,54 @@ from singa_core.errors import SingaError
 @dataclass
 class RayOptions:
     address: str | None = None
-    placement: str = "spread"
+    placement: str = STRATEGIES[0]
     max_restarts: int = 0
     cpus_per_worker: float = 1.0
+    insecure: bool = False  # join a cluster that checks no tokens (address: a ClusterAddress)
+    startup_timeout: float = 60.0  # seconds
 
 
-def _number(options, name, kind, minimum, where):
+def _number(options, name, kind, minimum, where, example=None):
     try:
         value = kind(options[name])
     except ValueError:
+        value = None
+    if value is not None and kind is float and not math.isfinite(value):
         value = None
     if value is None or value < minimum or (kind is float and value == 0):
         raise SingaError(
             f"{name.replace('_', '-')} is {options[name]!r}; it must be a number "
             f"{'above' if kind is float else 'of at least'} {minimum}",
             where=where,
-            help=f"e.g. {where} {'0.5' if kind is float else '1'}",
+            help=f"e.g. {where} {example or ('0.5' if kind is float else '1')}",
         )
     return value
+
+
+def _flag(options, name, where):
+    text = str(options[name]).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise SingaError(
+        f"{name} is {options[name]!r}; it must be true or false",
+        where=where,
+        help=f"{where} (or --engine-option {name}=true)",
+    )
 
 
 class RayEngine(SharedMemoryEngine):
     type_names = ("ray",)
     priority = -10  # only when asked for: --engine ray
-    option_names = ("address", "placement", "max_restarts", "cpus_per_worker")
+    option_names = (
+        "address",
+        "placement",
+        "max_restarts",
+        "cpus_per_worker",
+        "insecure",
+        "startup_timeout",
+    )
 
     @classmethod
     def unavailable(cls) -> str | None:
@@ -80,11 +107,13 @@ class RayEngine(SharedMemoryEngine):
         o = RayOptions(address=options.get("address") or None)
         if "placement" in options:
             o.placement = options["placement"].lower()
-            if o.placement not in ("spread", "pack"):
+            if o.placement not in STRATEGIES:
                 raise SingaError(
                     f"placement is {options['placement']!r}",
                     where="--placement",
-                    help="--placement spread (a process on every node first) or pack",
+                    help="--placement group (default: each worker group with its servers on "
+                    "one node), spread (a process on every node first) or pack (fill nodes "
+                    "in order)",
                 )
         if "max_restarts" in options:
             o.max_restarts = _number(options, "max_restarts", int, 0, "--max-restarts")
@@ -92,6 +121,14 @@ class RayEngine(SharedMemoryEngine):
             o.cpus_per_worker = _number(
                 options, "cpus_per_worker", float, 0, "--engine-option cpus_per_worker="
             )
+        if "startup_timeout" in options:
+            o.startup_timeout = _number(
+                options, "startup_timeout", float, 0, "--startup-timeout", "120"
+            )
+        if "insecure" in options:
+            o.insecure = _flag(options, "insecure", "--insecure")
+        if o.insecure:  # the Runtime is made from the address: it carries the choice
+            o.address = ClusterAddress(o.address or "", insecure=True)
         self.ray_options = o
 
     def process_blas_threads(self, request) -> int:

@@ -2,9 +2,13 @@
 ``ray start``.
 
 Without ``--address`` (and without ``RAY_ADDRESS``) a private local runtime is started and
-shut down at the end (its processes with it). With ``--address HOST:PORT`` or ``auto`` the
-job joins that cluster as a driver and leaves it running. Either way usage statistics are
-off and no dashboard is started: Ray talks only to the cluster's own nodes.
+shut down at the end (its processes with it), with a random token of its own that only its
+processes see (nothing is written to ``~/.ray``). With ``--address HOST:PORT`` or ``auto``
+the job first asks the cluster's GCS whether it answers and checks tokens
+(:mod:`singa_builtins.engines.ray.auth`: a clean error within seconds naming what is
+missing; a cluster without token authentication only with ``--insecure``), then joins it as
+a driver and leaves it running. Either way usage statistics are off and no dashboard is
+started: Ray talks only to the cluster's own nodes.
 
 Signals: while the runtime is up, SIGINT/SIGTERM to the ``singa`` process are collected in
 ``Runtime.signals`` (the driver turns them into a stop request). The private runtime's
@@ -20,8 +24,10 @@ import importlib.util
 import logging
 import os
 import signal
+import sys
 from dataclasses import dataclass
 
+from singa_builtins.engines.ray.auth import PrivateToken, check_cluster
 from singa_builtins.engines.shm.launcher import SignalCatcher
 
 from singa_core.contracts.resources import usable_cpus
@@ -69,13 +75,30 @@ class Node:
         return f"{self.address} (node {self.id[:12]})"
 
 
+class ClusterAddress(str):
+    """The ``--address`` text (may be empty: ``RAY_ADDRESS``) carrying ``--insecure`` with
+    it, so ``Runtime(options.address)`` sees the user's choice."""
+
+    insecure: bool
+
+    def __new__(cls, text: str, *, insecure: bool = False) -> ClusterAddress:
+        self = super().__new__(cls, text)
+        self.insecure = insecure
+        return self
+
+
 class Runtime:
     """The Ray runtime of one ``singa`` command (a context manager)."""
 
-    def __init__(self, address: str | None) -> None:
-        self.address = address or os.environ.get("RAY_ADDRESS") or None
+    def __init__(self, address: str | None, *, insecure: bool | None = None) -> None:
+        text = str(address) if address else os.environ.get("RAY_ADDRESS") or None
+        self.address = None if text == "local" else text  # Ray's word for a new runtime
         self.private = self.address is None
+        # --insecure: join a cluster that checks no tokens (given here, or carried by a
+        # ClusterAddress from the engine options)
+        self.insecure = bool(getattr(address, "insecure", False)) if insecure is None else insecure
         self._owned = False
+        self._token = PrivateToken()  # the private runtime's own token, in the environment
         self.signals = SignalCatcher()  # SIGINT/SIGTERM while the runtime is up
 
     def describe(self) -> str:
@@ -89,6 +112,11 @@ class Runtime:
         if ray.is_initialized():  # e.g. a program that runs several jobs
             self.signals.install()
             return self
+        if not self.private and not self.address.startswith("ray://"):
+            # before ray.init, which would take ~20 s to say little about a wrong token
+            warning = check_cluster(self.address, self.insecure)
+            if warning:
+                print(warning, file=sys.stderr, flush=True)
         kwargs = dict(
             include_dashboard=False,
             log_to_driver=False,
@@ -102,16 +130,17 @@ class Runtime:
         try:
             try:
                 if self.private:
+                    self._token.install()  # Ray would write ~/.ray/auth_token otherwise
                     ray.init(address="local", num_cpus=usable_cpus(), **kwargs)
                 else:
                     ray.init(address=self.address, **kwargs)
-            except (ConnectionError, RuntimeError, ValueError) as exc:
-                raise SingaError(
-                    f"cannot connect to the Ray cluster at {self.address}: {exc}",
-                    where="--address",
-                    help="start it with `ray start --head` (and `ray start --address HEAD:PORT` "
-                    "on the other machines), then pass --address HEAD:PORT",
-                ) from None
+            except (ConnectionError, RuntimeError, ValueError, ray.exceptions.RayError) as exc:
+                if self.private:
+                    try:
+                        ray.shutdown()  # whatever ray.init had started
+                    finally:
+                        self._token.restore()
+                raise self._init_error(exc) from None
             # after ray.init, which installs its own SIGTERM handler in this process
             self.signals.install()
         finally:
@@ -120,15 +149,46 @@ class Runtime:
         self._owned = True
         return self
 
+    def _init_error(self, exc: Exception) -> SingaError:
+        import ray
+
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        cause = f"{type(exc).__name__}: {lines[0] if lines else '(no message)'}"
+        if self.private:
+            return SingaError(
+                f"cannot start a private Ray runtime: {cause}",
+                where="--engine ray",
+                help="Ray's logs are in /tmp/ray/session_latest/logs; or join a cluster with "
+                "--address HEAD:PORT",
+            )
+        if isinstance(exc, ray.exceptions.AuthenticationError):
+            return SingaError(
+                f"the Ray cluster at {self.address} did not accept this process: {cause}",
+                where="--address",
+                help="every node and this machine need RAY_AUTH_MODE=token and the head's "
+                "token: copy the head's ~/.ray/auth_token to this machine's ~/.ray/auth_token "
+                "(or point RAY_AUTH_TOKEN_PATH at a copy)",
+            )
+        return SingaError(
+            f"cannot join the Ray cluster at {self.address}: {cause}",
+            where="--address",
+            help="check that this machine reaches the nodes and they reach "
+            "it (ports 6380, 6381 and the worker ports, both ways; see docs/guide/clusters.md) "
+            "and Ray's logs in /tmp/ray/session_latest/logs on the head",
+        )
+
     def __exit__(self, *exc) -> None:
         try:
             if self._owned:
                 import ray
 
-                ray.shutdown()  # the private runtime: kills the processes ray.init started
                 self._owned = False
+                ray.shutdown()  # the private runtime: kills the processes ray.init started
         finally:
-            self.signals.restore()
+            try:
+                self._token.restore()  # the user's RAY_AUTH_* again (private runtime)
+            finally:
+                self.signals.restore()
 
     @staticmethod
     def nodes() -> list[Node]:
