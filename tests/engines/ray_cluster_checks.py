@@ -81,9 +81,15 @@ def ray_train(cluster, conf, *args: str, timeout: int = 300):
     return res
 
 
+def ray_nodes() -> list[dict]:
+    import ray
+
+    return ray.nodes()
+
+
 def assert_nothing_left(wait: float = 10.0) -> None:
-    """No singa actor alive and every placement group removed (Ray reports a killed actor
-    dead within a moment)."""
+    """No singa actor alive, every placement group removed (Ray reports a killed actor
+    dead within a moment) and no segment of singa's in /dev/shm from this cluster's nodes."""
     from ray._private import state
     from ray.util.placement_group import placement_group_table
 
@@ -91,9 +97,10 @@ def assert_nothing_left(wait: float = 10.0) -> None:
     while True:
         alive = [a for a in state.actors().values() if a["State"] != "DEAD"]
         groups = [g for g in placement_group_table().values() if g["state"] != "REMOVED"]
-        if not alive and not groups:
+        segments = _segments_of([n["NodeID"] for n in ray_nodes()])
+        if not alive and not groups and not segments:
             return
-        assert time.monotonic() < deadline, (alive, groups)
+        assert time.monotonic() < deadline, (alive, groups, segments)
         time.sleep(0.2)
 
 
@@ -118,13 +125,17 @@ def max_relative_difference(a: dict, b: dict) -> float:
 
 
 def _ray_daemons() -> set[int]:
-    """Pids of the Ray daemons (raylet, gcs_server) on this machine, from /proc."""
+    """Pids of the Ray daemons (raylet, gcs_server) in this network namespace (Ray runs of
+    other tests, in namespaces of their own, are not this test's), from /proc."""
     out = set()
+    mine = os.readlink("/proc/self/ns/net")
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
         try:
             exe = (d / "cmdline").read_bytes().split(b"\0")[0]
+            if os.readlink(d / "ns" / "net") != mine:
+                continue
         except OSError:
             continue
         if exe.endswith((b"/raylet", b"/gcs_server")):
@@ -238,9 +249,8 @@ def test_sandblaster_equals_shm_and_inprocess(cluster, mnist_stores, tmp_path):
 
 # Several workers of one group on a node reach a server on another node through the node's
 # gateway of the group (plugins/engines/ray/gateway.py): one value copy per node and update.
-# With cpus_per_worker=0.5 the cluster's 2 CPUs take 4 worker processes exactly, 2 per node
-# (Ray's SPREAD is best effort; the CPUs make the layout certain); the server (no CPU) goes
-# to one of the nodes.
+# With cpus_per_worker=0.5 and --placement spread the cluster's 2 CPUs take 4 worker
+# processes exactly, 2 per node; the server (no CPU) goes to the first node.
 FOUR_WORKER_PROCESSES = ("cluster.nworkers_per_group=4",)
 
 
@@ -263,7 +273,8 @@ def _workers_away_from(where: dict, server: str) -> list[str]:
 def test_workers_of_a_group_on_one_node_share_one_copy_and_equal_shm(
     cluster, tmp_path, layout, cluster_args, server, away
 ):
-    """The parameters after 30 steps equal shm's (bit for bit with two workers: the sum of
+    """(With --placement spread: the default placement keeps a group beside its server.)
+    The parameters after 30 steps equal shm's (bit for bit with two workers: the sum of
     two gradients does not depend on their order), and the closing note counts one value
     copy for every two answers."""
     conf, _ = _blobs_job(tmp_path, steps=30, checkpoint_freq=30)
@@ -273,11 +284,11 @@ def test_workers_of_a_group_on_one_node_share_one_copy_and_equal_shm(
     assert res.returncode == 0, res.stderr
     res = ray_train(
         cluster, conf, *common, "--workspace", str(tmp_path / "ray"),
-        "--engine-option", "cpus_per_worker=0.5",
+        "--engine-option", "cpus_per_worker=0.5", "--placement", "spread",
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
     assert len(_workers_away_from(placement(res.stderr), server)) == away, res.stderr
-    traffic = re.search(r"\((\d+) value copies for (\d+) answers\)", res.stderr)
+    traffic = re.search(r"(\d+) value copies for (\d+) answers\)", res.stderr)
     assert traffic, res.stderr
     copies, answers = map(int, traffic.groups())
     print(f"{layout}: {copies} value copies for {answers} answers")
@@ -304,7 +315,7 @@ def test_model_partitioned_group_equals_the_whole_net(
     cluster, tmp_path, layout, cluster_args, apart
 ):
     """ip1 split on its outputs (partition_dim 1) between 2 workers: the result is the
-    whole net's."""
+    whole net's. (With --placement spread: the default would keep the group on one node.)"""
     data = tmp_path / "blobs.csv"
     write_csv_blobs(data)
     conf = tmp_path / "job.conf"
@@ -316,7 +327,7 @@ def test_model_partitioned_group_equals_the_whole_net(
         cluster, conf, "--seed", "6", "--workspace", str(tmp_path / "model"),
         *_o(*partitioned.COMMON, *partitioned.PARTITIONED, *cluster_args,
             f"checkpoint_path={init}"),
-        "--engine-option", "cpus_per_worker=0.5",
+        "--engine-option", "cpus_per_worker=0.5", "--placement", "spread",
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
     where = placement(res.stderr)
@@ -552,6 +563,85 @@ def test_more_cpus_than_the_cluster_has_is_a_clean_error(cluster, tmp_path):
     assert "needs 3 CPUs" in res.stderr and "has 2 on 2 node(s)" in res.stderr, res.stderr
     assert "cpus_per_worker" in res.stderr and "Traceback" not in res.stderr
     assert "ray: " not in res.stderr  # no actor was started
+
+
+# Downpour in miniature: 2 groups of 2 workers (a process each, half a CPU), the server in
+# its own process. The default placement puts group 0 and the server on the driver's node and
+# group 1 on the other: only group 1's gradients and values cross, once per slice and step
+# (through its gateway); spread would put a worker of each group on each node: twice that.
+DOWNPOUR = [*_o("cluster.nworker_groups=2", "cluster.nworkers_per_group=2", SEPARATE,
+                "test_steps=0"), "--engine-option", "cpus_per_worker=0.5"]  # fmt: skip
+
+
+def test_default_placement_moves_what_its_model_says(cluster, tmp_path):
+    conf, ws = _blobs_job(tmp_path, steps=40, checkpoint_freq=20, hidden=4096)
+    res = ray_train(cluster, conf, "--dry-run", *DOWNPOUR)
+    assert res.returncode == 0, res.stderr
+    model = re.search(r"between nodes \(group\): ([\d.]+) MB per step", res.stdout)
+    assert model, res.stdout
+    assert "MB per checkpoint to this machine" in res.stdout
+    spread = re.search(r"other placements \(--placement\): spread ([\d.]+) MB per step",
+                       res.stdout)  # fmt: skip
+    assert spread and float(model.group(1)) > 0, res.stdout
+    assert float(spread.group(1)) == pytest.approx(2 * float(model.group(1)), rel=0.01)
+    res = ray_train(cluster, conf, "--seed", "2", *DOWNPOUR)
+    assert res.returncode == 0, res.stderr
+    where = placement(res.stderr)
+    nodes = [where[f"worker process {i}"][0] for i in range(4)]
+    assert nodes[0] == nodes[1] == where["server process 4"][0] != nodes[2] == nodes[3], where
+    measured = re.search(r"\(([\d.]+) MB per step over 40 step\(s\);.* the placement's "
+                         r"model: ([\d.]+) MB per step", res.stderr)  # fmt: skip
+    assert measured, res.stderr
+    print(f"default placement: {measured.group(1)} MB per step measured, model "
+          f"{measured.group(2)}")  # fmt: skip
+    assert float(measured.group(2)) == float(model.group(1))
+    assert abs(float(measured.group(1)) - float(model.group(1))) <= 0.02 * float(model.group(1))
+    # the checkpoints came from the server's node, the driver's: both steps written
+    assert (ws / "checkpoint" / "step40-worker0").exists()
+
+
+def _node_ids() -> list[str]:
+    import ray
+
+    return [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
+
+
+def _segments_of(nodes: list[str]) -> list[str]:
+    """This cluster's singa segments in /dev/shm (other Ray clusters on the machine may have
+    their own)."""
+    heads = {n[:12] for n in nodes}
+    return [p.name for p in Path("/dev/shm").glob("singa-ray-*") if p.name.split("-")[2] in heads]
+
+
+def test_segments_of_dead_jobs_are_removed_by_the_next_run(cluster, tmp_path):
+    nodes = _node_ids()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()  # fmt: skip
+    stale = Path("/dev/shm") / f"singa-ray-{nodes[0][:12]}-{dead}-0badf00d-p0-v0"
+    stale.write_bytes(b"\0" * 4096)
+    live = Path("/dev/shm") / f"singa-ray-{nodes[0][:12]}-{os.getpid()}-0badf00d-p0-v0"
+    live.write_bytes(b"\0" * 4096)  # its owner (this process) is alive: kept
+    try:
+        conf, _ = _blobs_job(tmp_path, steps=5)
+        res = run_singa("train", str(conf), "--engine", "ray", "--address", cluster.address,
+                        "--insecure", "-q", *GROUP)  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        assert not stale.exists() and live.exists()
+    finally:
+        for p in (stale, live):
+            p.unlink(missing_ok=True)
+    assert _segments_of(nodes) == []
+
+
+def test_start_up_has_a_deadline(cluster, tmp_path):
+    conf, _ = _blobs_job(tmp_path, steps=5)
+    t0 = time.monotonic()
+    res = ray_train(cluster, conf, *GROUP, "--startup-timeout", "0.001")
+    assert res.returncode == 2, res.stderr
+    assert "within the start-up deadline" in res.stderr and "--startup-timeout" in res.stderr
+    assert "help:" in res.stderr and "Traceback" not in res.stderr, res.stderr
+    print(f"a start-up deadline of 1 ms ended the job in {time.monotonic() - t0:.1f} s")
+    assert _segments_of(_node_ids()) == []
 
 
 # -- last: a whole node lost (the module's cluster has one node left afterwards) ----------------
