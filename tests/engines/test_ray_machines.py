@@ -1,0 +1,293 @@
+"""The Ray engine on three emulated machines, each with its own network stack, set up by
+the README's "## Two or more machines" block verbatim (tests/engines/emulated_machines.py).
+
+Machine 0 (10.77.0.1) is the head; machine 1 (10.77.0.2) joins with the head's token;
+machine 2 (10.77.0.3) is an outsider without it. The README's block is read at test time:
+its ``export`` line is the environment of every command, ``ray get-auth-token --generate``
+runs on the head with the head's HOME, the token file is copied to a joining machine's HOME,
+and the ``ray start`` and ``singa train`` lines run with HEAD_IP/THIS_IP filled in. The job
+is the README's ``singa train`` line (Downpour: 2 worker groups of 2 workers, 1 server group
+of 2 servers) with a few steps, the MNIST stores converted here and a temporary workspace
+(``-o`` overrides), and ``--placement spread`` so that parameters cross between nodes.
+
+In order (one cluster for the module; the root network namespace is never touched):
+
+a. two nodes with distinct addresses; the job trains and exits 0 (its ms/step and the
+   bytes that crossed are the baseline of d);
+d. machine 1's link shaped to 1 Gbit/s with tbf (each direction): the job's ms/step is
+   within 1.5x of the baseline's compute ms/step plus the wire time of the bytes that
+   crossed (the closing ``ray:`` note's bytes per step). Those bytes are both directions
+   (a gradient goes one way, its value comes back the other) and the link's counters show
+   about half each way, so the wire time is half the bytes over the rate; the plain
+   bytes/rate model is printed beside it (about 1.8x the measured time here);
+b. the outsider without the token (token mode and none; no token mode; a wrong token)
+   cannot join, the node list stays at two, and it cannot run a driver;
+c. machine 1's raylet killed during training: exit 2, no traceback, a message naming the
+   lost process and machine 1's address; then machine 2 joins with the token (so the token
+   was all it lacked), and machine 2 halted (its PID namespace killed) during training: the
+   same.
+
+After every ``singa train`` no ``/dev/shm/singa-ray-*`` name may be left (/dev/shm is shared
+by the machines).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.engines.emulated_machines import (
+    EmulatedCluster,
+    Recipe,
+    copy_token,
+    crossed_mb,
+    live_nodes,
+    namespace_problem,
+    node_ids,
+    rate_bits,
+    ray_segments,
+    readme_recipe,
+    segments_left,
+    start_ray,
+    step_ms,
+)
+
+pytestmark = pytest.mark.slow
+
+HEAD, MEMBER, OUTSIDER = 0, 1, 2
+STEPS = 30  # steps of the runs that finish
+FAULT_STEPS = 400  # steps of the runs a fault ends (never reached)
+RATE = "1gbit"
+
+
+@dataclass
+class Setup:
+    cluster: EmulatedCluster
+    recipe: Recipe
+    stores: Path
+    tmp: Path
+    results: dict = field(default_factory=dict)
+    runs: int = 0
+
+    @property
+    def head_ip(self) -> str:
+        return self.cluster.address(HEAD)
+
+    def train_line(self, steps: int, placement: str = "spread") -> tuple[str, Path]:
+        """The README's ``singa train`` line for this cluster, with the test's overrides."""
+        self.runs += 1
+        ws = self.tmp / f"ws{self.runs}"
+        overrides = [
+            f"train_steps={steps}", "test_steps=0", "checkpoint_freq=0", "disp_freq=10",
+            f"neuralnet.layer[0].store_conf.path={self.stores / 'train_data.bin'}",
+            f"neuralnet.layer[1].store_conf.path={self.stores / 'test_data.bin'}",
+            "cluster.nworker_groups=2", "cluster.nserver_groups=1",
+            f"cluster.workspace={ws}",
+        ]  # fmt: skip
+        line = self.recipe.fill(self.recipe.train, self.head_ip)
+        line += "".join(f" -o {shlex.quote(o)}" for o in overrides)
+        return f"{line} --placement {placement}", ws
+
+    def nodes(self) -> list[str]:
+        return live_nodes(self.cluster, self.recipe, HEAD)
+
+    def wait_nodes(self, want: list[str], timeout: float = 60) -> list[str]:
+        deadline = time.monotonic() + timeout
+        while True:
+            nodes = self.nodes()
+            if nodes == want or time.monotonic() > deadline:
+                return nodes
+            time.sleep(1)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    problem = namespace_problem()
+    if problem:
+        pytest.skip(problem)
+    recipe = readme_recipe()
+    tmp = tmp_path_factory.mktemp("machines")
+    t0 = time.monotonic()
+    with EmulatedCluster(3) as cluster:
+        stores = tmp / "mnist"
+        cluster.run(HEAD, f"singa data mnist --out {stores}", timeout=120, check=True)
+        start_ray(cluster, recipe, head=HEAD, others=(MEMBER,))
+        print(f"\nREADME's block on machines 0 and 1: {time.monotonic() - t0:.1f} s")
+        yield Setup(cluster, recipe, stores, tmp)
+
+
+def train(s: Setup, line: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    before = ray_segments()
+    t0 = time.monotonic()
+    res = s.cluster.run(HEAD, line, env=s.recipe.env, timeout=timeout)
+    print(f"singa train: exit {res.returncode} after {time.monotonic() - t0:.1f} s")
+    print(res.stderr[-2500:])
+    assert not res.timed_out, "singa train did not end"
+    left = segments_left(before, node_ids(res.stdout + res.stderr))
+    assert not left, f"/dev/shm names left: {left}"
+    return res
+
+
+def test_a_two_nodes_train_the_readme_job(setup):
+    s = setup
+    nodes = s.wait_nodes([s.cluster.address(HEAD), s.cluster.address(MEMBER)])
+    assert nodes == ["10.77.0.1", "10.77.0.2"], nodes
+    line, ws = s.train_line(STEPS)
+    res = train(s, line)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-3000:]
+    assert "Traceback" not in out
+    placed = next(x for x in res.stderr.splitlines() if x.startswith("ray: ") and " on " in x)
+    assert "10.77.0.1" in placed and "10.77.0.2" in placed, placed  # spread: both nodes
+    steps, ms = step_ms(out)
+    mb = crossed_mb(out)
+    assert steps == STEPS and mb, out[-2000:]
+    assert (ws / "checkpoint" / f"step{STEPS}-worker0").exists()
+    s.results["a"] = (ms, mb / steps)
+    print(f"a: {ms:.1f} ms/step, {mb / steps:.1f} MB/step crossed")
+
+
+def test_d_a_link_shaped_to_1_gbit(setup):
+    s = setup
+    if "a" not in s.results:
+        pytest.skip("needs check a's unshaped run")
+    base_ms, mb_step = s.results["a"]
+    line, _ = s.train_line(STEPS)
+    s.cluster.shape(MEMBER, RATE)
+    try:
+        rx0, tx0 = s.cluster.link_bytes(MEMBER)
+        res = train(s, line)
+        rx1, tx1 = s.cluster.link_bytes(MEMBER)
+    finally:
+        s.cluster.shape(MEMBER, None)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-3000:]
+    steps, ms = step_ms(out)
+    shaped_mb = crossed_mb(out) / steps
+    rate = rate_bits(RATE)
+    # the note's bytes are both directions (each gradient one way, its value the other);
+    # tbf limits each direction of the link to the rate
+    in_mb, out_mb = (rx1 - rx0) / 1e6 / steps, (tx1 - tx0) / 1e6 / steps
+    one_way = max(in_mb, out_mb)
+    half_duplex = base_ms + shaped_mb * 8e6 / rate * 1e3  # the brief's model, bytes / rate
+    duplex = base_ms + shaped_mb / 2 * 8e6 / rate * 1e3
+    print(
+        f"d: {ms:.1f} ms/step at {RATE} (unshaped {base_ms:.1f}); {shaped_mb:.1f} MB/step "
+        f"crossed (unshaped run {mb_step:.1f}); the link carried {in_mb:.1f} MB/step into "
+        f"machine 1 and {out_mb:.1f} MB/step out; model: compute + bytes/rate = "
+        f"{half_duplex:.0f} ms (x{half_duplex / ms:.2f}), compute + bytes/2/rate (each "
+        f"direction its own {RATE}) = {duplex:.0f} ms (x{duplex / ms:.2f})"
+    )
+    # the link counters confirm the two directions carried about half each
+    assert 0.4 * shaped_mb <= one_way <= 0.7 * shaped_mb, (in_mb, out_mb, shaped_mb)
+    assert duplex / 1.5 <= ms <= duplex * 1.5
+
+
+def _outsider_attempts(s: Setup) -> dict[str, subprocess.Popen]:
+    c, r = s.cluster, s.recipe
+    join = r.fill(r.join, s.head_ip, c.address(OUTSIDER))
+    address = f"{s.head_ip}:{r.port()}"
+    driver = [sys.executable, "-c", f"import ray; ray.init(address={address!r}); print('IN')"]
+    unset = {k: v for k, v in r.env.items() if k != "RAY_AUTH_MODE"}
+    wrong = dict(r.env, RAY_AUTH_TOKEN="0" * 32)
+    cases = {"token mode, no token": r.env, "no token mode": unset, "a wrong token": wrong}
+    return {
+        f"{what} ({name})": c.popen(OUTSIDER, cmd, env=env)
+        for name, env in cases.items()
+        for what, cmd in (("ray start", join), ("ray.init", driver))
+    }  # all at once: each refusal takes Ray about 20 s of retries
+
+
+def test_b_a_machine_without_the_token_cannot_join_or_run(setup):
+    s = setup
+    assert not (s.cluster.home(OUTSIDER) / ".ray" / "auth_token").exists()
+    t0 = time.monotonic()
+    procs = _outsider_attempts(s)
+    failures = []
+    for name, p in procs.items():
+        try:
+            out, err = p.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            s.cluster.stop(p)
+            out, err = p.communicate()
+        text = out + err
+        refused = re.search(r"AuthenticationError|InvalidAuthToken", text)
+        print(f"b: {name}: exit {p.returncode}; {text.strip().splitlines()[-1][:160]}")
+        if p.returncode == 0 or "IN" in out.split() or not refused:
+            failures.append((name, p.returncode, text[-1500:]))
+    print(f"b: six attempts refused in {time.monotonic() - t0:.1f} s")
+    assert not failures, failures
+    assert s.nodes() == ["10.77.0.1", "10.77.0.2"]
+    left = s.cluster.find(OUTSIDER, "raylet") + s.cluster.find(OUTSIDER, "gcs_server")
+    assert not left, "a refused join left Ray daemons on the outsider"
+
+
+def _fault_run(s: Setup, act, lost_ip: str):
+    """Start the job, ``act()`` once its step-10 line is out, and check how it ends."""
+    line, ws = s.train_line(FAULT_STEPS)
+    before = ray_segments()
+    out_path, err_path = s.tmp / f"out{s.runs}", s.tmp / f"err{s.runs}"
+    with open(out_path, "w") as out, open(err_path, "w") as err:
+        p = s.cluster.popen(HEAD, line, env=s.recipe.env, stdout=out, stderr=err)
+        try:
+            deadline = time.monotonic() + 180
+            while "Train step-10," not in out_path.read_text():
+                assert p.poll() is None, err_path.read_text()[-3000:]
+                assert time.monotonic() < deadline, "no step 10 in 180 s"
+                time.sleep(0.2)
+            act()
+            t0 = time.monotonic()
+            p.wait(timeout=120)
+            took = time.monotonic() - t0
+        finally:
+            if p.poll() is None:
+                s.cluster.stop(p)
+                p.wait()
+    stdout, stderr = out_path.read_text(), err_path.read_text()
+    print(f"exit {p.returncode} {took:.1f} s after the fault; stderr:\n{stderr[-2500:]}")
+    assert p.returncode == 2, stderr[-3000:]
+    assert "Traceback" not in stdout + stderr, stderr[-3000:]
+    message = [x for x in stderr.splitlines() if "lost" in x and lost_ip in x]
+    assert message, f"no message naming a process lost on {lost_ip}:\n{stderr[-3000:]}"
+    assert re.search(r"(worker|server)\S* process \d+", message[0]), message[0]
+    left = segments_left(before, node_ids(stdout + stderr))
+    assert not left, f"/dev/shm names left: {left}"
+    return message[0]
+
+
+def test_c1_a_killed_raylet_stops_the_job_naming_the_node(setup):
+    s = setup
+    if s.nodes() != ["10.77.0.1", "10.77.0.2"]:
+        pytest.skip("needs the two-node cluster")
+    raylets = s.cluster.find(MEMBER, "raylet")
+    assert len(raylets) == 1, raylets
+
+    def kill_raylet():
+        os.kill(raylets[0], signal.SIGKILL)
+
+    first = _fault_run(s, kill_raylet, s.cluster.address(MEMBER))
+    print(f"c1: {first}")
+
+
+def test_c2_the_token_lets_a_machine_join_and_a_halted_machine_stops_the_job(setup):
+    s = setup
+    c = s.cluster
+    c.halt(MEMBER)  # what the raylet kill left of machine 1
+    copy_token(c, HEAD, OUTSIDER)
+    t0 = time.monotonic()
+    c.run(OUTSIDER, s.recipe.fill(s.recipe.join, s.head_ip, c.address(OUTSIDER)),
+          env=s.recipe.env, timeout=120, check=True)  # fmt: skip
+    nodes = s.wait_nodes(["10.77.0.1", "10.77.0.3"])
+    print(f"c2: machine 2 joined with the token in {time.monotonic() - t0:.1f} s: {nodes}")
+    assert nodes == ["10.77.0.1", "10.77.0.3"], nodes
+    message = _fault_run(s, lambda: c.halt(OUTSIDER), c.address(OUTSIDER))
+    print(f"c2: {message}")
