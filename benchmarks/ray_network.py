@@ -17,12 +17,15 @@ shaped with tbf (both directions) to each rate in turn. For every model, rate an
   written to a temp folder); 0.09 M parameters.
 
 Columns: singa's own ms/step (the closing line's mean over the training steps, start-up
-excluded); MB/step that crossed between the nodes (the closing ``ray:`` note: gradients +
-values + syncs, divided by the steps); the wire-time model bytes/rate in ms; the bytes
-machine 1's link carried per step in and out (its interface counters: everything Ray sent,
-not only parameters) and the wire time of the busier direction (tbf limits each direction
-to the rate: a gradient goes one way and its value comes back the other). The shared
-/dev/shm is checked after every run: no ``singa-ray-*`` name may be left.
+excluded; the steps of group 0's display worker: Downpour's groups run asynchronously, so
+with ``group`` or ``pack`` placing group 0 beside its servers the other group's wait on the
+link does not show in it); MB/step that crossed between the nodes (the closing ``ray:``
+note: gradients + values + syncs, divided by the steps); the wire-time model bytes/rate in
+ms; the bytes machine 1's link carried per step in and out (its interface counters:
+everything Ray sent, not only parameters) and the wire time of the busier direction (tbf
+limits each direction to the rate: a gradient goes one way and its value comes back the
+other). The shared /dev/shm is checked after every run: no ``singa-ray-*`` name may be
+left.
 
 This box's cores are shared by both machines (each one's Ray sees all of them), so a
 "machine" computes only as fast as the box can run both; the numbers say what the links
