@@ -252,9 +252,9 @@ def test_the_options_reach_ray_options(tmp_path):
     assert (o.insecure, o.startup_timeout, o.address) == (False, 60.0, None)
     o = options(address="h:6379", insecure=True, startup_timeout="2.5")
     assert (o.insecure, o.startup_timeout, o.address) == (True, 2.5, "h:6379")
-    assert Runtime(o.address).insecure and not Runtime("h:6379").insecure
+    assert Runtime(o.address, insecure=o.insecure).insecure and not Runtime("h:6379").insecure
     o = options(insecure="true")  # no --address: RAY_ADDRESS may name the cluster
-    assert Runtime(o.address).insecure and o.address == ""
+    assert o.insecure and o.address is None
     assert Runtime("local").private and Runtime("h:1", insecure=True).insecure
 
 

@@ -74,7 +74,7 @@ class Driver:
 
     def run(self) -> TrainResult:
         engine, restarts = self.engine, 0
-        with Runtime(self.options.address) as runtime:
+        with Runtime(self.options.address, insecure=self.options.insecure) as runtime:
             while True:
                 try:
                     return Attempt(engine, runtime).run()

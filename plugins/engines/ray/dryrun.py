@@ -147,7 +147,7 @@ def placement_lines(engine, cwd: str) -> list[str]:
     import ray
 
     opts = engine.ray_options
-    with Runtime(opts.address) as runtime:
+    with Runtime(opts.address, insecure=opts.insecure) as runtime:
         nodes = runtime.nodes()
         driver = ray.get_runtime_context().get_node_id()
         by_id = {n.id: n for n in nodes}

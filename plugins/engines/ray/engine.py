@@ -28,7 +28,7 @@ import os
 from dataclasses import dataclass
 
 from singa_builtins.engines.ray.placement import STRATEGIES
-from singa_builtins.engines.ray.runtime import PIP_COMMAND, ClusterAddress, ray_installed
+from singa_builtins.engines.ray.runtime import PIP_COMMAND, ray_installed
 from singa_builtins.engines.shm.engine import SharedMemoryEngine
 
 from singa_core.blas import blas_threads_for
@@ -42,7 +42,7 @@ class RayOptions:
     placement: str = STRATEGIES[0]
     max_restarts: int = 0
     cpus_per_worker: float = 1.0
-    insecure: bool = False  # join a cluster that checks no tokens (address: a ClusterAddress)
+    insecure: bool = False  # join a cluster that checks no tokens
     startup_timeout: float = 60.0  # seconds
 
 
@@ -127,8 +127,6 @@ class RayEngine(SharedMemoryEngine):
             )
         if "insecure" in options:
             o.insecure = _flag(options, "insecure", "--insecure")
-        if o.insecure:  # the Runtime is made from the address: it carries the choice
-            o.address = ClusterAddress(o.address or "", insecure=True)
         self.ray_options = o
 
     def process_blas_threads(self, request) -> int:

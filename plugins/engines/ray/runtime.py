@@ -75,28 +75,14 @@ class Node:
         return f"{self.address} (node {self.id[:12]})"
 
 
-class ClusterAddress(str):
-    """The ``--address`` text (may be empty: ``RAY_ADDRESS``) carrying ``--insecure`` with
-    it, so ``Runtime(options.address)`` sees the user's choice."""
-
-    insecure: bool
-
-    def __new__(cls, text: str, *, insecure: bool = False) -> ClusterAddress:
-        self = super().__new__(cls, text)
-        self.insecure = insecure
-        return self
-
-
 class Runtime:
     """The Ray runtime of one ``singa`` command (a context manager)."""
 
-    def __init__(self, address: str | None, *, insecure: bool | None = None) -> None:
+    def __init__(self, address: str | None, *, insecure: bool = False) -> None:
         text = str(address) if address else os.environ.get("RAY_ADDRESS") or None
         self.address = None if text == "local" else text  # Ray's word for a new runtime
         self.private = self.address is None
-        # --insecure: join a cluster that checks no tokens (given here, or carried by a
-        # ClusterAddress from the engine options)
-        self.insecure = bool(getattr(address, "insecure", False)) if insecure is None else insecure
+        self.insecure = insecure  # --insecure: join a cluster that checks no tokens
         self._owned = False
         self._token = PrivateToken()  # the private runtime's own token, in the environment
         self.signals = SignalCatcher()  # SIGINT/SIGTERM while the runtime is up
