@@ -64,7 +64,12 @@ LOST_GRACE = 3.0  # seconds to find the dead process after a worker saw a peer v
 
 
 class ProcessLost(Exception):
-    """A SINGA process (its actor, or its node) is gone."""
+    """A SINGA process (its actor, or its node) is gone; ``node`` is its Ray node id when
+    known."""
+
+    def __init__(self, text: str, node: str | None = None) -> None:
+        super().__init__(text)
+        self.node = node
 
 
 class Driver:
@@ -73,12 +78,13 @@ class Driver:
         self.options = engine.ray_options
 
     def run(self) -> TrainResult:
-        engine, restarts = self.engine, 0
+        engine, restarts, suspect = self.engine, 0, frozenset()
         with Runtime(self.options.address, insecure=self.options.insecure) as runtime:
             while True:
                 try:
-                    return Attempt(engine, runtime).run()
+                    return Attempt(engine, runtime, suspect).run()
                 except ProcessLost as lost:
+                    suspect = frozenset([lost.node] if lost.node else ())
                     if restarts >= self.options.max_restarts or runtime.signals.caught:
                         raise stopped_error(engine.prepared.workspace, str(lost)) from None
                     restarts += 1
@@ -111,9 +117,10 @@ class Driver:
 class Attempt:
     """One start of the job's actors, from its start step to the end (or a fault)."""
 
-    def __init__(self, engine, runtime) -> None:
+    def __init__(self, engine, runtime, suspect=frozenset()) -> None:
         self.engine = engine
         self.runtime = runtime
+        self.suspect = suspect  # nodes where the previous attempt lost a process
         self.options = engine.ray_options
         self.topo = engine.topology
         self.actors: list = []
@@ -137,10 +144,20 @@ class Attempt:
         requests = process_requests(
             self.topo, engine.layout, len(engine.state_names), self.options.cpus_per_worker
         )
-        check_fits(requests, nodes, self.options.cpus_per_worker, engine.prepared.cfg.locate)
         self._check_startup_signal()
         try:
-            facts = check_nodes(nodes, self.deadline, self.signals, self._check_startup_signal)
+            facts, gone = check_nodes(
+                nodes, self.deadline, self.signals, self._check_startup_signal, self.suspect
+            )
+            if gone:
+                engine.reporter.note(
+                    "ray: node(s) "
+                    + ", ".join(n.label() for n in gone)
+                    + " gone; placing the job on the "
+                    + f"{len(nodes) - len(gone)} that remain"
+                )
+                nodes = self.nodes = [n for n in nodes if n.id in facts]
+            check_fits(requests, nodes, self.options.cpus_per_worker, engine.prepared.cfg.locate)
             self.node_of = plan(self.topo, requests, nodes, self.options.placement, driver_node)
             self.expected = traffic.expected(
                 self.topo, engine.layout, self.node_of, len(engine.state_names), driver_node
@@ -157,9 +174,11 @@ class Attempt:
             return self._start_and_supervise(requests)
         except ProcessLost:
             raise
-        except ray.exceptions.RayError as exc:
+        except (ray.exceptions.RayError, OSError) as exc:
             if is_loss(exc):
                 raise self._find_lost(exc) from None
+            if isinstance(exc, OSError):
+                raise
             raise stopped_error(engine.prepared.workspace, f"Ray reported {summary(exc)}") from None
         finally:
             self._teardown()
@@ -295,11 +314,19 @@ class Attempt:
         spec = self.topo.procs[index]
         w = self.where[index] if index < len(self.where) else {}
         node = f"{w.get('address', '?')} (Ray node {str(w.get('node_id', '?'))[:12]})"
-        return ProcessLost(f"{spec.role()} on node {node} was lost ({summary(exc)})")
+        return ProcessLost(
+            f"{spec.role()} on node {node} was lost ({summary(exc)})", w.get("node_id")
+        )
 
     def _find_lost(self, exc: BaseException) -> ProcessLost:
         """The process behind a loss Ray reported without naming it (an object, a node): the
         first actor that no longer answers, else a node no longer alive, else the error."""
+        try:
+            return self._probe_lost(exc)
+        except Exception:  # noqa: BLE001 - Ray itself is failing here (the driver's raylet)
+            return ProcessLost(f"the job's connection to Ray was lost ({summary(exc)})")
+
+    def _probe_lost(self, exc: BaseException) -> ProcessLost:
         import ray
 
         probes = {a.where.remote(): i for i, a in enumerate(self.actors)}
@@ -310,8 +337,10 @@ class Attempt:
                     continue
                 try:
                     ray.get(ref)
-                except ray.exceptions.RayError as err:
-                    return self._lost(probes[ref], err)
+                except (ray.exceptions.RayError, OSError) as err:
+                    if is_loss(err):
+                        return self._lost(probes[ref], err)
+                    raise
             silent = [probes[r] for r in probes if r not in done]
             if silent:
                 return self._lost(silent[0], exc)
@@ -327,7 +356,7 @@ class Attempt:
 
         try:
             return ray.get(refs)
-        except ray.exceptions.RayError as first:
+        except (ray.exceptions.RayError, OSError) as first:
             if not is_loss(first):
                 raise
             for i, ref in enumerate(refs):
@@ -335,7 +364,7 @@ class Attempt:
                     ray.get(ref, timeout=LOST_GRACE)
                 except ray.exceptions.GetTimeoutError:
                     continue
-                except ray.exceptions.RayError as exc:
+                except (ray.exceptions.RayError, OSError) as exc:
                     if is_loss(exc):
                         raise self._lost(i, exc) from None
             raise self._find_lost(first) from None
@@ -381,7 +410,7 @@ class Attempt:
                 i = calls.pop(ref)
                 try:
                     messages = ray.get(ref)
-                except ray.exceptions.RayError as exc:
+                except (ray.exceptions.RayError, OSError) as exc:
                     if is_loss(exc):
                         raise self._lost(i, exc) from None
                     raise

@@ -6,9 +6,11 @@ cannot be fetched or rebuilt (``ObjectLostError`` and its kinds: ``OwnerDiedErro
 ``ObjectReconstructionFailedError``, ``ObjectFetchTimedOutError``), as ``NodeDiedError``,
 ``WorkerCrashedError``, ``LocalRayletDiedError``, a removed placement group, an RPC that
 fails, or as any of these inside the ``RayTaskError`` of an actor method that called a lost
-peer. All of them are a loss: the driver stops the job with the located message (or
-restarts it with ``--max-restarts``). Any other Ray error is reported as what it is, with
-exit 2, never as a traceback.
+peer. Inside an actor whose own raylet was killed, Ray's calls raise a plain ``OSError``
+("Failed to read data from the socket", "Connection reset by peer"): an ``OSError`` raised
+from Ray's own code is a loss too. All of them are a loss: the driver stops the job with
+the located message (or restarts it with ``--max-restarts``). Any other Ray error is
+reported as what it is, with exit 2, never as a traceback.
 """
 
 from __future__ import annotations
@@ -35,6 +37,17 @@ def loss_types() -> tuple[type, ...]:
     return tuple(getattr(rex, name) for name in LOSS_NAMES if hasattr(rex, name))
 
 
+def _raised_in_ray(exc: BaseException) -> bool:
+    """Whether a frame of Ray's own modules is on ``exc``'s traceback."""
+    tb = exc.__traceback__
+    while tb is not None:
+        name = tb.tb_frame.f_globals.get("__name__", "")
+        if name == "ray" or name.startswith("ray."):
+            return True
+        tb = tb.tb_next
+    return False
+
+
 def is_loss(exc: BaseException) -> bool:
     """Whether ``exc`` (or the cause inside a task error) reports a lost process, node or
     object."""
@@ -44,6 +57,8 @@ def is_loss(exc: BaseException) -> bool:
     seen = 0
     while exc is not None and seen < 8:
         if isinstance(exc, kinds):
+            return True
+        if isinstance(exc, OSError) and _raised_in_ray(exc):  # this node's raylet is gone
             return True
         exc = getattr(exc, "cause", None) if isinstance(exc, rex.RayTaskError) else None
         seen += 1

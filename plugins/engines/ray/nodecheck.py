@@ -52,19 +52,44 @@ def _on_each(nodes, fn, args_of):
     return out
 
 
-def check_nodes(nodes, deadline: float, signals=None, on_signal=None) -> dict[str, dict]:
-    """Node id -> :func:`node_facts`, every node answering before ``deadline``
-    (``time.monotonic()``), with the driver's versions; else a located error.
-    ``on_signal()`` is called while waiting when ``signals.caught`` is not empty."""
+GONE_NAMES = ("TaskUnschedulableError", "NodeDiedError")
+SUSPECT_WAIT = 10.0  # seconds a node that just lost a process gets to answer on a restart
+
+
+def _gone(exc: BaseException) -> bool:
+    """Whether a node's check failed because the node is gone (Ray may list a dead node as
+    alive for a while: a task pinned there fails as unschedulable)."""
+    import ray.exceptions as rex
+    from singa_builtins.engines.ray.faults import is_loss
+
+    kinds = tuple(getattr(rex, n) for n in GONE_NAMES if hasattr(rex, n))
+    return isinstance(exc, kinds) or is_loss(exc)
+
+
+def check_nodes(
+    nodes, deadline: float, signals=None, on_signal=None, suspect=frozenset()
+) -> tuple[dict[str, dict], list]:
+    """(node id -> :func:`node_facts` of every node that answered, the nodes found gone).
+    Every node must answer before ``deadline`` (``time.monotonic()``) with the driver's
+    versions, else a located error; a node whose check fails because it is gone is left
+    out, and so is a node of ``suspect`` (where the previous attempt lost a process) that
+    does not answer within :data:`SUSPECT_WAIT`. ``on_signal()`` is called while waiting
+    when ``signals.caught`` is not empty."""
     import ray
     from singa_builtins.engines.ray.faults import summary
 
     refs = _on_each(nodes, node_facts, lambda n: (n.id,))
     pending = list(refs)
+    suspect_until = time.monotonic() + SUSPECT_WAIT
+    gone = []
     while pending:
         _, pending = ray.wait(pending, num_returns=len(pending), timeout=0.25)
         if signals is not None and signals.caught and on_signal is not None:
             on_signal()
+        if pending and time.monotonic() > suspect_until:
+            for r in [r for r in pending if refs[r].id in suspect]:
+                gone.append(refs.pop(r))
+                pending.remove(r)
         if pending and time.monotonic() > deadline:
             late = ", ".join(refs[r].label() for r in pending)
             raise SingaError(
@@ -78,7 +103,10 @@ def check_nodes(nodes, deadline: float, signals=None, on_signal=None) -> dict[st
     for ref, node in refs.items():
         try:
             facts = ray.get(ref)
-        except ray.exceptions.RayError as exc:
+        except (ray.exceptions.RayError, OSError) as exc:
+            if _gone(exc):
+                gone.append(node)
+                continue
             raise SingaError(
                 f"the start-up check failed on node {node.label()}: {summary(exc)}",
                 where="--address",
@@ -99,7 +127,7 @@ def check_nodes(nodes, deadline: float, signals=None, on_signal=None) -> dict[st
                 "same Python), then restart Ray there",
             )
         out[node.id] = facts
-    return out
+    return out, gone
 
 
 def clean_attempt(nodes, attempt: str) -> int:
