@@ -19,7 +19,9 @@ shaped with tbf (both directions) to each rate in turn. For every model, rate an
 Columns: singa's own ms/step (the closing line's mean over the training steps, start-up
 excluded; the steps of group 0's display worker: Downpour's groups run asynchronously, so
 with ``group`` or ``pack`` placing group 0 beside its servers the other group's wait on the
-link does not show in it); MB/step that crossed between the nodes (the closing ``ray:``
+link does not show in it); job ms: the driver's "ray: all N worker groups trained ..."
+note, the start gate to the last group's end per step (what the slowest group, and so the
+job, takes); MB/step that crossed between the nodes (the closing ``ray:``
 note: gradients + values + syncs, divided by the steps); the wire-time model bytes/rate in
 ms; the bytes machine 1's link carried per step in and out (its interface counters:
 everything Ray sent, not only parameters) and the wire time of the busier direction (tbf
@@ -137,8 +139,10 @@ def run_one(cluster, recipe, conf: Path, overrides: list[str], steps: int, place
         tail = "\n".join(res.stderr.splitlines()[-15:])
         return {"error": f"exit {res.returncode}: {tail}", "wall": wall, "left": left}
     n, ms = found
+    slowest = SLOWEST.search(out)
     return {
         "ms": ms,
+        "job_ms": float(slowest.group(1)) if slowest else ms,
         "mb": (crossed_mb(out) or 0.0) / n,
         "in": (rx1 - rx0) / 1e6 / n,
         "out": (tx1 - tx0) / 1e6 / n,
@@ -148,8 +152,10 @@ def run_one(cluster, recipe, conf: Path, overrides: list[str], steps: int, place
     }
 
 
+SLOWEST = re.compile(r"\(([\d.]+) ms per step of the slowest group")
+
 HEADER = (
-    f"{'model':8s} {'rate':9s} {'placement':9s} {'steps':>5s} {'ms/step':>9s} "
+    f"{'model':8s} {'rate':9s} {'placement':9s} {'steps':>5s} {'ms/step':>9s} {'job ms':>9s} "
     f"{'MB/step':>8s} {'bytes/rate':>10s} {'link in/out MB/step':>20s} {'busier dir':>10s}"
 )
 
@@ -166,7 +172,8 @@ def row(model, rate, placement, r) -> str:
         busier = f"{max(r['in'], r['out']) * 8e6 / bits * 1e3:.0f} ms"
     link = f"{r['in']:.1f} / {r['out']:.1f}"
     text = (
-        f"{head} {r['steps']:5d} {r['ms']:9.1f} {r['mb']:8.1f} {wire:>10s} {link:>20s} "
+        f"{head} {r['steps']:5d} {r['ms']:9.1f} {r['job_ms']:9.1f} {r['mb']:8.1f} {wire:>10s} "
+        f"{link:>20s} "
         f"{busier:>10s}"
     )
     if r["left"]:

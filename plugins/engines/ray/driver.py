@@ -131,6 +131,7 @@ class Attempt:
         self.expected = None
         self.attempt = secrets.token_hex(4)  # in every segment name of this attempt
         self.deadline = 0.0
+        self.started = self.finished = 0.0  # the start gate opened; the last worker ended
         self.signals = runtime.signals  # installed by the runtime for its whole life
 
     def run(self) -> TrainResult:
@@ -304,6 +305,14 @@ class Attempt:
             return
         total = {k: sum(c.get(k, 0) for c in counts) for k in counts[0]} if counts else {}
         steps = result.final_step - self.engine.prepared.start_step
+        if self.topo.nworker_groups > 1 and self.started and steps > 0:
+            took = self.finished - self.started
+            self.engine.reporter.note(
+                f"ray: all {self.topo.nworker_groups} worker groups trained {steps} steps in "
+                f"{took:.1f} s from the start gate to the last group's end "
+                f"({1000 * took / steps:.1f} ms per step of the slowest group; the closing "
+                "line's ms/step is group 0's)"
+            )
         if len(set(self.node_of)) > 1:
             text = traffic.note(total, steps, self.expected)
             if text:
@@ -421,6 +430,7 @@ class Attempt:
                         if ready == workers:
                             for a in self.actors:
                                 a.go.remote()
+                            self.started = time.monotonic()
                     elif kind == "report":
                         _, method, args, kwargs = msg
                         getattr(reporter, method)(*args, **kwargs)
@@ -462,6 +472,7 @@ class Attempt:
                     )
                     err.exit_code = 128 + int(sig)  # 130/143, as the other engines
                     raise err
+        self.finished = time.monotonic()
         return result_of(leader_result)
 
     def _teardown(self) -> None:
