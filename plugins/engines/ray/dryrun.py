@@ -162,7 +162,10 @@ def placement_lines(engine, cwd: str) -> list[str]:
         node_of = plan(engine.topology, requests, nodes, opts.placement, driver)
         for spec, req in zip(engine.topology.procs, requests, strict=True):
             node = by_id[node_of[req.index]]
-            asks = ", ".join(f"{k} {v:g}" for k, v in req.bundle().items())
+            asks = ", ".join(
+                f"memory {v / 2**20:.0f} MiB" if k == "memory" else f"{k} {v:g}"
+                for k, v in req.bundle().items()
+            )
             lines.append(f"  {spec.role()} -> node {node.label()} (asks {asks})")
         lines += network_lines(engine, nodes, node_of, driver)
         lines += shared_memory_lines(
