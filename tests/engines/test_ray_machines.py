@@ -25,7 +25,20 @@ b. the outsider without the token (token mode and none; no token mode; a wrong t
 c. machine 1's raylet killed during training: exit 2, no traceback, a message naming the
    lost process and machine 1's address; then machine 2 joins with the token (so the token
    was all it lacked), and machine 2 halted (its PID namespace killed) during training: the
-   same.
+   same;
+e. the start-up deadline across machines (last: it leaves machine 1 halted): machine 1 is
+   re-created with a firewall that silently drops what arrives on its link for its Ray
+   worker ports (the README's ``--min-worker-port``..``--max-worker-port``; an ``ip rule``
+   blackhole ahead of the local table, for packets that come in on eth0 only) and joins;
+   its raylet answers, so Ray keeps the node alive, but nothing on the head can reach a
+   process Ray starts there. ``singa train ... --startup-timeout 20`` ends with exit 2
+   within 30 s, naming machine 1's address, the start-up and ``--startup-timeout``, without
+   a traceback or a ``/dev/shm`` name of the run's nodes left. (An address on machine 1's
+   loopback that the head cannot route, ``--node-ip-address 10.99.0.9``, joins too and
+   gives the same exit 2 after 21 s, but the head's GCS marks such a node dead about 28 s
+   after it joined, its health checks unanswered, and the driver then places the job on
+   the other nodes: a race with a 20 s deadline. The firewall is the case where only the
+   deadline ends the start-up: Ray never gives up on that node.)
 
 After every ``singa train`` no ``/dev/shm/singa-ray-*`` name may be left (/dev/shm is shared
 by the machines).
@@ -33,6 +46,7 @@ by the machines).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -50,6 +64,7 @@ from tests.engines.emulated_machines import (
     Recipe,
     copy_token,
     crossed_mb,
+    join,
     live_nodes,
     namespace_problem,
     node_ids,
@@ -67,6 +82,7 @@ HEAD, MEMBER, OUTSIDER = 0, 1, 2
 STEPS = 30  # steps of the runs that finish
 FAULT_STEPS = 400  # steps of the runs a fault ends (never reached)
 RATE = "1gbit"
+STARTUP_TIMEOUT = 20  # seconds, check e
 
 
 @dataclass
@@ -291,3 +307,66 @@ def test_c2_the_token_lets_a_machine_join_and_a_halted_machine_stops_the_job(set
     assert nodes == ["10.77.0.1", "10.77.0.3"], nodes
     message = _fault_run(s, lambda: c.halt(OUTSIDER), c.address(OUTSIDER))
     print(f"c2: {message}")
+
+
+NODE_IDS = (
+    "import json, logging, sys, ray\n"
+    "ray.init(address=sys.argv[1], logging_level=logging.ERROR, log_to_driver=False)\n"
+    "live = {n['NodeID'][:12]: n['NodeManagerAddress'] for n in ray.nodes() if n['Alive']}\n"
+    "print('IDS ' + json.dumps(live))\n"
+)
+
+
+def _node_ids(s: Setup) -> dict[str, str]:
+    """12-digit Ray node id -> address of the cluster's live nodes, asked from the head."""
+    address = f"{s.head_ip}:{s.recipe.port()}"
+    res = s.cluster.run(HEAD, [sys.executable, "-c", NODE_IDS, address], env=s.recipe.env,
+                        timeout=60, check=True)  # fmt: skip
+    line = next(x for x in res.stdout.splitlines() if x.startswith("IDS "))
+    return json.loads(line[len("IDS ") :])
+
+
+def test_e_a_node_whose_workers_nobody_reaches_ends_the_start_up_at_its_deadline(setup):
+    s = setup
+    c = s.cluster
+    ports = re.search(r"--min-worker-port[ =](\d+).*--max-worker-port[ =](\d+)", s.recipe.join)
+    assert ports, f"the README's join line names no worker ports: {s.recipe.join}"
+    address = c.address(MEMBER)
+    c.halt(MEMBER)  # what c1 and c2 left of it
+    c.start(MEMBER)
+    try:
+        for rule in (  # before the local table, for what arrives on the link only
+            f"ip rule add pref 10 iif eth0 to {address} ipproto tcp "
+            f"dport {ports.group(1)}-{ports.group(2)} blackhole",
+            "ip rule add pref 100 lookup local",
+            "ip rule del pref 0",
+        ):
+            c.run(MEMBER, rule, timeout=30, check=True)
+        t0 = time.monotonic()
+        join(c, s.recipe, MEMBER, HEAD)
+        # the run's nodes: the head and machine 1 (machine 2, halted by c2, gone)
+        want, deadline = {s.head_ip, address}, time.monotonic() + 60
+        while set((ids := _node_ids(s)).values()) != want and time.monotonic() < deadline:
+            time.sleep(1)
+        assert set(ids.values()) == want, ids
+        took = time.monotonic() - t0
+        print(f"\ne: machine 1 joined behind its firewall; live nodes {ids} after {took:.1f} s")
+        line, _ = s.train_line(FAULT_STEPS)
+        line += f" --startup-timeout {STARTUP_TIMEOUT}"
+        before = ray_segments()
+        t0 = time.monotonic()
+        res = c.run(HEAD, line, env=s.recipe.env, timeout=120)
+        took = time.monotonic() - t0
+        out = res.stdout + res.stderr
+        print(f"e: exit {res.returncode} after {took:.1f} s:\n{res.stderr[-2500:]}")
+        assert res.returncode == 2, out[-3000:]
+        assert took <= STARTUP_TIMEOUT + 10, f"{took:.1f} s"
+        assert "Traceback" not in out, out[-3000:]
+        error = next((x for x in res.stderr.splitlines() if "error:" in x), "")
+        assert address in error and "start-up" in error, res.stderr[-3000:]
+        assert "--startup-timeout" in res.stderr, res.stderr[-3000:]
+        assert s.head_ip not in error, error  # the head answered: only machine 1 is named
+        left = segments_left(before, set(ids))
+        assert not left, f"/dev/shm names left: {left}"
+    finally:
+        c.halt(MEMBER)  # its raylet, firewall and all
