@@ -369,6 +369,9 @@ def test_frameworks_train_mnist(cluster, mnist_stores, tmp_path, name, steps, ba
     if name == "downpour":
         where = placement(res.stderr)
         assert where["worker process 0"][0] != where["worker process 1"][0], res.stderr
+    if name == "hogwild":  # groups 0 and 2 on one node, 1 on the other: syncs cross, counted
+        syncs = re.search(r"([\d.]+(?:e-?\d+)?) MB of syncs", res.stderr)
+        assert syncs and float(syncs.group(1)) > 0, res.stderr
     if name == "allreduce":  # synchronous: as the shm test, the loss goes down
         lines = (tmp_path / "metrics.jsonl").read_text()
         losses = [float(x) for x in re.findall(r'"loss": ([\d.]+)', lines)]
