@@ -69,8 +69,11 @@ def _start(conf: Path, ws: Path, extra: list[str], resume: bool) -> subprocess.P
         "-q",
     ]
     args += ["--workspace", str(ws), *extra] + (["--resume"] if resume else [])
+    # one BLAS thread for every run: the automatic choice (a trial on the first steps) may
+    # pick another count for the uninterrupted run under load, and the checkpoint records it
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
     return subprocess.Popen(
-        args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        args, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
 
 

@@ -169,7 +169,10 @@ def refused(res, name: str, *texts: str) -> str:
     for text in texts:
         assert text in err, (text, err)
     assert "help:" in err, err
-    assert TIMES[name] < FAST, f"{name} took {TIMES[name]:.1f} s"
+    # a port that drops connections costs the probe's TCP connect timeout (2.5 s) on top of
+    # the command's start-up: 6.5 s seen at load 6-9; the auth failures stay within 5 s
+    bound = 2 * FAST if name == "connections dropped" else FAST
+    assert TIMES[name] < bound, f"{name} took {TIMES[name]:.1f} s"
     print(err.strip())
     return err
 
