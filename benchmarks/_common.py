@@ -252,3 +252,20 @@ def singa_train_step(conf: Path, overrides: list[str], threads: int):
     loop = engine._loop()
     net, worker, stub = engine.train_net, engine.worker, loop.stub
     return lambda s: worker.train_one_batch(s, net, stub)
+
+
+def emulated_machines_recipe():
+    """For the scripts on emulated machines: print the machine facts and the load, stop
+    with the reason where machines cannot be emulated here, and return the README's
+    two-machine recipe (tests/engines/emulated_machines.py)."""
+    import sys
+
+    sys.path.insert(0, str(REPO))
+    from tests.engines.emulated_machines import namespace_problem, readme_recipe
+
+    print("\n".join(machine_facts(1)[:-1]))  # CPU and BLAS; threads are each actor's own
+    print(f"load average at start {load_average().removeprefix('load average ')}")
+    problem = namespace_problem()
+    if problem:
+        raise SystemExit(f"cannot emulate machines here: {problem}")
+    return readme_recipe()

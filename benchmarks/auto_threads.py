@@ -48,6 +48,16 @@ def one_run(stores, steps: int, threads: int | None) -> tuple[float, float, str]
     return ms, total, (f"chose {chosen.group(1)}: {chosen.group(2)}" if chosen else "")
 
 
+def _medians(title: str, runs: dict[str, list[float]]) -> str:
+    """``title: label median, ...; automatic / best fixed = ratio``."""
+    med = {k: statistics.median(v) for k, v in runs.items()}
+    best = min(med[k] for k in med if k != "automatic")
+    return (
+        f"{title}: " + ", ".join(f"{k} {v:.1f}" for k, v in med.items())
+        + f"; automatic / best fixed = {med['automatic'] / best:.3f}"
+    )  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=150)
@@ -70,18 +80,8 @@ def main() -> None:
                 totals[label].append(total)
                 print(f"round {r + 1} {label:>10}: {ms:7.1f} ms/step, run {total:5.1f} s (with "
                       f"set-up and trial)  {load_average()}  {note}", flush=True)  # fmt: skip
-        med = {k: statistics.median(v) for k, v in times.items()}
-        best = min(med[k] for k in med if k != "automatic")
-        print(
-            "median ms/step: " + ", ".join(f"{k} {v:.1f}" for k, v in med.items())
-            + f"; automatic / best fixed = {med['automatic'] / best:.3f}; {load_average()}"
-        )  # fmt: skip
-        tot = {k: statistics.median(v) for k, v in totals.items()}
-        best_tot = min(tot[k] for k in tot if k != "automatic")
-        print(
-            "median run seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in tot.items())
-            + f"; automatic / best fixed = {tot['automatic'] / best_tot:.3f}"
-        )  # fmt: skip
+        print(_medians("median ms/step", times) + f"; {load_average()}")
+        print(_medians("median run seconds", totals))
     finally:
         for h in hogs:
             os.kill(h.pid, signal.SIGKILL)

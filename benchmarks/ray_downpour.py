@@ -26,15 +26,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import REPO, load_average, machine_facts, mnist_stores
+from _common import REPO, emulated_machines_recipe, load_average, mnist_stores
 
 sys.path.insert(0, str(REPO))
 from tests.engines.emulated_machines import (  # noqa: E402
     EmulatedCluster,
-    namespace_problem,
     node_ids,
     ray_segments,
-    readme_recipe,
     segments_left,
     start_ray,
 )
@@ -48,12 +46,7 @@ def main() -> None:
     ap.add_argument("--placement", default=None, help="default: the engine's default")
     ap.add_argument("--rate", default=None, help="tbf rate of the other machine's link")
     args = ap.parse_args()
-    print("\n".join(machine_facts(1)[:-1]))
-    print(f"load average at start {load_average().removeprefix('load average ')}")
-    problem = namespace_problem()
-    if problem:
-        raise SystemExit(f"cannot emulate machines here: {problem}")
-    recipe = readme_recipe()
+    recipe = emulated_machines_recipe()
     stores = mnist_stores()
     tmp = Path(tempfile.mkdtemp(prefix="singa-bench-downpour-"))
     failed = False

@@ -57,18 +57,16 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from _common import REPO, load_average, machine_facts, mnist_stores
+from _common import REPO, emulated_machines_recipe, load_average, mnist_stores
 
 sys.path.insert(0, str(REPO))
 from tests.engines.emulated_machines import (  # noqa: E402
     EmulatedCluster,
     join,
     live_nodes,
-    namespace_problem,
     node_ids,
     placements,
     ray_segments,
-    readme_recipe,
     segments_left,
     start_ray,
 )
@@ -390,13 +388,7 @@ def main() -> None:
         raise SystemExit(f"--placement {args.placement}: singa train takes {known}")
     if not 0 < args.checkpoint_freq < args.steps:
         raise SystemExit("--checkpoint-freq must be between 0 and --steps")
-    facts = machine_facts(1)
-    print("\n".join(facts[:-1]))  # the CPU, BLAS, ...; threads are each actor's own here
-    print(f"load average at start {load_average().removeprefix('load average ')}")
-    problem = namespace_problem()
-    if problem:
-        raise SystemExit(f"cannot emulate machines here: {problem}")
-    recipe = readme_recipe()
+    recipe = emulated_machines_recipe()
     args.stores = mnist_stores()
     tmp = Path(tempfile.mkdtemp(prefix="singa-bench-ray-faults-"))
     plan = [

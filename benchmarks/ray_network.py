@@ -45,18 +45,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import REPO, cifar10_stores, load_average, machine_facts, mnist_stores
+from _common import REPO, cifar10_stores, emulated_machines_recipe, load_average, mnist_stores
 
 sys.path.insert(0, str(REPO))
 from tests.engines.emulated_machines import (  # noqa: E402
     EmulatedCluster,
     crossed_mb,
-    namespace_problem,
     node_ids,
     placements,
     rate_bits,
     ray_segments,
-    readme_recipe,
     segments_left,
     start_ray,
     step_ms,
@@ -202,13 +200,7 @@ def main() -> None:
     if bad:
         raise SystemExit(f"unknown placement(s) {bad}: singa train --placement takes {known}")
 
-    facts = machine_facts(1)
-    print("\n".join(facts[:-1]))  # the CPU, BLAS, ...; threads are each actor's own here
-    print(f"load average at start {load_average().removeprefix('load average ')}")
-    problem = namespace_problem()
-    if problem:
-        raise SystemExit(f"cannot emulate machines here: {problem}")
-    recipe = readme_recipe()
+    recipe = emulated_machines_recipe()
     tmp = Path(tempfile.mkdtemp(prefix="singa-bench-ray-network-"))
     results = []
     try:

@@ -138,7 +138,7 @@ class Attempt:
         import ray
 
         engine = self.engine
-        timeout = float(getattr(self.options, "startup_timeout", 60.0) or 60.0)
+        timeout = self.options.startup_timeout
         self.deadline = time.monotonic() + timeout
         nodes = self.nodes = self.runtime.nodes()
         driver_node = ray.get_runtime_context().get_node_id()

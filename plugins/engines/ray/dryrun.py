@@ -17,6 +17,7 @@ import os
 
 from singa_builtins.engines.ray import traffic
 from singa_builtins.engines.ray.gateway import gateway_processes
+from singa_builtins.engines.ray.nodecheck import on_each_node
 from singa_builtins.engines.ray.placement import (
     STRATEGIES,
     check_fits,
@@ -51,31 +52,17 @@ def missing_paths(cwd: str, paths: list[str]) -> list[str]:
 def missing_on_nodes(nodes, cwd: str, paths: list[str]) -> dict[str, list[str]]:
     """Node id -> the paths missing there (a small task pinned to every node)."""
     import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    check = ray.remote(num_cpus=0)(missing_paths)
-    refs = {
-        n.id: check.options(
-            scheduling_strategy=NodeAffinitySchedulingStrategy(n.id, soft=False)
-        ).remote(cwd, paths)
-        for n in nodes
-    }
-    return {node_id: ray.get(ref) for node_id, ref in refs.items()}
+    refs = on_each_node(nodes, missing_paths, lambda n: (cwd, paths))
+    return {node.id: ray.get(ref) for ref, node in refs.items()}
 
 
 def shm_free_on_nodes(nodes) -> dict[str, int | None]:
     """Node id -> free bytes in its /dev/shm (a small task pinned to every node)."""
     import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    task = ray.remote(num_cpus=0)(shm_free)
-    refs = {
-        n.id: task.options(
-            scheduling_strategy=NodeAffinitySchedulingStrategy(n.id, soft=False)
-        ).remote()
-        for n in nodes
-    }
-    return {node_id: ray.get(ref) for node_id, ref in refs.items()}
+    refs = on_each_node(nodes, shm_free, lambda n: ())
+    return {node.id: ray.get(ref) for ref, node in refs.items()}
 
 
 def shared_memory_lines(topo, layout, nodes, node_of: list[str], free_on) -> list[str]:

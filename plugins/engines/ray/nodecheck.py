@@ -40,7 +40,9 @@ def node_facts(node_id: str) -> dict:
     return {"versions": versions(), "shm_free": shm_free(), "removed": unlink_dead(node_id)}
 
 
-def _on_each(nodes, fn, args_of):
+def on_each_node(nodes, fn, args_of) -> dict:
+    """Object ref -> node: ``fn(*args_of(node))`` as a task pinned to every node (no CPU
+    asked, no retry)."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -78,7 +80,7 @@ def check_nodes(
     import ray
     from singa_builtins.engines.ray.faults import summary
 
-    refs = _on_each(nodes, node_facts, lambda n: (n.id,))
+    refs = on_each_node(nodes, node_facts, lambda n: (n.id,))
     pending = list(refs)
     suspect_until = time.monotonic() + SUSPECT_WAIT
     gone = []
@@ -136,7 +138,7 @@ def clean_attempt(nodes, attempt: str) -> int:
     import ray
 
     try:
-        refs = list(_on_each(nodes, unlink_attempt, lambda n: (attempt,)))
+        refs = list(on_each_node(nodes, unlink_attempt, lambda n: (attempt,)))
         done, _ = ray.wait(refs, num_returns=len(refs), timeout=CLEANUP_WAIT)
     except Exception:  # noqa: BLE001 - the runtime itself is going
         return 0
