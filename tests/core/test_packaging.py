@@ -75,3 +75,23 @@ def test_wheel_installs_no_top_level_plugins_package(tmp_path):
     packaged = {str(Path(n).parent).replace("/", ".") for n in names if n.endswith("__init__.py")}
     assert packaged == _source_packages()
     assert "singa_core/schema/job_pb2.pyi" in names
+
+
+def test_the_ray_extra_brings_what_the_ray_engine_imports():
+    # Ray's own wheel does not require grpcio; the engine's cluster check imports it
+    # (plugins/engines/ray/auth.py), so the extra must name it: without it every
+    # `singa train --engine ray` on a clean `pip install 'singa-classic[ray]'` failed.
+    ray_extra = " ".join(PYPROJECT["project"]["optional-dependencies"]["ray"])
+    assert "ray" in ray_extra and "grpcio" in ray_extra
+
+
+def test_the_cluster_check_without_grpcio_names_the_extra(monkeypatch):
+    pytest.importorskip("ray", reason="needs the ray extra (Ray's modules are imported)")
+    from singa_builtins.engines.ray import auth
+
+    from singa_core.errors import SingaError
+
+    monkeypatch.setitem(sys.modules, "grpc", None)  # import grpc -> ImportError
+    with pytest.raises(SingaError) as info:
+        auth.ask_gcs("127.0.0.1:1", None, timeout=0.1)
+    assert "grpcio" in str(info.value) and "singa-classic[ray]" in info.value.help

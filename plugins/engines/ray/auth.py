@@ -150,7 +150,15 @@ def split_address(address: str) -> tuple[str, int]:
 def ask_gcs(address: str, creds: Credentials | None, timeout: float = ANSWER_TIMEOUT) -> Answer:
     """Ask the GCS at ``address`` for its cluster id, with ``creds``' token (None: without
     one)."""
-    import grpc
+    try:
+        import grpc
+    except ImportError:  # the ray extra brings it; Ray itself does not require it
+        raise SingaError(
+            "the ray engine's cluster check needs grpcio, which is not installed",
+            where=WHERE,
+            help="install the ray extra again: pip install 'singa-classic[ray]' "
+            "(or pip install grpcio)",
+        ) from None
     from ray._private.ray_constants import GLOBAL_GRPC_OPTIONS
     from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
 
