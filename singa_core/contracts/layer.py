@@ -1,6 +1,10 @@
 """The Layer interface every layer plugin implements (SINGA 0.3 §2.1).
 
-Data flows through numpy float32 arrays whose first dimension is the batch. A layer owns
+Data flows through float32 arrays of the layer's device (``self.device``, its array module
+``self.xp``: numpy on the CPU, CuPy on a GPU; see :mod:`singa_core.contracts.device`) whose
+first dimension is the batch. A layer allocates through :meth:`Layer.alloc` or ``self.xp``
+and moves host data (records, random draws) with ``self.device.asarray``; numpy's
+functions and ufuncs called on device arrays run on the device. A layer owns
 ``data`` (its output) and ``grad`` (the gradient of the loss w.r.t. ``data``, filled by its
 consumers). In ``backward`` a layer computes its Params' gradients and writes the gradient
 w.r.t. each source into ``src.grad_for(self)`` (overwriting, as SINGA does); sources that
@@ -11,11 +15,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from singa_core.contracts.device import Device, array_module, default_device
 from singa_core.contracts.errors import Location, SingaError
 from singa_core.contracts.memory import charge as charge_memory
 from singa_core.contracts.names import split_replica_name
@@ -46,6 +51,9 @@ class LayerContext:
     batchsize: int = 0
     sample_shape: tuple[int, ...] | None = None
     param_values: Mapping[str, np.ndarray] | None = None
+    # where the layer computes (its worker's device); the default is the device in effect
+    # (the CPU unless inside singa_core.contracts.device.using_device)
+    device: Device = field(default_factory=default_device)
 
 
 class Layer:
@@ -176,6 +184,18 @@ class Layer:
 
     # -- helpers for subclasses ---------------------------------------------------------
     @property
+    def device(self) -> Device:
+        """Where this layer computes (its worker's device)."""
+        return self.ctx.device
+
+    @property
+    def xp(self):
+        """The array module of this layer's device (numpy, CuPy or the stand-in): allocate
+        with it (``self.xp.empty(...)``); numpy's functions called on its arrays dispatch
+        to it."""
+        return self.ctx.device.xp
+
+    @property
     def shape(self) -> tuple[int, ...]:
         return tuple(self.data.shape) if self.data is not None else ()
 
@@ -187,8 +207,8 @@ class Layer:
         charge_memory(self, "data", shape)
         if grad:
             charge_memory(self, "grad", shape)
-        self.data = np.zeros(shape, dtype=DTYPE)
-        self.grad = np.zeros_like(self.data) if grad else None
+        self.data = self.device.zeros(shape, dtype=DTYPE)
+        self.grad = self.device.zeros(shape, dtype=DTYPE) if grad else None
 
     def alloc_like(self, src: np.ndarray, *, grad: bool = True) -> None:
         """Allocate ``data`` (and ``grad``) shaped like ``src`` *and laid out like it in
@@ -199,6 +219,9 @@ class Layer:
         charge_memory(self, "data", src.shape)
         if grad:
             charge_memory(self, "grad", src.shape)
+        if array_module(src) is not self.xp:  # a source on another device
+            self.alloc(src.shape, grad=grad)
+            return
         self.data = np.zeros_like(src, dtype=DTYPE)
         self.grad = np.zeros_like(self.data) if grad else None
 
@@ -257,11 +280,13 @@ class Layer:
             value = (self.ctx.param_values or {}).get(name)
             if value is not None and value.shape != tuple(shape) and value.size == math.prod(shape):
                 value = value.reshape(shape)  # stored flat: a view, not a copy
-            p = Param(proto, tuple(shape), name, value=value, grad=False)
+            if value is not None and not self.device.is_host:
+                value = self.device.asarray(value, dtype=DTYPE)
+            p = Param(proto, tuple(shape), name, value=value, grad=False, device=self.device)
             self.params.append(p)
             return p
         charge_memory(self, "params", (2, *shape), what=f"param '{name}' (value and gradient)")
-        p = Param(proto, tuple(shape), name)
+        p = Param(proto, tuple(shape), name, device=self.device)
         self.params.append(p)
         return p
 

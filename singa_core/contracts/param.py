@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from singa_core.contracts.device import default_device
+
 DTYPE = np.float32
 
 
@@ -31,9 +33,13 @@ class Param:
         *,
         value: np.ndarray | None = None,
         grad: bool = True,
+        device=None,
     ) -> None:
         """``value``: an existing float32 array of ``shape`` to use as the value (a deploy
-        net's trained values, not copied); ``grad=False``: no gradient array (``None``)."""
+        net's trained values, not copied); ``grad=False``: no gradient array (``None``);
+        ``device``: where the value and gradient live (default: the device in effect, see
+        :func:`singa_core.contracts.device.default_device`)."""
+        self.device = device if device is not None else default_device()
         self.proto = proto  # singa.ParamProto
         self.name = name if name is not None else proto.name
         self.shape = tuple(int(s) for s in shape)
@@ -42,8 +48,8 @@ class Param:
                 f"param {self.name}: value {value.dtype}{tuple(value.shape)} does not fit "
                 f"{DTYPE.__name__}{self.shape}"
             )
-        self.value = value if value is not None else np.zeros(self.shape, dtype=DTYPE)
-        self.grad = np.zeros(self.shape, dtype=DTYPE) if grad else None
+        self.value = value if value is not None else self.device.zeros(self.shape, DTYPE)
+        self.grad = self.device.zeros(self.shape, DTYPE) if grad else None
         self.version = -1
         self.owner: Param = self  # the Param whose value array this one uses
         self.id = -1  # set by the net: position among all Params
@@ -99,3 +105,15 @@ class ParamGenerator:
 
     def fill(self, value: np.ndarray, rng: np.random.Generator) -> None:  # pragma: no cover
         raise NotImplementedError
+
+
+def fill_param(gen: ParamGenerator, param: Param, rng: np.random.Generator) -> None:
+    """Initialise ``param``'s value with ``gen``. Generators draw on the host (numpy, from
+    the job's generator ``rng``), so every device gets the same initial values; the result
+    is copied to the Param's device."""
+    if param.device.is_host:
+        gen.fill(param.value, rng)
+        return
+    host = np.zeros(param.shape, dtype=DTYPE)
+    gen.fill(host, rng)
+    param.value[...] = param.device.asarray(host)

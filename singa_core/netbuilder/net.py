@@ -21,11 +21,12 @@ from collections.abc import Callable
 
 import numpy as np
 
+from singa_core.contracts.device import Device, default_device
 from singa_core.contracts.errors import Location, SingaError, did_you_mean
 from singa_core.contracts.layer import Layer, LayerContext, kDeploy, kTest, kTrain, kVal
 from singa_core.contracts.memory import charge as charge_memory
 from singa_core.contracts.names import plain_param_name, split_replica_name, split_unrolled_name
-from singa_core.contracts.param import Param
+from singa_core.contracts.param import Param, fill_param
 from singa_core.netbuilder.partition import partition
 from singa_core.netbuilder.specs import LayerSpec, layer_type_name, spec_location
 from singa_core.netbuilder.unrolling import unroll
@@ -87,11 +88,16 @@ class NeuralNet:
         batchsize: int = 0,
         sample_shape: tuple[int, ...] | None = None,
         param_values=None,
+        devices=None,
     ) -> NeuralNet:
         """The net of ``phase`` in ``job``. A deploy net (``phase=kDeploy``, built from
         :func:`singa_core.netbuilder.deploy.deploy_job`) also takes the ``batchsize`` its
         input layers set up for, the raw ``sample_shape`` where their confs do not give it,
-        and the ``param_values`` its Params use (no copies, no gradients)."""
+        and the ``param_values`` its Params use (no copies, no gradients).
+
+        ``devices``: where the layers compute, one :class:`~singa_core.contracts.device.
+        Device` per partition (partition j's layers on ``devices[j]``) or a single one for
+        all; default: the device in effect (the CPU)."""
         locate = locate or (lambda path=None: None)
         net = cls(phase)
         net.num_partitions = max(int(num_partitions), 1)
@@ -134,6 +140,7 @@ class NeuralNet:
                 batchsize=int(batchsize),
                 sample_shape=sample_shape,
                 param_values=param_values,
+                device=_device_of_partition(devices, int(conf.partition_id)),
             )
             layer = layer_cls(conf, ctx)
             # a source later in the order (only for order_after_first_src_only layers, e.g.
@@ -489,6 +496,14 @@ def _bind_params(net: NeuralNet, locate, get_plugin, seed: int, init: bool) -> N
                 init_param(p, get_plugin, seed, where_of[p.id])
 
 
+def _device_of_partition(devices, partition_id: int):
+    if devices is None:
+        return default_device()
+    if isinstance(devices, Device):
+        return devices
+    return devices[partition_id] if partition_id < len(devices) else devices[-1]
+
+
 def param_generator_name(gen_conf) -> str:
     return type_selection(gen_conf, "type", "user_type")
 
@@ -504,7 +519,7 @@ def init_param(p: Param, get_plugin, seed: int, where=None, version: int = 0) ->
         )
     try:
         gen = get_plugin("param_generator", name)(gen_conf)
-        gen.fill(p.value, np.random.default_rng(stable_seed(seed, "param", p.name)))
+        fill_param(gen, p, np.random.default_rng(stable_seed(seed, "param", p.name)))
     except SingaError as err:
         raise err.located(where) from None
     except MemoryError as exc:

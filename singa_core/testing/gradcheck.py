@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from google.protobuf import text_format
 
+from singa_core.contracts.device import default_device, to_host
 from singa_core.contracts.layer import Layer, LayerContext, kBackward, kForward, kTrain
 from singa_core.schema import job_pb2
 
@@ -67,9 +68,10 @@ class SourceLayer(Layer):
         super().__init__(job_pb2.LayerProto(name=name), make_ctx())
         if data is None:
             data = np.zeros((len(labels), 1), dtype=F32)
-        self.data = np.ascontiguousarray(np.asarray(data, dtype=F32))
+        dev = self.device  # the device in effect (see using_device): data are moved there
+        self.data = dev.asarray(np.ascontiguousarray(to_host(data), dtype=F32))
         self.grad = np.zeros_like(self.data) if grad else None
-        self.aux = None if labels is None else np.asarray(labels, dtype=np.int32)
+        self.aux = None if labels is None else dev.asarray(to_host(labels), dtype=np.int32)
 
     def setup(self, srcs):
         pass
@@ -85,10 +87,12 @@ def batch_innermost(x) -> np.ndarray:
     """``x`` (batch on axis 0) as a strided view of a buffer that holds the batch
     innermost in memory: the layout convolution and pooling hand on (see
     ``singa_builtins.layers._window``). Same values, other strides."""
-    x = np.asarray(x, dtype=F32)
+    dev = default_device()
+    x = np.asarray(to_host(x), dtype=F32)
     if x.ndim < 2:
-        return np.array(x)
-    return np.moveaxis(np.ascontiguousarray(np.moveaxis(x, 0, -1)), -1, 0)
+        return dev.asarray(np.array(x))
+    inner = dev.asarray(np.ascontiguousarray(np.moveaxis(x, 0, -1)))  # batch innermost
+    return np.moveaxis(inner, -1, 0)
 
 
 def strided_source(x, labels=None, *, name: str = "src") -> SourceLayer:
@@ -102,7 +106,7 @@ def strided_source(x, labels=None, *, name: str = "src") -> SourceLayer:
 def init_params(layer: Layer, rng: np.random.Generator, std: float = 1.0) -> None:
     """Fill every Param of ``layer`` with N(0, std²) values (what a net's init would do)."""
     for p in layer.params:
-        p.value[...] = rng.standard_normal(p.shape) * std
+        p.value[...] = p.device.asarray((rng.standard_normal(p.shape) * std).astype(F32))
 
 
 def build(
@@ -202,7 +206,7 @@ class GradientChecker:
                 return float(layer.loss) * self.loss_scale
             return float(
                 sum(
-                    np.dot(get().astype(np.float64).ravel(), w.ravel())
+                    np.dot(to_host(get()).astype(np.float64).ravel(), w.ravel())
                     for (get, _), w in zip(out_pairs, weights, strict=True)
                 )
             )
@@ -221,15 +225,16 @@ class GradientChecker:
         # analytic
         objective()
         for (_, buf), w in zip(out_pairs, weights, strict=True):
-            buf[...] = w
+            buf[...] = layer.device.asarray(w.astype(F32))
         layer.ctx.rng = np.random.default_rng(self.seed + 7)
         layer.backward(bwd_phase, srcs)
         targets: list[tuple[str, np.ndarray, np.ndarray, bool]] = []
         for i in check_srcs:
-            targets.append((f"src {i}", srcs[i].data, src_bufs[i].astype(np.float64), True))
+            analytic = to_host(src_bufs[i]).astype(np.float64)
+            targets.append((f"src {i}", srcs[i].data, analytic, True))
         if check_params:
             for p in layer.params:
-                targets.append((p.name, p.value, p.grad.astype(np.float64), False))
+                targets.append((p.name, p.value, to_host(p.grad).astype(np.float64), False))
 
         report = CheckReport()
         for what, arr, analytic, is_input in targets:

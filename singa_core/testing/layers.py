@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from singa_core.contracts.device import to_host
 from singa_core.contracts.layer import Layer, kAggGrad, kBackward, kForward, kTrain
 from singa_core.running.checkpoint import ParamRecord, decode_params, encode_params
 from singa_core.testing.gradcheck import (
@@ -71,17 +72,20 @@ def _run(layer, srcs, phase, tops, weights, backward: bool, agg: bool = False):
     generator; returns copies of the outputs, the Param gradients and the source grads."""
     layer.ctx.rng = np.random.default_rng(_SEED)
     layer.forward(phase | kForward, srcs)
-    outs = [np.array(get()) for get, _ in _outputs(layer, tops)]
+    outs = [np.array(to_host(get())) for get, _ in _outputs(layer, tops)]
     pgrads, sgrads = [], []
     if backward:
         if not layer.is_loss:
             for (_, buf), w in zip(_outputs(layer, tops), weights, strict=True):
                 if buf is not None:
-                    buf[...] = w
+                    buf[...] = layer.device.asarray(w)
         layer.ctx.rng = np.random.default_rng(_SEED + 1)
         layer.backward(phase | kBackward | (kAggGrad if agg else 0), srcs)
-        pgrads = [np.array(p.grad) for p in layer.params]
-        sgrads = [None if s.grad_for(layer) is None else np.array(s.grad_for(layer)) for s in srcs]
+        pgrads = [np.array(to_host(p.grad)) for p in layer.params]
+        sgrads = [
+            None if s.grad_for(layer) is None else np.array(to_host(s.grad_for(layer)))
+            for s in srcs
+        ]
     layer.pop_metrics()
     return outs, pgrads, sgrads
 
@@ -136,7 +140,7 @@ def check_layer_contract(
     if backward and own:
         base = {id(p): rng.standard_normal(p.shape).astype(np.float32) for p in own}
         for p in own:
-            p.grad[...] = base[id(p)]
+            p.grad[...] = p.device.asarray(base[id(p)])
         _, pg_agg, _ = again(agg=True)
         for p, g_plain, g_agg in zip(layer.params, pg1, pg_agg, strict=True):
             if p.grad_owner is not p or not p.learnable:
@@ -166,26 +170,27 @@ def check_layer_contract(
     # checkpoint round trip: the Params hold the whole learnable state
     if layer.params:
         owners = [p for p in layer.params if p.owner is p]
-        records = [ParamRecord(p.name, max(p.version, 0), p.value) for p in owners]
+        records = [ParamRecord(p.name, max(p.version, 0), to_host(p.value)) for p in owners]
         decoded = {r.name: r for r in decode_params(encode_params(records), "<memory>")}
         assert set(decoded) == {p.name for p in owners}, "Param names lost in the checkpoint"
-        originals = [np.array(p.value) for p in owners]
+        originals = [np.array(to_host(p.value)) for p in owners]
         for p in owners:
             rec = decoded[p.name]
             assert tuple(rec.value.shape) == p.shape, (
                 f"'{name}': {p.name} comes back from a checkpoint with shape "
                 f"{tuple(rec.value.shape)}, not {p.shape}"
             )
-            np.testing.assert_array_equal(rec.value, p.value)
-            p.value[...] = rng.standard_normal(p.shape)  # forget, then restore
+            np.testing.assert_array_equal(rec.value, to_host(p.value))
+            forget = rng.standard_normal(p.shape).astype(np.float32)
+            p.value[...] = p.device.asarray(forget)  # forget, then restore
         for p in owners:
-            np.copyto(p.value, decoded[p.name].value.reshape(p.shape))
+            p.value[...] = p.device.asarray(decoded[p.name].value.reshape(p.shape))
         outs3, _, _ = again()
         for a, b in zip(outs1, outs3, strict=True):
             _same(a, b, "forward output after restoring its Params from a checkpoint", name)
         for p, v in zip(owners, originals, strict=True):
             if p.learnable:  # the layer itself writes the others in forward
-                np.testing.assert_array_equal(p.value, v)
+                np.testing.assert_array_equal(to_host(p.value), v)
     again()  # leave the outputs consistent with the inputs
     return checked
 
@@ -200,11 +205,11 @@ def _sources(srcs, strided: bool) -> list[Layer]:
             out.append(s)  # a caller-made source, used as is
             continue
         else:
-            data, labels, grad, name = np.asarray(s, np.float32), None, True, f"src{i}"
+            data, labels, grad, name = np.asarray(to_host(s), np.float32), None, True, f"src{i}"
         if strided and grad and data.ndim >= 2:
             src = strided_source(data, labels, name=name)
         else:
-            src = SourceLayer(np.array(data), labels, name=name, grad=grad)
+            src = SourceLayer(np.array(to_host(data)), labels, name=name, grad=grad)
         out.append(src)
     return out
 
@@ -259,7 +264,7 @@ def check_layer(
     layer.forward(kTrain | kForward, layer_srcs)
     twin.forward(kTrain | kForward, twin_srcs)
     np.testing.assert_array_equal(
-        layer.data, twin.data, err_msg=f"'{layer.name}': two layers built with one seed differ"
+        to_host(layer.data), to_host(twin.data), err_msg=f"'{layer.name}': two layers built with one seed differ"
     )
 
     plain = None
@@ -270,11 +275,11 @@ def check_layer(
     )
 
     strided_report = None
-    if strided and any(np.asarray(s.data if isinstance(s, Layer) else s).ndim >= 2 for s in srcs):
+    if strided and any((s.data if isinstance(s, Layer) else np.asarray(s)).ndim >= 2 for s in srcs):
         st_srcs = _sources(srcs, True)
         st = build(cls, conf, st_srcs, seed=seed, param_std=param_std)
         for p, q in zip(st.params, layer.params, strict=True):
-            np.copyto(p.value, q.value)
+            p.value[...] = q.value
         outs = []
         for lay, ss, seed in (
             (layer, layer_srcs, _SEED + 5),
@@ -283,7 +288,7 @@ def check_layer(
         ):
             lay.ctx.rng = np.random.default_rng(seed)
             lay.forward(kTrain | kForward, ss)
-            outs.append(np.array(lay.data))
+            outs.append(np.array(to_host(lay.data)))
         # a random layer (dropout) may draw its samples in memory order: compare outputs
         # only for layers whose output does not depend on the generator
         if np.array_equal(outs[0], outs[1]):
@@ -333,7 +338,7 @@ class GradCase:
             self.layer.backward(kTrain | kBackward, self.srcs)
             for s in self.srcs:
                 if s.grad is not None:
-                    assert not np.isnan(s.grad).any()
+                    assert not np.isnan(to_host(s.grad)).any()
             report = None
         else:
             report = self.checker.check(

@@ -76,3 +76,24 @@ def test_gradient(type_name, tmp_path):
             f"not the registered {registered.__name__}"
         )
         case.run()
+
+
+@pytest.mark.parametrize("type_name", sorted(CASES))
+def test_gradient_on_a_device(type_name, tmp_path):
+    """The same case on the stand-in device (singa_core.contracts.standin): arrays that
+    refuse silent conversion to numpy, as CuPy's do. A layer that computes on the host,
+    allocates numpy arrays, or mixes them with its device arrays fails here as it would on
+    a GPU; the gradients must still match."""
+    from singa_core.contracts.device import standin_device, using_device
+
+    device = standin_device()
+    with using_device(device):
+        made = CASES[type_name](tmp_path)
+        for case in made if isinstance(made, list) else [made]:
+            assert case.layer.device == device
+            if case.layer.data is not None:
+                assert type(case.layer.data) is device.xp.ndarray, (
+                    f"{type_name}: data is a {type(case.layer.data).__name__}, "
+                    "not an array of the layer's device"
+                )
+            case.run()

@@ -1,0 +1,369 @@
+"""The stand-in device array module: the CPU behaving as a GPU's array library would.
+
+CI has no GPU, yet every layer, updater and worker must compute through its device's array
+module and never fall back to numpy on device arrays. This module is an array library with
+CuPy's rules, computed by numpy on the host:
+
+* its arrays (:class:`StandinArray`) refuse implicit conversion to numpy (``np.asarray``,
+  the buffer protocol, ``ctypes``, ``tobytes``), as CuPy's do: moving data to or from the
+  host must be said (``device.asarray`` / ``device.to_host``, or ``.get()``);
+* mixing a numpy array into an operation on device arrays is a ``TypeError`` (numpy
+  functions and ufuncs reach the stand-in through NEP-13/NEP-18 dispatch, as they reach
+  CuPy, so ``np.dot(device_x, host_w)`` fails here exactly where it would on a GPU);
+* everything else (views, ``out=`` arguments, in-place operators, indexing, reductions to
+  0-d arrays, ``float(x)``) behaves as numpy does, over the same memory.
+
+A layer that passes its checks on the stand-in (``singa train --device standin``, or the
+author's kit under ``using_device(standin_device())``) keeps its arrays on the device. It is
+slow (a Python wrapper around every array): a test device, not a way to train.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import numpy as np
+
+REFUSAL = (
+    "implicit conversion of a device array to a numpy array is not allowed "
+    "(move it explicitly: device.to_host(x), or x.get())"
+)
+
+
+def _host_refusal(x) -> TypeError:
+    return TypeError(
+        f"a numpy array {x.dtype}{tuple(x.shape)} was mixed with device arrays: create it "
+        "with the device's array module (layer.xp / device.xp) or move it with "
+        "device.asarray()"
+    )
+
+
+class StandinArray:
+    """A device array of the stand-in module (a numpy array it keeps to itself)."""
+
+    __slots__ = ("_a",)
+    __array_priority__ = 1000.0
+    __hash__ = None  # type: ignore[assignment]
+
+    def __init__(self, a: np.ndarray) -> None:
+        self._a = a
+
+    # -- no silent way to the host -------------------------------------------------------
+    def __array__(self, *args, **kwargs):
+        raise TypeError(REFUSAL)
+
+    def get(self, *args, **kwargs) -> np.ndarray:
+        """An explicit copy to the host (CuPy's ``ndarray.get``)."""
+        return np.array(self._a, copy=True)
+
+    # -- attributes ----------------------------------------------------------------------
+    @property
+    def shape(self):
+        return self._a.shape
+
+    @shape.setter
+    def shape(self, value):
+        self._a.shape = value
+
+    @property
+    def dtype(self):
+        return self._a.dtype
+
+    @property
+    def ndim(self):
+        return self._a.ndim
+
+    @property
+    def size(self):
+        return self._a.size
+
+    @property
+    def nbytes(self):
+        return self._a.nbytes
+
+    @property
+    def itemsize(self):
+        return self._a.itemsize
+
+    @property
+    def strides(self):
+        return self._a.strides
+
+    @property
+    def flags(self):
+        return self._a.flags
+
+    @property
+    def T(self):
+        return StandinArray(self._a.T)
+
+    @property
+    def base(self):
+        b = self._a.base
+        return StandinArray(b) if isinstance(b, np.ndarray) else b
+
+    def __getattr__(self, name):
+        if name in _REFUSED_ATTRIBUTES:
+            raise AttributeError(
+                f"a device array has no {name!r} (the host cannot address device memory: "
+                "device.to_host(x) first)"
+            )
+        attr = getattr(self._a, name)
+        if callable(attr):
+
+            def method(*args, **kwargs):
+                _refuse_host(args, kwargs)
+                result = attr(*_unwrap(args), **_unwrap(kwargs))
+                out = kwargs.get("out")
+                return out if out is not None else _wrap(result)
+
+            method.__name__ = name
+            return method
+        return _wrap(attr)
+
+    # -- indexing ------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._a)
+
+    def __iter__(self):
+        for item in self._a:
+            yield _wrap(item)
+
+    def __getitem__(self, key):
+        return _wrap(self._a[_key(key)])
+
+    def __setitem__(self, key, value):
+        _refuse_host((value,), {})
+        self._a[_key(key)] = _unwrap(value)
+
+    # -- dispatch of numpy's functions and ufuncs ----------------------------------------
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        _refuse_host(inputs, kwargs)
+        out = kwargs.get("out")
+        result = getattr(ufunc, method)(*_unwrap(inputs), **_unwrap(kwargs))
+        if out is not None:
+            return out[0] if isinstance(out, tuple) and len(out) == 1 else out
+        return _wrap(result)
+
+    def __array_function__(self, func, types, args, kwargs):
+        _refuse_host(args, kwargs)
+        result = func(*_unwrap(args), **_unwrap(kwargs))
+        out = kwargs.get("out")
+        return out if out is not None else _wrap(result)
+
+    # -- scalars (a synchronising read, as on a GPU) -------------------------------------
+    def __bool__(self) -> bool:
+        return bool(self._a)
+
+    def __float__(self) -> float:
+        return float(self._a)
+
+    def __int__(self) -> int:
+        return int(self._a)
+
+    def __index__(self) -> int:
+        return self._a.__index__()
+
+    def __complex__(self) -> complex:
+        return complex(self._a)
+
+    def __repr__(self) -> str:
+        return f"standin({self._a!r})"
+
+    def __copy__(self):
+        return StandinArray(self._a.copy())
+
+    def __deepcopy__(self, memo):
+        return StandinArray(self._a.copy())
+
+    def __reduce__(self):
+        raise TypeError("device arrays are not pickled: device.to_host(x) first")
+
+
+_REFUSED_ATTRIBUTES = frozenset(
+    {"ctypes", "tobytes", "tofile", "tostring", "data", "__array_interface__",
+     "__array_struct__", "__buffer__", "dump", "dumps"}
+)  # fmt: skip
+
+
+def _binary(ufunc):
+    def op(self, other):
+        return ufunc(self, other)
+
+    def rop(self, other):
+        return ufunc(other, self)
+
+    def iop(self, other):
+        ufunc(self, other, out=self)
+        return self
+
+    return op, rop, iop
+
+
+for _name, _uf in {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "truediv": np.true_divide,
+    "floordiv": np.floor_divide, "mod": np.remainder, "pow": np.power,
+    "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor,
+    "lshift": np.left_shift, "rshift": np.right_shift, "matmul": np.matmul,
+}.items():  # fmt: skip
+    _op, _rop, _iop = _binary(_uf)
+    setattr(StandinArray, f"__{_name}__", _op)
+    setattr(StandinArray, f"__r{_name}__", _rop)
+    if _name != "matmul":
+        setattr(StandinArray, f"__i{_name}__", _iop)
+for _name, _uf in {
+    "lt": np.less, "le": np.less_equal, "eq": np.equal, "ne": np.not_equal,
+    "gt": np.greater, "ge": np.greater_equal,
+}.items():  # fmt: skip
+    setattr(StandinArray, f"__{_name}__", _binary(_uf)[0])
+for _name, _uf in {"neg": np.negative, "pos": np.positive, "abs": np.absolute,
+                   "invert": np.invert}.items():  # fmt: skip
+    setattr(StandinArray, f"__{_name}__", lambda self, _uf=_uf: _uf(self))
+
+
+# -- wrapping and unwrapping --------------------------------------------------------------
+def _wrap(x):
+    if isinstance(x, np.ndarray):
+        return StandinArray(x)
+    if isinstance(x, tuple):
+        return tuple(_wrap(v) for v in x)
+    if isinstance(x, list):
+        return [_wrap(v) for v in x]
+    return x
+
+
+def _unwrap(x):
+    if isinstance(x, StandinArray):
+        return x._a
+    if isinstance(x, tuple):
+        return tuple(_unwrap(v) for v in x)
+    if isinstance(x, list):
+        return [_unwrap(v) for v in x]
+    if isinstance(x, dict):
+        return {k: _unwrap(v) for k, v in x.items()}
+    return x
+
+
+def _refuse_host(args, kwargs) -> None:
+    """A TypeError when a numpy array (not a numpy scalar) is among the operands."""
+    stack = [*args, *kwargs.values()]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, np.ndarray):
+            raise _host_refusal(x)
+        if isinstance(x, (tuple, list)):
+            stack.extend(x)
+
+
+def _key(key):
+    if isinstance(key, np.ndarray):
+        raise _host_refusal(key)
+    if isinstance(key, tuple):
+        for k in key:
+            if isinstance(k, np.ndarray):
+                raise _host_refusal(k)
+    return _unwrap(key)
+
+
+# -- the module namespace (what ``device.xp`` is) -----------------------------------------
+class _Ufunc:
+    """A numpy ufunc as the stand-in module exposes it: host arrays refused."""
+
+    def __init__(self, uf) -> None:
+        self._uf = uf
+        self.__name__ = uf.__name__
+
+    def __call__(self, *args, **kwargs):
+        _refuse_host(args, kwargs)
+        return _wrap(self._uf(*args, **kwargs))
+
+    def __getattr__(self, name):
+        attr = getattr(self._uf, name)
+        if not callable(attr):
+            return attr
+
+        def method(*args, **kwargs):
+            _refuse_host(args, kwargs)
+            return _wrap(attr(*args, **kwargs))
+
+        return method
+
+
+def _function(fn):
+    def call(*args, **kwargs):
+        _refuse_host(args, kwargs)
+        return _wrap(fn(*args, **kwargs))
+
+    call.__name__ = getattr(fn, "__name__", "function")
+    return call
+
+
+def asarray(x, dtype=None, order=None, **kwargs):
+    """Host data to the device (a copy), or a device array as it is (CuPy's asarray)."""
+    if isinstance(x, StandinArray):
+        return x if dtype is None or x.dtype == dtype else x.astype(dtype)
+    return StandinArray(np.array(x, dtype=dtype, order=order or "K", copy=True))
+
+
+def array(x, dtype=None, copy=True, order="K", **kwargs):
+    if isinstance(x, StandinArray):
+        return StandinArray(np.array(x._a, dtype=dtype, copy=copy, order=order))
+    return StandinArray(np.array(x, dtype=dtype, order=order, copy=True))
+
+
+def ascontiguousarray(x, dtype=None):
+    if isinstance(x, StandinArray):
+        return StandinArray(np.ascontiguousarray(x._a, dtype=dtype))
+    return StandinArray(np.ascontiguousarray(np.array(x, dtype=dtype, copy=True)))
+
+
+def asnumpy(x, **kwargs) -> np.ndarray:
+    """A device array to the host (a copy); host data as it is."""
+    return x.get() if isinstance(x, StandinArray) else np.asarray(x)
+
+
+def get_array_module(*arrays):
+    return sys.modules[__name__] if any(isinstance(a, StandinArray) for a in arrays) else np
+
+
+ndarray = StandinArray
+
+
+def _as_strided(x, shape=None, strides=None, **kwargs):
+    if not isinstance(x, StandinArray):
+        raise _host_refusal(np.asarray(x))
+    return StandinArray(np.lib.stride_tricks.as_strided(x._a, shape, strides, **kwargs))
+
+
+def _sliding_window_view(x, *args, **kwargs):
+    if not isinstance(x, StandinArray):
+        raise _host_refusal(np.asarray(x))
+    return StandinArray(np.lib.stride_tricks.sliding_window_view(x._a, *args, **kwargs))
+
+
+lib = types.SimpleNamespace(
+    stride_tricks=types.SimpleNamespace(
+        as_strided=_as_strided, sliding_window_view=_sliding_window_view
+    )
+)
+
+_cache: dict[str, object] = {}
+
+
+def __getattr__(name: str):
+    if name.startswith("__"):
+        raise AttributeError(name)
+    if name in _cache:
+        return _cache[name]
+    attr = getattr(np, name)
+    if isinstance(attr, np.ufunc):
+        value = _Ufunc(attr)
+    elif isinstance(attr, types.ModuleType) or isinstance(attr, type):
+        value = attr  # dtypes (float32 ...), submodules
+    elif callable(attr):
+        value = _function(attr)
+    else:
+        value = attr  # constants: pi, inf, newaxis
+    _cache[name] = value
+    return value
