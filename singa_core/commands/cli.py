@@ -6,16 +6,20 @@ plus a ``help:`` line and exit with status 2, without a traceback.
 
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
-from typing import Annotated
 
-import typer
-from typer.core import TyperCommand, TyperGroup
+from singa_core.commands.startup import quiet_interrupts
 
-from singa_core.contracts.errors import USER_ERROR_EXIT, SingaError
-from singa_core.contracts.version import __version__
+with quiet_interrupts():  # Ctrl-C while the command line loads: "interrupted", exit 130
+    import json
+    from pathlib import Path
+    from typing import Annotated
+
+    import typer
+    from typer.core import TyperCommand, TyperGroup
+
+    from singa_core.contracts.errors import USER_ERROR_EXIT, SingaError
+    from singa_core.contracts.version import __version__
 
 
 class _Command(TyperCommand):
@@ -890,11 +894,12 @@ def predict(
         read_inputs,
         read_labels,
     )
-    from singa_core.running.fileio import atomic_write_bytes
+    from singa_core.running.fileio import atomic_write_bytes, output_target
 
     try:
         fmt = None
         if output is not None:
+            output_target(output, "predictions")  # never a device, FIFO or folder
             fmt = output.suffix.lower().lstrip(".")
             if fmt not in ("jsonl", "csv", "npz"):
                 raise SingaError(
@@ -934,14 +939,15 @@ def export(
     job: JobArg,
     out: Annotated[Path, typer.Option(metavar="FILE", help="the file to write")],
     fmt: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--format",
             metavar="onnx|safetensors",
             help="onnx: the deploy net as one graph (input 'input': raw samples; output "
-            "'output': what predict returns); safetensors: every Param by name",
+            "'output': what predict returns); safetensors: every Param by name (default: "
+            "from FILE's suffix, .onnx or .safetensors, which must agree with it)",
         ),
-    ] = "onnx",
+    ] = None,
     override: OverrideOpt = None,
     checkpoint: Annotated[
         Path | None,
@@ -957,14 +963,12 @@ def export(
     """Export a trained model: ONNX (the deploy net, preprocessing included) or
     safetensors (the Params, with the job.conf in the metadata)."""
     from singa_core.api.job import Job
+    from singa_core.inference.formats import export_format
+    from singa_core.running.fileio import output_target
 
     try:
-        if fmt not in ("onnx", "safetensors"):
-            raise SingaError(
-                f"unknown export format {fmt!r}",
-                where="--format",
-                help="use --format onnx or --format safetensors",
-            )
+        output_target(out, "export")  # never a device, FIFO or folder (before any work)
+        fmt = export_format(out, fmt)
         run = Job.from_file(job, override, workspace=workspace)
         if fmt == "onnx":
             from singa_core.inference.onnx_export import export_onnx

@@ -13,12 +13,20 @@ the folder so the rename itself survives a crash. Guarantees:
   as it was;
 * the new file keeps the old file's permissions, or gets the umask's default for a new one;
 * a failing OS call raises :class:`singa_core.contracts.errors.SingaError` naming the file
-  and how to fix it, not a bare ``OSError``.
+  and how to fix it, not a bare ``OSError``;
+* only a regular file is ever replaced: an existing target that is a device (``/dev/null``,
+  ``/dev/full``), a FIFO, a socket or a folder is refused (:func:`output_target`), and a
+  symlink is written through: its target gets the new content, the link stays a link.
+
+Every file singa writes goes through here (checkpoints, exports, predictions, converted
+stores, plots, graphs, metrics.jsonl's rewrites); metrics.jsonl's appends check their target
+with :func:`output_target` first.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 
 from singa_core.contracts.errors import SingaError
@@ -50,6 +58,46 @@ def fsync_dir(path) -> None:
         pass
 
 
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def output_target(path, what: str = "file") -> str:
+    """The absolute path a new version of ``path`` must be written to: ``path`` itself, or,
+    when ``path`` is a symlink (or a chain of them), the file it points to, so that writing
+    keeps the link. Raises a SingaError when that target exists and is not a regular file
+    (a folder, a device such as /dev/null or /dev/full, a FIFO, a socket): replacing it
+    would destroy it."""
+    shown = os.fspath(path)
+    target = os.path.realpath(os.path.abspath(shown))
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        return target  # nothing there yet (or a dangling link: its target is created)
+    except OSError as exc:
+        raise SingaError(
+            f"cannot write {what} {shown}: {exc.strerror or exc}",
+            help="give a path whose folder exists and is readable",
+        ) from None
+    if stat.S_ISREG(mode):
+        return target
+    kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+    via = f" (the symlink {shown} points to {target})" if target != os.path.abspath(shown) else ""
+    if stat.S_ISDIR(mode):
+        help_ = "give the path of a file to create inside it, not the folder itself"
+    else:
+        help_ = (
+            "singa writes only regular files (a new file, or a new version of one) and never "
+            "replaces anything else; give the path of a file"
+        )
+    raise SingaError(f"cannot write {what} {shown}: it is {kind}{via}", where=shown, help=help_)
+
+
 class AtomicFile:
     """A new version of ``path``, written to a temp file in the same folder.
 
@@ -59,15 +107,12 @@ class AtomicFile:
     """
 
     def __init__(self, path: str, what: str) -> None:
-        self.path = os.path.abspath(path)
+        # a symlink is written through (the link stays); a device, FIFO, socket or folder
+        # is refused
+        self.path = output_target(path, what)
         self.what = what
         self.aborted = False
         folder = os.path.dirname(self.path)
-        if os.path.isdir(self.path):
-            raise SingaError(
-                f"cannot create {what} {path}: it is a folder",
-                help="give the path of a file to create, not of a folder",
-            )
         if not os.path.isdir(folder):
             raise SingaError(
                 f"cannot create {what} {path}: folder {folder} does not exist",
@@ -127,9 +172,13 @@ class AtomicFile:
             self.file.flush()
             os.fsync(self.file.fileno())
             self.file.close()
+            output_target(self.path, self.what)  # still a regular file (or nothing)?
             os.replace(self.tmp, self.path)
         except OSError as exc:
             raise self._failed(exc) from None
+        except SingaError:
+            self.abort()
+            raise
         fsync_dir(os.path.dirname(self.path))  # make the rename itself durable
 
     def abort(self) -> None:
@@ -151,7 +200,7 @@ def atomic_write_bytes(path, data: bytes, what: str = "file") -> None:
     including an interrupt, the temp file is removed and the old file (if any) is kept.
     """
     path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
+    folder = os.path.dirname(output_target(path, what))
     try:
         os.makedirs(folder, exist_ok=True)
     except OSError as exc:
