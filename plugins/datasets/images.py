@@ -18,7 +18,9 @@ Output in ``--out``:
   class, chosen with ``--seed``; the last ones of each class without ``--shuffle``);
 * ``image_mean.bin``: the per-pixel mean of the training images (a kvfile holding one
   RecordProto under the key ``"mean"``, as ``singa data cifar10`` writes it), for
-  kRecordInput's ``mean_file`` and kRGBImage's ``meanfile``;
+  kRecordInput's ``mean_file`` and kRGBImage's ``meanfile``; with ``--backend lmdb`` also
+  ``mean_lmdb``, the same record in an LMDB database, which the job.conf names (kRecordInput
+  reads its ``mean_file`` with the data's own backend);
 * ``labels.txt``: line i is the name of class i (the folder name, or i for a list file);
 * ``job.conf``: the CIFAR-10 example's net set up for these images and classes.
 
@@ -30,7 +32,9 @@ path order), ``--val-fraction F``, ``--encoded`` (records keep a PNG/JPEG file i
 time: the example job.conf says ``encoded: true``), ``--backend lmdb`` (LMDB folders
 ``train_lmdb``/``test_lmdb`` instead of kvfiles), ``--seed N``.
 
-Images that cannot be read are listed and skipped, with a count (never a traceback).
+Images that cannot be read are listed and skipped, with a count (never a traceback). A
+class with no images (an empty class folder, a list file's unused label) and an image over
+Pillow's decompression-bomb size are each a one-line warning.
 Decoding runs in one process per CPU this process may use (``os.sched_getaffinity``).
 Every file is written atomically.
 """
@@ -88,16 +92,30 @@ def _parser() -> _Parser:
 
 # -- decoding (in worker processes) -----------------------------------------------------------
 def _load(task):
-    """One image: ``(index, payload bytes, [C, H, W] uint8 or None, error or None)``."""
+    """One image: ``(index, payload bytes, [C, H, W] uint8 or None, error or None, note or
+    None)``; the note says an image is over Pillow's decompression-bomb size (read anyway,
+    up to twice that size, where Pillow refuses it)."""
     index, path, size, gray, encoded = task
+    import io
+    import warnings
+
     from PIL import Image
 
+    note = None
     try:
         with open(path, "rb") as fh:
             raw = fh.read()
-        import io
-
-        with Image.open(io.BytesIO(raw)) as img:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", Image.DecompressionBombWarning)
+            img = Image.open(io.BytesIO(raw))
+        with img:
+            if any(issubclass(w.category, Image.DecompressionBombWarning) for w in caught):
+                w, h = img.size
+                note = (
+                    f"is {w}x{h} ({w * h / 1e6:.0f} megapixels), over Pillow's limit of "
+                    f"{Image.MAX_IMAGE_PIXELS / 1e6:.0f} megapixels against decompression "
+                    "bombs: read anyway (it takes much memory; twice the limit is refused)"
+                )
             fmt = img.format
             img.load()
             conv = img.convert("L" if gray else "RGB")
@@ -106,21 +124,22 @@ def _load(task):
                 conv = conv.resize(tuple(size), Image.Resampling.BILINEAR)
                 native_ok = False
     except Image.UnidentifiedImageError:
-        return index, None, None, "not an image file Pillow can read (unknown or damaged format)"
+        problem = "not an image file Pillow can read (unknown or damaged format)"
+        return index, None, None, problem, None
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
-        return index, None, None, f"cannot be decoded ({type(exc).__name__}: {exc})"
+        return index, None, None, f"cannot be decoded ({type(exc).__name__}: {exc})", None
     arr = np.asarray(conv, dtype=np.uint8)
     chw = arr[None, :, :] if arr.ndim == 2 else np.ascontiguousarray(arr.transpose(2, 0, 1))
     if not encoded:
-        return index, chw.tobytes(), chw, None
+        return index, chw.tobytes(), chw, None, note
     if native_ok and fmt in ("PNG", "JPEG"):
-        return index, raw, chw, None  # the file as it is
+        return index, raw, chw, None, note  # the file as it is
     out = io.BytesIO()
     if fmt == "JPEG":
         conv.save(out, format="JPEG", quality=95)
     else:
         conv.save(out, format="PNG")
-    return index, out.getvalue(), chw, None
+    return index, out.getvalue(), chw, None, note
 
 
 def _load_chunk(tasks):
@@ -292,12 +311,25 @@ class ImagesConverter(DatasetConverter):
             )
         train, held = self._split(items, classes, opts.val_fraction, opts.shuffle, opts.seed)
         log(f"{len(items)} images of {len(classes)} classes in {root}")
+        counts = np.bincount([label for _, label in items], minlength=len(classes))
+        for label in np.flatnonzero(counts == 0):
+            source = (
+                f"its folder {root / classes[label]} holds no image files"
+                if not (root / LISTFILE).is_file()
+                else f"{root / LISTFILE} lists no image of it"
+            )
+            log(
+                f"warning: class {label} ('{classes[label]}') is empty: {source}; it keeps "
+                "its number and output, but no record teaches it"
+            )
         size = tuple(opts.resize) if opts.resize else None
         tasks = [(i, str(p), size, opts.gray, opts.encoded) for i, (p, _) in enumerate(items)]
         decoded: dict[int, tuple[bytes, np.ndarray]] = {}
         skipped: list[tuple[int, str]] = []
         shape = None
-        for index, payload, chw, problem in _decode_all(tasks, log):
+        for index, payload, chw, problem, note in _decode_all(tasks, log):
+            if note is not None:
+                log(f"warning: {items[index][0]} {note}")
             if problem is None and shape is not None and chw.shape != shape:
                 problem = (
                     f"is {chw.shape[2]}x{chw.shape[1]}, but the first image is "
@@ -338,8 +370,13 @@ class ImagesConverter(DatasetConverter):
             written.append(test_path)
         mean = (pixel_sum / len(train)).astype(np.float32)
         mean_path = out_dir / "image_mean.bin"
-        self._write_mean(mean, shape, mean_path)
+        self._write_mean(mean, shape, mean_path, "kvfile")
         log(f"wrote the per-pixel mean of the {len(train)} training images to {mean_path}")
+        if not kv:  # kRecordInput reads its mean_file with the data's backend
+            written.append(mean_path)
+            mean_path = out_dir / "mean_lmdb"
+            self._write_mean(mean, shape, mean_path, "lmdb")
+            log(f"wrote the same mean as an LMDB database to {mean_path}")
         labels_path = out_dir / "labels.txt"
         atomic_write_bytes(labels_path, "".join(f"{c}\n" for c in classes).encode(), "labels")
         log(f"wrote {len(classes)} class names to {labels_path}")
@@ -376,8 +413,10 @@ class ImagesConverter(DatasetConverter):
         log(f"wrote {len(indices)} records to {path}")
 
     @staticmethod
-    def _write_mean(mean, shape, path) -> None:
-        store = get_host().get("store", "kvfile")()
+    def _write_mean(mean, shape, path, backend) -> None:
+        store = get_host().get("store", backend)()
+        if backend == "kvfile":  # a plain 0.3 tuple: kRGBImage's meanfile parses it itself
+            store.checksums = False
         store.open(str(path), KCREATE)
         try:
             rec = common_pb2.RecordProto(shape=list(shape), data=mean.tolist())

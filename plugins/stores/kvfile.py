@@ -6,6 +6,19 @@ Layout, repeated until the end of the file (no header, no footer)::
 
 (0.3's size_t on x86-64; 0.1's DataShard used the same layout in ``<folder>/shard.dat``.)
 
+**Checksummed tuples.** singa writes every tuple with bit 63 of ``key_len`` set and a CRC-32
+(zlib's, u32 little-endian) of the whole tuple before it (both lengths, key and value)
+after the value::
+
+    [key_len | 1<<63][key][val_len][val][crc32: u32 little-endian]
+
+so a flipped byte anywhere in a record (a changed shape field, a bad sector) is an error
+naming the file, the record's index, key and offset, not silently wrong training data. 0.3
+never wrote a key length that large, so both kinds of tuple read, mixed in one file (kAppend
+of a 0.3 file keeps its tuples and adds checksummed ones). ``SINGA_KVFILE_CHECKSUMS=0``
+writes 0.3's plain tuples, for SINGA 0.3 itself to read. Checking costs a CRC pass over each
+record read (``benchmarks/store_checksum.py``).
+
 Semantics kept from 0.3: kRead falls back to ``<path>/shard.dat`` when ``path`` is not a
 file; ``write`` rejects (returns False for) empty values, and in kAppend mode keys already in
 the file; duplicates written within one session are not detected; kAppend first drops a
@@ -24,6 +37,7 @@ from __future__ import annotations
 
 import os
 import struct
+import zlib
 
 from singa_core.errors import SingaError
 from singa_core.running.fileio import AtomicFile
@@ -31,6 +45,8 @@ from singa_core.running.fileio import AtomicFile
 from ._files import _IndexedFileStore, as_bytes, map_file
 
 _LEN = struct.Struct("<Q")
+_CRC = struct.Struct("<I")
+_CHECKED = 1 << 63  # bit of key_len: a CRC-32 of the tuple follows its value
 _CORRUPT_HELP = (
     "the file is damaged or incomplete (e.g. a copy or download that stopped early), or it "
     "is not a kvfile store; re-create it with the program that wrote it (for the examples' "
@@ -58,6 +74,7 @@ class KVFileStore(_IndexedFileStore):
     def __init__(self) -> None:
         super().__init__()
         self._keys: set[bytes] = set()
+        self.checksums = os.environ.get("SINGA_KVFILE_CHECKSUMS", "1").strip() != "0"
 
     # ------------------------------------------------------------------ opening
     def _open_read(self, path: str) -> None:
@@ -92,9 +109,9 @@ class KVFileStore(_IndexedFileStore):
                 tup = self._parse(buf, size, off, path, strict=False)
                 if tup is None:
                     break  # partial (or damaged) tail: dropped, as 0.3's PrepareForAppend does
-                ks, ke, _, ve = tup
+                ks, ke, _, _, end = tup
                 keys.add(buf[ks:ke])
-                off = ve
+                off = end
             self.path = path
             self._keys = keys
             self._out = AtomicFile(path, "store")
@@ -113,6 +130,8 @@ class KVFileStore(_IndexedFileStore):
             problem = f"only {size - off} bytes left where an 8-byte key length was expected"
         else:
             (klen,) = _LEN.unpack_from(buf, off)
+            crc = klen & _CHECKED
+            klen &= ~_CHECKED
             ke = off + 8 + klen
             if ke + _LEN.size > size:
                 problem = f"key length {klen} runs past the end of the file ({size} bytes)"
@@ -121,10 +140,12 @@ class KVFileStore(_IndexedFileStore):
                 ve = ke + 8 + vlen
                 if vlen == 0:
                     problem = "a tuple with an empty value (kvfile never stores one)"
-                elif ve > size:
+                elif ve + (_CRC.size if crc else 0) > size:
                     problem = f"value length {vlen} runs past the end of the file ({size} bytes)"
+                elif crc:
+                    return off + 8, ke, ke + 8, ve, ve + _CRC.size
                 else:
-                    return off + 8, ke, ke + 8, ve
+                    return off + 8, ke, ke + 8, ve, ve
         if not strict:
             return None
         raise SingaError(
@@ -134,19 +155,37 @@ class KVFileStore(_IndexedFileStore):
         )
 
     def _record(self, off: int) -> tuple[bytes, bytes, int]:
-        ks, ke, vs, ve = self._parse(self._buf, self._size, off, self.path)
+        ks, ke, vs, ve, end = self._parse(self._buf, self._size, off, self.path)
         buf = self._buf
-        return buf[ks:ke], buf[vs:ve], ve
+        if end != ve:
+            (stored,) = _CRC.unpack_from(buf, ve)
+            if zlib.crc32(buf[off:ve]) != stored:
+                raise self._checksum_error(off, buf[ks:ke])
+        return buf[ks:ke], buf[vs:ve], end
+
+    def _checksum_error(self, off: int, key: bytes) -> SingaError:
+        shown = key[:200].decode("utf-8", "backslashreplace")
+        return SingaError(
+            f"corrupt kvfile store: record {self._index} (key '{shown}') at byte offset "
+            f"{off} fails its checksum: its bytes changed after it was written",
+            where=self.path,
+            help="the file is damaged (a bad disk or copy, or an edit by another program); "
+            "re-create it with the program that wrote it (for the examples' data: "
+            "`singa data <name>`), or copy it again",
+        )
 
     def _next_offset(self, off: int) -> int:
-        return self._parse(self._buf, self._size, off, self.path)[3]
+        return self._parse(self._buf, self._size, off, self.path)[4]
 
     # ------------------------------------------------------------------ writing
     def _encode(self, key, value) -> bytes | None:
         key, value = as_bytes(key, "keys"), as_bytes(value, "values")
         if not value or key in self._keys:
             return None
-        return b"".join((_LEN.pack(len(key)), key, _LEN.pack(len(value)), value))
+        if not self.checksums:
+            return b"".join((_LEN.pack(len(key)), key, _LEN.pack(len(value)), value))
+        tup = b"".join((_LEN.pack(len(key) | _CHECKED), key, _LEN.pack(len(value)), value))
+        return tup + _CRC.pack(zlib.crc32(tup))
 
     # ------------------------------------------------------------------ closing
     def _release(self) -> None:

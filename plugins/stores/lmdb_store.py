@@ -12,7 +12,9 @@ LMDB folder (``data.mdb`` + ``lock.mdb``) of serialized Datums. Needs the option
   renames into place (the folder at ``path`` is the old or the new database, never a
   partial one); kAppend copies the existing tuples into such a temp folder first. As with
   kvfile, ``write`` refuses (returns False for) an empty value or a key already present.
-* a damaged environment or page is a SingaError naming the folder and the last key read.
+* a damaged environment or page is a SingaError naming the folder and the last key read;
+  a truncated ``data.mdb`` (shorter than its own header says) is refused before it is
+  mapped (``_lmdb_header.py``), where reading its missing pages would be a SIGBUS.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from singa_core.running.fileio import fsync_dir
 from singa_core.store import KAPPEND, KCREATE, KREAD, Store
 
 from ._files import as_bytes
+from ._lmdb_header import check_data_file
 
 _DAMAGED_HELP = (
     "the LMDB database is damaged, incomplete or not an LMDB environment; re-create it "
@@ -127,6 +130,8 @@ class LMDBStore(Store):
                 f"cannot open LMDB database {path}: the folder has no data.mdb",
                 help="name the folder Caffe's convert_imageset wrote (it holds data.mdb)",
             )
+        # a truncated data file would be a SIGBUS once mapped: its size is checked first
+        check_data_file(os.path.join(path, "data.mdb") if subdir else path)
         try:
             self._env, self._shared = _open_shared(lmdb, path, subdir)
             self._txn = self._env.begin(buffers=False)
@@ -142,6 +147,13 @@ class LMDBStore(Store):
                 f"cannot create LMDB database {path}: folder {parent} does not exist",
                 where=path,
                 help=f"create the folder first (mkdir -p {parent})",
+            )
+        if os.path.lexists(path) and not os.path.isdir(path):
+            raise SingaError(
+                f"cannot create LMDB database {path}: something that is not a folder is "
+                "there (a file, a device, a FIFO or a dangling link), which it would replace",
+                where=path,
+                help="an LMDB database is a folder: give a new path, or remove what is there",
             )
         if mode == KAPPEND and not os.path.isdir(path):
             raise SingaError(

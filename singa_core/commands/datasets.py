@@ -129,5 +129,28 @@ def prepare_dataset(conv, out: Path, source: Path | None, log=None) -> list[Path
                 where=str(folder / name),
                 help="the file is damaged or a different version; replace it",
             )
-    out.mkdir(parents=True, exist_ok=True)
+    writable_folder(out)
     return conv.convert(folder, out, log or (lambda msg: print(msg, file=sys.stderr)))
+
+
+def writable_folder(out: Path) -> None:
+    """Create the folder ``out`` if needed and check that a file can be made in it (a
+    read-only filesystem refuses even root), before any conversion work: a SingaError
+    naming the folder otherwise."""
+    import tempfile
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".singa-probe.", dir=out)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        if out.exists() and not out.is_dir():
+            reason = "it is not a folder"
+        raise SingaError(
+            f"cannot write into the output folder {out}: {reason}",
+            where="--out",
+            help="give --out a folder you can write to (a read-only filesystem or a "
+            "folder without write permission cannot hold the stores)",
+        ) from None

@@ -28,7 +28,8 @@ def test_data_mnist_from_folder(data_dir, tmp_path, monkeypatch):
         app, ["data", "mnist", "--from", str(data_dir / "mnist"), "--out", str(tmp_path / "out")]
     )
     assert res.exit_code == 0, res.output
-    assert (tmp_path / "out" / "train_data.bin").stat().st_size == 49_020_000
+    # 60,000 records of 817 bytes, each with its 4-byte CRC-32
+    assert (tmp_path / "out" / "train_data.bin").stat().st_size == 49_020_000 + 60_000 * 4
 
 
 def test_data_mnist_from_env(data_dir, tmp_path, monkeypatch):

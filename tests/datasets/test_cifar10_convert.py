@@ -178,8 +178,8 @@ def test_cli(src, tmp_path):
         # each written file is reported once (the converter's own line, or the CLI's)
         lines = [x for x in said.splitlines() if x.startswith("wrote ") and str(out / name) in x]
         assert len(lines) == 1, said
-    assert (out / "train_data.bin").stat().st_size == 50000 * (8 + 5 + 8 + 3083)
-    assert (out / "test_data.bin").stat().st_size == 10000 * (8 + 5 + 8 + 3083)
+    assert (out / "train_data.bin").stat().st_size == 50000 * (8 + 5 + 8 + 3083 + 4)  # + its CRC-32
+    assert (out / "test_data.bin").stat().st_size == 10000 * (8 + 5 + 8 + 3083 + 4)
 
 
 def test_cli_rejects_a_damaged_file(src, tmp_path):

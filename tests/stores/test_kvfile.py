@@ -12,6 +12,13 @@ from singa_core.plugin_host.discovery import iter_submodule_types
 from singa_core.store import KAPPEND, KCREATE, KREAD, Store
 
 
+@pytest.fixture(autouse=True)
+def _plain_tuples(monkeypatch):
+    """These tests check 0.3's layout byte for byte: written without singa's per-record
+    checksums (those: test_kvfile_checksums.py)."""
+    monkeypatch.setenv("SINGA_KVFILE_CHECKSUMS", "0")
+
+
 def tup(key: bytes, val: bytes) -> bytes:
     """One tuple, built by hand: [u64 LE key_len][key][u64 LE val_len][val]."""
     return struct.pack("<Q", len(key)) + key + struct.pack("<Q", len(val)) + val
