@@ -76,7 +76,8 @@ def system_available_memory(
     proc_root: str = "/proc", sys_root: str = "/sys/fs/cgroup"
 ) -> tuple[int | None, str]:
     """The least of ``MemAvailable`` and what this process's cgroup still allows (its
-    limit minus its usage, v1 or v2, the tightest over its ancestors), with the source."""
+    limit minus its usage less reclaimable file cache, v1 or v2, the tightest over its
+    ancestors), with the source."""
     from singa_core.contracts.resources import cgroup_memory
 
     best: tuple[int | None, str] = (None, "unknown")
@@ -93,7 +94,13 @@ def system_available_memory(
         best = (
             cg.available,
             f"the cgroup memory limit {format_bytes(cg.limit)} of {cg.source} minus "
-            f"{format_bytes(cg.usage)} in use",
+            f"{format_bytes(cg.in_use)} in use"
+            + (
+                f" (its usage {format_bytes(cg.usage)} less {format_bytes(cg.reclaimable)} of "
+                "reclaimable file cache)"
+                if cg.reclaimable
+                else ""
+            ),
         )
     return best
 

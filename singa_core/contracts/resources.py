@@ -7,6 +7,9 @@ show neither. The readers here take them into account:
 * :func:`cgroup_memory` — the tightest memory limit of this process's cgroup and its
   ancestors, minus what the cgroup already uses: cgroup v2 ``memory.max`` /
   ``memory.current``, cgroup v1 ``memory.limit_in_bytes`` / ``memory.usage_in_bytes``.
+  The usage counts the page cache of files the cgroup read; its inactive part (v2
+  ``inactive_file``, v1 ``total_inactive_file`` in ``memory.stat``) is reclaimed before the
+  cgroup runs out, so it counts as free (as the kernel's own MemAvailable counts it).
 * :func:`usable_cpus` — the CPUs of the affinity mask (``sched_getaffinity``), capped by
   the cgroup CPU quota (v2 ``cpu.max``, v1 ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``),
   rounded up.
@@ -33,10 +36,16 @@ class CgroupMemory:
     limit: int
     usage: int
     source: str
+    reclaimable: int = 0  # inactive file cache within ``usage``, given back under pressure
+
+    @property
+    def in_use(self) -> int:
+        """The usage that is not reclaimable page cache."""
+        return max(self.usage - self.reclaimable, 0)
 
     @property
     def available(self) -> int:
-        return max(self.limit - self.usage, 0)
+        return max(self.limit - self.in_use, 0)
 
 
 def _read(path: Path) -> str | None:
@@ -54,6 +63,17 @@ def _int(path: Path) -> int | None:
         return int(text.split()[0])
     except (ValueError, IndexError):
         return None
+
+
+def _stat_value(folder: Path, *names: str) -> int:
+    """The first of ``names`` found in ``folder/memory.stat`` (bytes), else 0."""
+    text = _read(folder / "memory.stat") or ""
+    values = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit():
+            values[parts[0]] = int(parts[1])
+    return next((values[n] for n in names if n in values), 0)
 
 
 def cgroup_paths(proc_root: str | Path = "/proc") -> dict[str, str]:
@@ -93,17 +113,26 @@ def cgroup_memory(
     paths, root = cgroup_paths(proc_root), Path(sys_root)
     best: CgroupMemory | None = None
 
-    def consider(limit: int | None, usage: int | None, source: Path) -> None:
+    def consider(limit: int | None, usage: int | None, source: Path, cache: int) -> None:
         nonlocal best
         if limit is None or limit >= UNLIMITED:
             return
-        cand = CgroupMemory(limit, usage or 0, str(source))
+        usage = usage or 0
+        cand = CgroupMemory(limit, usage, str(source), min(cache, usage))
         if best is None or cand.available < best.available:
             best = cand
 
+    def v2(d: Path) -> None:
+        consider(
+            _int(d / "memory.max"),
+            _int(d / "memory.current"),
+            d / "memory.max",
+            _stat_value(d, "inactive_file"),
+        )
+
     if "" in paths and (root / "cgroup.controllers").exists():  # v2, unified at sys_root
         for d in _candidate_dirs(root, paths[""]):
-            consider(_int(d / "memory.max"), _int(d / "memory.current"), d / "memory.max")
+            v2(d)
     for mount in (root / "memory", root / "unified"):
         if mount.name == "memory" and "memory" in paths:  # v1
             for d in _candidate_dirs(mount, paths["memory"]):
@@ -111,10 +140,12 @@ def cgroup_memory(
                     _int(d / "memory.limit_in_bytes"),
                     _int(d / "memory.usage_in_bytes"),
                     d / "memory.limit_in_bytes",
+                    # total_: the cgroup and its children, as usage_in_bytes counts them
+                    _stat_value(d, "total_inactive_file", "inactive_file"),
                 )
         elif mount.name == "unified" and "" in paths and (mount / "cgroup.controllers").exists():
             for d in _candidate_dirs(mount, paths[""]):  # hybrid: v2 beside v1
-                consider(_int(d / "memory.max"), _int(d / "memory.current"), d / "memory.max")
+                v2(d)
     return best
 
 
