@@ -92,7 +92,7 @@ class ConvolutionBase(NeuronLayer):
 
         self._out2d = self._out.reshape(nf, oh * ow * b)
         self._gout2d = self._gout.reshape(nf, oh * ow * b)
-        self._ones = np.ones(oh * ow * b, dtype=DTYPE)
+        self._ones = self.xp.ones(oh * ow * b, dtype=DTYPE)
         self._gw_tmp: np.ndarray | None = None
         self._rows = win.sh == 1 and c * win.kw >= ROW_COLUMNS_MIN_K
         if self._rows:
@@ -107,13 +107,13 @@ class ConvolutionBase(NeuronLayer):
         hp = h + 2 * win.ph
         # xcol[c, j, hp, ow, b]; padding positions are never written and stay zero
         charge_memory(self, "scratch", (c, win.kw, hp, ow, b), what="column buffer")
-        self._xcol = np.zeros((c, win.kw, hp, ow, b), dtype=DTYPE)
+        self._xcol = self.xp.zeros((c, win.kw, hp, ow, b), dtype=DTYPE)
         self._xcol2d = self._xcol.reshape(c * win.kw, hp * ow * b)
         run = ow * b  # columns of one output row
         self._blocks = [self._xcol2d[:, i * run : (i + oh) * run] for i in range(win.kh)]
         # the weight (and its gradient) regrouped as (kh, F, C·kw), one 2-D block per row
-        self._wrows = np.empty((win.kh, nf, c * win.kw), dtype=DTYPE)
-        self._gwrows = np.empty((win.kh, nf, c * win.kw), dtype=DTYPE)
+        self._wrows = self.xp.empty((win.kh, nf, c * win.kw), dtype=DTYPE)
+        self._gwrows = self.xp.empty((win.kh, nf, c * win.kw), dtype=DTYPE)
         # for each kernel column j: the output columns that read real (unpadded) input,
         # and the input columns they read
         self._colmap = []
@@ -196,9 +196,9 @@ class ConvolutionBase(NeuronLayer):
         if self._padded:
             charge_memory(self, "scratch", (2, c, hp, wp, b), what="padded input buffers")
         charge_memory(self, "scratch", (c, win.kh, win.kw, oh, ow, b), what="column buffer")
-        self._xp = np.zeros((c, hp, wp, b), dtype=DTYPE) if self._padded else None
-        self._gxp = np.zeros((c, hp, wp, b), dtype=DTYPE) if self._padded else None
-        self._col = np.empty((c, win.kh, win.kw, oh, ow, b), dtype=DTYPE)
+        self._xp = self.xp.zeros((c, hp, wp, b), dtype=DTYPE) if self._padded else None
+        self._gxp = self.xp.zeros((c, hp, wp, b), dtype=DTYPE) if self._padded else None
+        self._col = self.xp.empty((c, win.kh, win.kw, oh, ow, b), dtype=DTYPE)
         self._col2d = self._col.reshape(c * win.kh * win.kw, oh * ow * b)
         self._slices = [(i, j, window_slice(win, i, j, oh, ow)) for i, j in win.positions]
 
@@ -209,7 +209,7 @@ class ConvolutionBase(NeuronLayer):
         if not self._padded and xc.flags.c_contiguous:
             return xc
         if self._xp is None:  # an NCHW source without padding: transpose once per step
-            self._xp = np.empty(xc.shape, dtype=DTYPE)
+            self._xp = self.xp.empty(xc.shape, dtype=DTYPE)
         win = self.win
         np.copyto(self._xp[:, win.ph : win.ph + self.height, win.pw : win.pw + self.width], xc)
         return self._xp
@@ -266,7 +266,7 @@ class ConvolutionBase(NeuronLayer):
         g = self._gout2d
         agg = bool(phase & kAggGrad)
         if agg and self._gw_tmp is None:
-            self._gw_tmp = np.empty(wp.shape, dtype=DTYPE)
+            self._gw_tmp = self.xp.empty(wp.shape, dtype=DTYPE)
         gw = self._gw_tmp if agg else wp.grad
         if self._rows:
             self._weight_grad_rows(g, gw)

@@ -67,8 +67,8 @@ class PoolingBase(NeuronLayer):
         hp, wp = h + 2 * win.ph, w + 2 * win.pw
         if self._padded:
             charge_memory(self, "scratch", (2, c, hp, wp, b), what="padded input buffers")
-        self._xp = np.full((c, hp, wp, b), fill, dtype=DTYPE) if self._padded else None
-        self._gxp = np.zeros((c, hp, wp, b), dtype=DTYPE) if self._padded else None
+        self._xp = self.xp.full((c, hp, wp, b), fill, dtype=DTYPE) if self._padded else None
+        self._gxp = self.xp.zeros((c, hp, wp, b), dtype=DTYPE) if self._padded else None
         self._slices = [window_slice(win, i, j, oh, ow) for i, j in win.positions]
         if len(self._slices) > 255:
             raise self.error(
@@ -76,15 +76,16 @@ class PoolingBase(NeuronLayer):
                 f"supported (got {win.kh}x{win.kw})",
                 field="pooling_conf",
             )
-        self._mask = np.empty((c, oh, ow, b), dtype=bool)
-        self._argmax = np.zeros((c, oh, ow, b), dtype=np.uint8)
-        self._kmask = np.empty((c, oh, ow, b), dtype=np.uint8)
+        self._mask = self.xp.empty((c, oh, ow, b), dtype=bool)
+        self._argmax = self.xp.zeros((c, oh, ow, b), dtype=np.uint8)
+        self._kmask = self.xp.empty((c, oh, ow, b), dtype=np.uint8)
         # non-overlapping windows (stride >= kernel), and whether they cover the input
         self._tiles = win.sh >= win.kh and win.sw >= win.kw
         self._covers = self._tiles and oh * win.sh == hp and ow * win.sw == wp
-        self._scaled = np.empty((c, oh, ow, b), dtype=DTYPE)
+        self._scaled = self.xp.empty((c, oh, ow, b), dtype=DTYPE)
         self._inv_count = DTYPE(1.0 / (win.kh * win.kw))
-        self._kernels = pool_kernels()  # compiled one-pass kernels, or None (numpy path)
+        # compiled one-pass kernels on the host, or None (the numpy path; any device)
+        self._kernels = pool_kernels() if self.device.is_host else None
 
     def _input_chwn(self, x: np.ndarray) -> np.ndarray:
         xc = as_chwn(x, self.batchsize, self.channels, self.height, self.width)

@@ -63,13 +63,12 @@ class RBMLayer(Layer):
         """Binary units: ``out ~ Bernoulli(prob)``; gaussian units: ``prob + N(0, 1)``.
 
         Drawn in float32 into a scratch buffer (no per-step allocation)."""
-        rng = self.ctx.rng
         noise = self._noise if self._noise.shape == prob.shape else np.empty_like(prob)
         if gaussian:
-            rng.standard_normal(dtype=DTYPE, out=noise)
+            self.draw(noise, "standard_normal")  # on the host: the same draws on any device
             np.add(prob, noise, out=out)
         else:
-            rng.random(dtype=DTYPE, out=noise)
+            self.draw(noise, "random")
             np.less(noise, prob, out=out)
         return out
 

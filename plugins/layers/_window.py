@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from singa_core.contracts.device import default_device
+
 from singa_core.contracts.memory import charge as charge_memory
 from singa_core.param import DTYPE
 
@@ -105,7 +107,8 @@ def batch_innermost(
     estimate as ``layer``'s ``kind`` first, when a layer is given)."""
     if layer is not None:
         charge_memory(layer, kind, (c, h, w, b))
-    buf = np.zeros((c, h, w, b), dtype=DTYPE)
+    device = layer.device if layer is not None else default_device()
+    buf = device.zeros((c, h, w, b), dtype=DTYPE)
     return buf, buf.transpose(3, 0, 1, 2)
 
 

@@ -14,6 +14,7 @@ from singa_builtins.layers.argsort import ArgSortLayer, top_k_indices
 
 class AccuracyLayer(ArgSortLayer):
     type_names = ("kAccuracy",)
+    placement = "device"
     num_srclayers = (2, 2)
     deploy_role = "drop"  # a metric: nothing to predict with
 

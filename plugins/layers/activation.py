@@ -47,6 +47,7 @@ _FUNCS = {
 
 class ActivationLayer(NeuronLayer):
     type_names = ("kActivation", "kCudnnActivation")
+    placement = "device"
     alias_note = CUDNN_ALIAS_NOTE
 
     def setup(self, srcs):

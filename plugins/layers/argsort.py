@@ -24,6 +24,7 @@ def top_k_indices(x: np.ndarray, k: int) -> np.ndarray:
 
 class ArgSortLayer(OutputLayer):
     type_names = ("kArgSort",)
+    placement = "device"
     deploy_role = "keep"  # a net may predict the top-k class indices
 
     def setup(self, srcs):

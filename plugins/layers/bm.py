@@ -42,6 +42,7 @@ AVERAGE_FACTOR = 0.1  # weight of a new batch in the running statistics
 
 class BMLayer(NeuronLayer):
     type_names = ("kBM", "kCudnnBM")
+    placement = "device"
 
     def setup(self, srcs):
         self.expect_srcs(srcs)
@@ -77,7 +78,7 @@ class BMLayer(NeuronLayer):
         self._out: np.ndarray | None = None  # scratch for a source grad laid out differently
         # per-channel vectors, (1, C, 1, 1) for broadcasting over the 4-D view
         self._mean, self._inv_std, self._k, self._var, self._gbeta, self._ggamma = (
-            np.zeros((1, c, 1, 1), dtype=DTYPE) for _ in range(6)
+            self.xp.zeros((1, c, 1, 1), dtype=DTYPE) for _ in range(6)
         )
         self._batch_stats = False  # whether the last forward normalised with batch statistics
 

@@ -66,6 +66,7 @@ LOCAL = LocalTransport()
 
 class BridgeSrcLayer(NeuronLayer):
     type_names = ("kBridgeSrc",)
+    placement = "device"
 
     def setup(self, srcs):
         self.expect_srcs(srcs)
@@ -84,6 +85,7 @@ class BridgeSrcLayer(NeuronLayer):
 
 class BridgeDstLayer(NeuronLayer):
     type_names = ("kBridgeDst",)
+    placement = "device"
 
     def setup(self, srcs):
         self.expect_srcs(srcs)

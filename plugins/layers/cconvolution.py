@@ -15,5 +15,6 @@ from singa_builtins.layers._conv import ConvolutionBase
 
 class CConvolutionLayer(ConvolutionBase):
     type_names = ("kCConvolution", "kCudnnConv")
+    placement = "device"
     alias_note = CUDNN_ALIAS_NOTE
     square = False

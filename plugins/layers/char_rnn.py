@@ -58,6 +58,7 @@ class CharRNNStep:
 
 class CharRNNLayer(InputLayer):
     type_names = ("kCharRNN",)
+    placement = "host"  # reads records/files on the CPU; the net copies its output
 
     def setup(self, srcs):
         self.expect_srcs(srcs)

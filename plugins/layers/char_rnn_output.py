@@ -19,6 +19,7 @@ from singa_core.layer import OutputLayer
 
 class CharRNNOutputLayer(OutputLayer):
     type_names = ("kCharRNNOutput",)
+    placement = "host"  # reads records/files on the CPU; the net copies its output
 
     def setup(self, srcs):
         self.expect_srcs(srcs)
@@ -30,7 +31,7 @@ class CharRNNOutputLayer(OutputLayer):
             raise self.error(
                 f"layer '{self.name}': source '{srcs[0].name}' has no data", field="srclayers"
             )
-        self._idx = np.empty(src.shape[0], dtype=np.int64)
+        self._idx = self.xp.empty(src.shape[0], dtype=np.int64)
         self._pending_newline = False
         self.text: list[str] = []  # everything printed, for programs that drive the layer
 

@@ -21,6 +21,7 @@ from singa_core.layer import NeuronLayer
 
 class ConcateLayer(NeuronLayer):
     type_names = ("kConcate",)
+    placement = "device"
     num_srclayers = (1, None)
 
     def setup(self, srcs):
@@ -58,7 +59,7 @@ class ConcateLayer(NeuronLayer):
         shape[dim] = sum(sizes)
         self.alloc(shape)
         # the part of data/grad belonging to each source (views)
-        cuts = np.cumsum(sizes)[:-1]
+        cuts = [int(c) for c in np.cumsum(sizes)[:-1]]  # host ints: any device's split
         self._data_parts = np.split(self.data, cuts, axis=dim)
         self._grad_parts = np.split(self.grad, cuts, axis=dim) if self.grad is not None else []
 

@@ -13,4 +13,5 @@ from singa_builtins.layers._conv import ConvolutionBase
 
 class ConvolutionLayer(ConvolutionBase):
     type_names = ("kConvolution",)
+    placement = "device"
     square = True

@@ -17,5 +17,6 @@ from singa_builtins.layers._pool import PoolingBase
 
 class CPoolingLayer(PoolingBase):
     type_names = ("kCPooling", "kCudnnPool")
+    placement = "device"
     alias_note = CUDNN_ALIAS_NOTE
     square = False

@@ -20,6 +20,7 @@ from singa_builtins.layers._store_input import StoreInputLayer
 
 class CSVInputLayer(StoreInputLayer):
     type_names = ("kCSVInput",)
+    placement = "host"  # reads records/files on the CPU; the net copies its output
 
     def setup(self, srcs):
         sep = self.conf.store_conf.separator

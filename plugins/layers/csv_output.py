@@ -22,6 +22,7 @@ from singa_builtins.layers._records import StoreOutputLayer
 
 class CSVOutputLayer(StoreOutputLayer):
     type_names = ("kCSVOutput",)
+    placement = "host"  # reads records/files on the CPU; the net copies its output
     default_backend = "textfile"
 
     def check_backend(self, backend: str) -> None:

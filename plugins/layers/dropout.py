@@ -16,6 +16,7 @@ from singa_core.param import DTYPE
 
 class DropoutLayer(NeuronLayer):
     type_names = ("kDropout",)
+    placement = "device"
 
     def setup(self, srcs):
         self.expect_srcs(srcs)
@@ -35,10 +36,11 @@ class DropoutLayer(NeuronLayer):
         # uniform draws go into a contiguous buffer laid out like the data (the generator
         # fills contiguous arrays only); _u is that buffer seen in NCHW order
         perm = np.argsort([-s for s in self.data.strides], kind="stable")
-        self._u_base = np.empty([shape[i] for i in perm], dtype=DTYPE)
-        self._u = self._u_base.transpose(np.argsort(perm))
+        self._u_base = self.xp.empty([shape[i] for i in perm], dtype=DTYPE)
+        self._u = self._u_base.transpose(tuple(int(i) for i in np.argsort(perm)))
         self._keepmask = np.empty_like(self.data, dtype=bool)
         self._masked = False  # whether the last forward applied a mask
+        self._u_host = None  # the host buffer of the draws on a device
 
     def to_onnx(self, g, inputs):
         return inputs[0]  # predicting: the identity
@@ -46,7 +48,7 @@ class DropoutLayer(NeuronLayer):
     def forward(self, phase, srcs):
         x = srcs[0].data
         if phase & kTrain:
-            self.ctx.rng.random(dtype=DTYPE, out=self._u_base)
+            self._draw()
             np.less(self._u, self._keep, out=self._keepmask)
             np.multiply(self._keepmask, self._scale, out=self.mask)
             np.multiply(x, self.mask, out=self.data)
@@ -54,6 +56,17 @@ class DropoutLayer(NeuronLayer):
         else:
             np.copyto(self.data, x)
             self._masked = False
+
+    def _draw(self) -> None:
+        """Uniform draws from the job's generator, on the host (the same numbers on every
+        device), copied to the device when the layer is not on the CPU."""
+        if self.device.is_host:
+            self.ctx.rng.random(dtype=DTYPE, out=self._u_base)
+            return
+        if self._u_host is None:
+            self._u_host = np.empty(self._u_base.shape, dtype=DTYPE)
+        self.ctx.rng.random(dtype=DTYPE, out=self._u_host)
+        self._u_base[...] = self.device.asarray(self._u_host)
 
     def backward(self, phase, srcs):
         buf = srcs[0].grad_for(self)

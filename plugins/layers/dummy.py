@@ -20,6 +20,7 @@ from singa_core.param import DTYPE
 
 class DummyLayer(NeuronLayer):
     type_names = ("kDummy",)
+    placement = "host"  # reads records/files on the CPU; the net copies its output
     num_srclayers = (0, 1)
 
     def setup(self, srcs):

@@ -45,6 +45,7 @@ def read_indices(layer: Layer, src: Layer, out: np.ndarray, vocab_size: int, fie
 
 class EmbeddingLayer(NeuronLayer):
     type_names = ("kEmbedding",)
+    placement = "device"
 
     def setup(self, srcs):
         self.expect_srcs(srcs)
@@ -70,7 +71,7 @@ class EmbeddingLayer(NeuronLayer):
             )
         self.alloc((self.batchsize, self.feature_dim))
         self.vocab = self.create_param(0, (self.vocab_size, self.feature_dim), "vocab")
-        self._idx = np.empty(self.batchsize, dtype=np.int64)
+        self._idx = self.xp.empty(self.batchsize, dtype=np.int64)
 
     def to_onnx(self, g, inputs):
         idx = indices_onnx(g, inputs[0], self.name)

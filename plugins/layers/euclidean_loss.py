@@ -15,6 +15,7 @@ from singa_core.param import DTYPE
 
 class EuclideanLossLayer(LossLayer):
     type_names = ("kEuclideanLoss",)
+    placement = "device"
     num_srclayers = (2, 2)
     deploy_role = "output"
 
@@ -33,7 +34,7 @@ class EuclideanLossLayer(LossLayer):
                 field="srclayers",
             )
         self.batchsize = int(pred.shape[0])
-        self._diff = np.empty(pred.shape, dtype=DTYPE)  # p − t
+        self._diff = self.xp.empty(pred.shape, dtype=DTYPE)  # p − t
         self._inv_b = DTYPE(self.group_share() / self.batchsize)
 
     def forward(self, phase, srcs):

@@ -67,6 +67,7 @@ _ROLES = ("w_z_hx", "w_r_hx", "w_c_hx", "w_z_hh", "w_r_hh", "w_c_hh", "b_z", "b_
 
 class GRULayer(NeuronLayer):
     type_names = ("kGRU",)
+    placement = "device"
     num_srclayers = (1, 2)
     one_to_many = True
     recurrent = True
@@ -125,7 +126,7 @@ class GRULayer(NeuronLayer):
         self.has_bias = nparams == 9
 
         def buf(*shape):
-            return np.zeros(shape, dtype=DTYPE)
+            return self.xp.zeros(shape, dtype=DTYPE)
 
         self._h0 = buf(B, hdim)  # h_prev without a previous GRU: zeros, or a carried state
         self._z, self._r, self._c = buf(B, hdim), buf(B, hdim), buf(B, hdim)
@@ -137,7 +138,7 @@ class GRULayer(NeuronLayer):
         self._gh = buf(B, hdim)  # h_prev gradient when the buffer is not contiguous
         self._gx = buf(B, vdim)  # x gradient when the buffer is not contiguous
         self._tx = buf(B, vdim)  # scratch
-        self._ones = np.ones(B, dtype=DTYPE)
+        self._ones = self.xp.ones(B, dtype=DTYPE)
 
     def carry_state(self, last: Layer | None = None) -> None:
         np.copyto(self._h0, (last or self).data)

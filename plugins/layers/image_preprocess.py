@@ -35,6 +35,7 @@ from singa_core.layer import InputLayer, kTrain
 
 class ImagePreprocessLayer(InputLayer):
     type_names = ("kImagePreprocess",)
+    placement = "host"  # reads records/files on the CPU; the net copies its output
     num_srclayers = (1, 1)
     deploy_role = "keep"  # predicting: the central crop and the scale, as in testing
 

@@ -24,6 +24,7 @@ from singa_core.param import DTYPE
 
 class InnerProductLayer(NeuronLayer):
     type_names = ("kInnerProduct",)
+    placement = "device"
     needs_whole_source = True  # partitioned on dim 1, each part reads all of src
 
     def setup(self, srcs):
@@ -58,11 +59,11 @@ class InnerProductLayer(NeuronLayer):
         self.weight = self.create_param(0, wshape, "weight")
         self.bias = self.create_param(1, (hdim,), "bias")
         # sum over rows as a GEMV with a ones vector (faster than ndarray.sum for float32)
-        self._ones = np.ones(self.batchsize, dtype=DTYPE)
+        self._ones = self.xp.ones(self.batchsize, dtype=DTYPE)
         # predicting passes of up to 128 rows: OpenBLAS multiplies W·xᵀ 10-16% faster than
         # x·Wᵀ for so few rows (benchmarks/predict.py; slower for many rows)
         small = self.ctx.phase & kDeploy and not self.transpose and self.batchsize <= 128
-        self._yt = np.empty((hdim, self.batchsize), dtype=DTYPE) if small else None
+        self._yt = self.xp.empty((hdim, self.batchsize), dtype=DTYPE) if small else None
 
     def to_onnx(self, g, inputs):
         x = g.reshape(inputs[0], (self.vdim,), f"{self.name}/flat")

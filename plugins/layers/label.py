@@ -17,6 +17,7 @@ from singa_core.layer import InputLayer
 
 class LabelLayer(InputLayer):
     type_names = ("kLabel",)
+    placement = "host"  # reads records/files on the CPU; the net copies its output
     deploy_role = "drop"  # labels: not part of a prediction
     num_srclayers = (1, 1)
 
@@ -24,7 +25,7 @@ class LabelLayer(InputLayer):
         src = record_source(self, srcs)
         self.batchsize = int(src.batchsize)
         self.alloc([self.batchsize], grad=False)
-        self.aux = np.zeros(self.batchsize, dtype=np.int32)
+        self.aux = self.xp.zeros(self.batchsize, dtype=np.int32)
 
     def forward(self, phase, srcs):
         self.aux[...] = [rec.label for rec in srcs[0].records()]

@@ -46,6 +46,7 @@ _HELP = (
 
 class LMDBDataLayer(PrefetchingInput, ShardDataLayer):
     type_names = ("kLMDBData",)
+    placement = "host"  # reads records/files on the CPU; the net copies its output
     conf_field = _FIELD
     backend = "lmdb"
 

@@ -63,6 +63,7 @@ def pow_beta(base: np.ndarray, beta: float, out: np.ndarray, scratch: np.ndarray
 
 class LRNLayer(NeuronLayer):
     type_names = ("kLRN", "kCudnnLRN")
+    placement = "device"
 
     def setup(self, srcs):
         self.expect_srcs(srcs)

@@ -31,6 +31,7 @@ from singa_core.layer import InputLayer, kDeploy
 
 class MnistLayer(InputLayer):
     type_names = ("kMnist",)
+    placement = "host"  # reads records/files on the CPU; the net copies its output
     num_srclayers = (1, 1)
     deploy_role = "input"  # predicting: fed raw pixels, normalised as records are
 

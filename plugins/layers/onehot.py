@@ -17,6 +17,7 @@ from singa_core.layer import InputLayer
 
 class OneHotLayer(InputLayer):
     type_names = ("kOneHot",)
+    placement = "host"  # reads records/files on the CPU; the net copies its output
     deploy_role = "keep"  # indices -> one-hot rows, the same when predicting
     num_srclayers = (1, 1)
 
@@ -40,8 +41,8 @@ class OneHotLayer(InputLayer):
                 help="connect a source with one value per instance (e.g. a kLabel layer)",
             )
         self.alloc((self.batchsize, self.vocab_size), grad=False)
-        self._idx = np.empty(self.batchsize, dtype=np.int64)
-        self._rows = np.arange(self.batchsize)
+        self._idx = self.xp.empty(self.batchsize, dtype=np.int64)
+        self._rows = self.xp.arange(self.batchsize)
 
     def to_onnx(self, g, inputs):
         idx = indices_onnx(g, inputs[0], self.name)

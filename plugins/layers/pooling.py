@@ -16,4 +16,5 @@ from singa_builtins.layers._pool import PoolingBase
 
 class PoolingLayer(PoolingBase):
     type_names = ("kPooling",)
+    placement = "device"
     square = True

@@ -28,6 +28,7 @@ from singa_core.param import DTYPE
 
 class RBMHidLayer(RBMLayer):
     type_names = ("kRBMHid",)
+    placement = "device"
     num_srclayers = (1, 1)
 
     def setup(self, srcs):

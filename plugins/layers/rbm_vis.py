@@ -34,6 +34,7 @@ from singa_core.param import DTYPE
 
 class RBMVisLayer(RBMLayer):
     type_names = ("kRBMVis",)
+    placement = "device"
     num_srclayers = (1, 2)
 
     def setup(self, srcs):
@@ -53,8 +54,8 @@ class RBMVisLayer(RBMLayer):
         self.alloc_blobs(batch, vdim)
         self._first_gibbs = True
         # backward's one GEMM: gW = [h_neg; h_pos]ᵀ · [v_neg; −v_pos] / B
-        self._h_stack = np.zeros((2 * batch, self.hdim), dtype=DTYPE)
-        self._v_stack = np.zeros((2 * batch, vdim), dtype=DTYPE)
+        self._h_stack = self.xp.zeros((2 * batch, self.hdim), dtype=DTYPE)
+        self._v_stack = self.xp.zeros((2 * batch, vdim), dtype=DTYPE)
         self.hid_layer = srcs[1] if len(srcs) > 1 else None
 
     def hidden(self, srcs) -> RBMLayer:

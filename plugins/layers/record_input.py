@@ -32,6 +32,7 @@ from singa_core.schema import common_pb2
 
 class RecordInputLayer(StoreInputLayer):
     type_names = ("kRecordInput",)
+    placement = "host"  # reads records/files on the CPU; the net copies its output
 
     def prepare_parsing(self) -> None:
         # store_conf.has_label: false: a store without labels (the layer provides none)

@@ -37,6 +37,7 @@ def _varint(n: int) -> bytes:
 
 class RecordOutputLayer(StoreOutputLayer):
     type_names = ("kRecordOutput",)
+    placement = "host"  # reads records/files on the CPU; the net copies its output
     default_backend = "kvfile"
 
     def setup(self, srcs):

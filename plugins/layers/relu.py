@@ -22,6 +22,7 @@ def relu_backward(y: np.ndarray, g: np.ndarray, out: np.ndarray, mask: np.ndarra
 
 class ReLULayer(NeuronLayer):
     type_names = ("kReLU",)
+    placement = "device"
 
     def setup(self, srcs):
         self.expect_srcs(srcs)

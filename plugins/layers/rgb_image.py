@@ -46,6 +46,7 @@ from singa_core.layer import InputLayer, kDeploy, kTrain
 
 class RGBImageLayer(InputLayer):
     type_names = ("kRGBImage",)
+    placement = "host"  # reads records/files on the CPU; the net copies its output
     num_srclayers = (1, 1)
     deploy_role = "input"  # predicting: fed raw C×H×W pixels, then mean, central crop, scale
 

@@ -24,6 +24,7 @@ from singa_core.param import DTYPE
 
 class RNNDummyLayer(NeuronLayer):
     type_names = ("kRNNDummy",)
+    placement = "host"  # reads records/files on the CPU; the net copies its output
     num_srclayers = (0, 1)
 
     @classmethod

@@ -15,6 +15,7 @@ from singa_core.layer import InputLayer
 
 class RNNLabelLayer(InputLayer):
     type_names = ("kRNNLabel",)
+    placement = "host"  # reads records/files on the CPU; the net copies its output
     num_srclayers = (1, 1)
 
     def setup(self, srcs):
@@ -36,7 +37,7 @@ class RNNLabelLayer(InputLayer):
                 help="char_rnn_conf.unroll_len must be at least the net's unroll_len",
             )
         self._next = seq[t + 1]
-        self.aux = np.zeros(seq.shape[1], dtype=np.int64)
+        self.aux = self.xp.zeros(seq.shape[1], dtype=np.int64)
         self.alloc((seq.shape[1],), grad=False)
 
     def forward(self, phase, srcs):

@@ -45,6 +45,7 @@ _FIELD = "sharddata_conf"
 
 class ShardDataLayer(InputLayer):
     type_names = ("kShardData",)
+    placement = "host"  # reads records/files on the CPU; the net copies its output
     deploy_role = "drop"  # the parser layers it feeds are fed raw samples instead
     #: the DataProto field configuring the layer, and the store backend it reads
     conf_field = _FIELD

@@ -24,6 +24,7 @@ def sigmoid_backward(y: np.ndarray, g: np.ndarray, out: np.ndarray, scratch: np.
 
 class SigmoidLayer(NeuronLayer):
     type_names = ("kSigmoid",)
+    placement = "device"
 
     def setup(self, srcs):
         self.expect_srcs(srcs)

@@ -58,6 +58,7 @@ class SliceOutput:
 
 class SliceLayer(NeuronLayer):
     type_names = ("kSlice",)
+    placement = "device"
     one_to_many = True  # consumers attach directly (each to its own part), no kSplit
 
     def setup(self, srcs):
@@ -87,7 +88,7 @@ class SliceLayer(NeuronLayer):
         if self.ctx.phase & kDeploy:  # predicting: no gradients
             self.grads = [None] * num
         else:
-            self.grads = [np.zeros(self.datas[0].shape, dtype=DTYPE) for _ in range(num)]
+            self.grads = [self.xp.zeros(self.datas[0].shape, dtype=DTYPE) for _ in range(num)]
         self.grad = self.grads[0]
         self._slot: dict[object, int] = {}  # consumer -> part index
         self._read: set[int] = set()  # parts whose consumer asked for its data

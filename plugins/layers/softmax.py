@@ -20,6 +20,7 @@ from singa_core.param import DTYPE
 
 class SoftmaxLayer(NeuronLayer):
     type_names = ("kSoftmax", "kCudnnSoftmax")
+    placement = "device"
     needs_whole_source = True  # partitioned on dim 1, each part reads all of src
 
     def setup(self, srcs):
@@ -32,7 +33,7 @@ class SoftmaxLayer(NeuronLayer):
         self.batchsize = int(src.shape[0])
         self.dim = int(src.size // self.batchsize)
         self.alloc((self.batchsize, self.dim))
-        self._rowvec = np.empty((self.batchsize, 1), dtype=DTYPE)
+        self._rowvec = self.xp.empty((self.batchsize, 1), dtype=DTYPE)
         self._tmp = np.empty_like(self.data)
 
     def to_onnx(self, g, inputs):

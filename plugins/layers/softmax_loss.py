@@ -29,6 +29,7 @@ FLT_MIN = float(np.finfo(np.float32).tiny)  # 1.17549435e-38
 
 class SoftmaxLossLayer(LossLayer):
     type_names = ("kSoftmaxLoss", "kCudnnSoftmaxLoss")
+    placement = "device"
     alias_note = CUDNN_ALIAS_NOTE
     num_srclayers = (2, 2)
     deploy_role = "output"
@@ -59,17 +60,17 @@ class SoftmaxLossLayer(LossLayer):
         self.alloc(src.shape, grad=False)
         B, D = self.batchsize, self.dim
         self._prob = self.data.reshape(B, D)
-        self._rowmax = np.empty(B, dtype=DTYPE)
-        self._rowsum = np.empty(B, dtype=DTYPE)
-        self._rowbase = np.arange(B, dtype=np.int64) * D
-        self._idx = np.empty(B, dtype=np.int64)
-        self._ptruth = np.empty(B, dtype=DTYPE)
-        self._pmax = np.empty(B, dtype=DTYPE)
-        self._hitrow = np.empty(B, dtype=bool)
-        self._cols = np.arange(D, dtype=np.int64)
-        self._above = np.empty((B, D), dtype=bool)
-        self._tie = np.empty((B, D), dtype=bool)
-        self._later = np.empty((B, D), dtype=bool)
+        self._rowmax = self.xp.empty(B, dtype=DTYPE)
+        self._rowsum = self.xp.empty(B, dtype=DTYPE)
+        self._rowbase = self.xp.arange(B, dtype=np.int64) * D
+        self._idx = self.xp.empty(B, dtype=np.int64)
+        self._ptruth = self.xp.empty(B, dtype=DTYPE)
+        self._pmax = self.xp.empty(B, dtype=DTYPE)
+        self._hitrow = self.xp.empty(B, dtype=bool)
+        self._cols = self.xp.arange(D, dtype=np.int64)
+        self._above = self.xp.empty((B, D), dtype=bool)
+        self._tie = self.xp.empty((B, D), dtype=bool)
+        self._later = self.xp.empty((B, D), dtype=bool)
         self._gscale = DTYPE(self.scale * self.group_share() / B)
 
     def _labels(self, srcs) -> np.ndarray:
@@ -137,7 +138,7 @@ class SoftmaxLossLayer(LossLayer):
         if buf is None:
             return
         if not buf.flags.c_contiguous:  # a strided view: compute, then assign
-            tmp = np.ascontiguousarray(buf)
+            tmp = self.xp.ascontiguousarray(buf)
             self._gradient(tmp)
             buf[...] = tmp
         else:

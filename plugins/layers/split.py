@@ -16,6 +16,7 @@ from singa_core.param import DTYPE
 
 class SplitLayer(NeuronLayer):
     type_names = ("kSplit",)
+    placement = "device"
     one_to_many = True  # one gradient buffer per consumer: no split after a split
 
     def setup(self, srcs):
@@ -29,7 +30,7 @@ class SplitLayer(NeuronLayer):
             )
         self.num_splits = n
         self.data = srcs[0].data
-        self.grads = [np.zeros(self.data.shape, dtype=DTYPE) for _ in range(n)]
+        self.grads = [self.xp.zeros(self.data.shape, dtype=DTYPE) for _ in range(n)]
         self.grad = self.grads[0]
         self._slot: dict[Layer, int] = {}  # consumer -> index into self.grads
         self._used: list[np.ndarray] = []

@@ -31,6 +31,7 @@ def stanh_backward(y: np.ndarray, g: np.ndarray, out: np.ndarray, scratch: np.nd
 
 class STanhLayer(NeuronLayer):
     type_names = ("kSTanh",)
+    placement = "device"
 
     def setup(self, srcs):
         self.expect_srcs(srcs)

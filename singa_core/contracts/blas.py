@@ -212,6 +212,9 @@ def axpy(a: float, x, y) -> None:
     import numpy as np
 
     global _saxpy
+    if not (isinstance(x, np.ndarray) and isinstance(y, np.ndarray)):
+        y += np.float32(a) * x  # device arrays: their own module (one fused kernel on CuPy)
+        return
     if _saxpy is None:
         _saxpy = _find_saxpy()
     if (
@@ -313,6 +316,14 @@ def _call_sgemm(a, b, c, alpha: float, beta: float) -> bool:
     return True
 
 
+def _host(*arrays) -> bool:
+    """Whether every operand is a numpy array (the ctypes BLAS calls need host memory;
+    device arrays take their own module's path)."""
+    import numpy as np
+
+    return all(isinstance(x, np.ndarray) for x in arrays)
+
+
 def gemm_acc(a, b, c) -> None:
     """``c += a @ b`` in place (one GEMM with beta = 1, no temporary), with numpy's own BLAS.
 
@@ -320,7 +331,7 @@ def gemm_acc(a, b, c) -> None:
     Layers accumulating parameter gradients over unrolled time steps (``kAggGrad``) use it.
     Falls back to numpy when the layout or dtype does not allow a direct call.
     """
-    if c.flags.c_contiguous and _call_sgemm(a, b, c, 1.0, 1.0):
+    if _host(a, b, c) and c.flags.c_contiguous and _call_sgemm(a, b, c, 1.0, 1.0):
         return
     c += a @ b
 
@@ -334,7 +345,7 @@ def gemm(a, b, c, *, beta: float = 0.0) -> None:
     copies. ``beta`` is 0 (overwrite) or 1 (accumulate) in practice. Falls back to numpy
     (with a temporary) when the layout or dtype does not allow a direct call.
     """
-    if _call_sgemm(a, b, c, 1.0, beta):
+    if _host(a, b, c) and _call_sgemm(a, b, c, 1.0, beta):
         return
     if beta == 0.0:
         c[...] = a @ b

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from singa_core.contracts.device import Device, array_module, default_device
+from singa_core.contracts.device import CPU, Device, array_module, default_device
 from singa_core.contracts.errors import Location, SingaError
 from singa_core.contracts.memory import charge as charge_memory
 from singa_core.contracts.names import split_replica_name
@@ -85,6 +85,13 @@ class Layer:
     """
 
     num_srclayers: tuple[int, int | None] = (1, 1)
+    #: where the layer computes when its worker runs on a device other than the CPU:
+    #: ``"device"`` (through ``self.xp``: its arrays live on the worker's device),
+    #: ``"host"`` (always on the CPU: input layers reading stores, output layers writing
+    #: files), or None (the class does not say, e.g. a plugin written for numpy arrays:
+    #: it runs on the CPU and the job notes it once). The net builder copies data and
+    #: gradients across every edge between devices (singa_core.netbuilder.transfer).
+    placement: str | None = None
     #: shown once per job when the layer is used under an alias (``type_names[1:]``)
     alias_note: str = ""
     one_to_many: bool = False
@@ -97,7 +104,12 @@ class Layer:
         self.conf = conf  # singa.LayerProto
         self.name: str = conf.name
         self.unroll_index: int = int(conf.unroll_index)  # which time step of an unrolled net
-        self.ctx = ctx or LayerContext(rng=np.random.default_rng(0))
+        ctx = ctx or LayerContext(rng=np.random.default_rng(0))
+        # the device the worker asked for; a layer without a device path computes on the host
+        self.requested_device: Device = ctx.device
+        if self.placement != "device" and not ctx.device.is_host:
+            ctx = replace(ctx, device=CPU)
+        self.ctx = ctx
         self.params: list[Param] = []
         self.data: np.ndarray | None = None
         self.grad: np.ndarray | None = None
@@ -105,6 +117,7 @@ class Layer:
         self.loss: float = 0.0
         self._metric_sum: dict[str, float] = {}
         self._metric_count: dict[str, int] = {}
+        self._draw_buffers: dict[tuple[int, ...], np.ndarray] = {}  # see draw()
 
     # -- the deploy net (optional) -----------------------------------------------------
     def sample_shape(self) -> tuple[int, ...]:
@@ -224,6 +237,21 @@ class Layer:
             return
         self.data = np.zeros_like(src, dtype=DTYPE)
         self.grad = np.zeros_like(self.data) if grad else None
+
+    def draw(self, out, method: str = "random") -> None:
+        """Fill ``out`` (float32) with draws of the layer's generator ``self.ctx.rng``
+        (``"random"``: U[0, 1), ``"standard_normal"``). The numbers are drawn on the host and
+        copied to the device, so every device draws the same ones (a run resumes across
+        devices and CPU and GPU trajectories agree)."""
+        fill = getattr(self.ctx.rng, method)
+        if isinstance(out, np.ndarray) and out.flags.c_contiguous:
+            fill(dtype=DTYPE, out=out)
+            return
+        host = self._draw_buffers.get(out.shape)
+        if host is None:
+            host = self._draw_buffers[out.shape] = np.empty(out.shape, dtype=DTYPE)
+        fill(dtype=DTYPE, out=host)
+        out[...] = host if isinstance(out, np.ndarray) else self.device.asarray(host)
 
     def param_defaults(self, index: int, role: str) -> job_pb2.ParamProto | None:
         """Defaults for this layer's Param ``index`` (its ``role``: "weight", "alpha" ...).

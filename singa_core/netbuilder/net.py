@@ -28,6 +28,7 @@ from singa_core.contracts.memory import charge as charge_memory
 from singa_core.contracts.names import plain_param_name, split_replica_name, split_unrolled_name
 from singa_core.contracts.param import Param, fill_param
 from singa_core.netbuilder.partition import partition
+from singa_core.netbuilder.transfer import DeviceTransfer, needs_transfer
 from singa_core.netbuilder.specs import LayerSpec, layer_type_name, spec_location
 from singa_core.netbuilder.unrolling import unroll
 from singa_core.plugin_host.registry import type_selection
@@ -59,6 +60,7 @@ class NeuralNet:
         self._srcs: dict[str, list[Layer]] = {}
         self.specs: dict[str, LayerSpec] = {}
         self.params: list[Param] = []
+        self.notes: dict[str, str] = {}  # one line per layer type without a device path
 
     def srclayers(self, layer: Layer) -> list[Layer]:
         return self._srcs[layer.name]
@@ -152,6 +154,15 @@ class NeuralNet:
             srcs = [
                 net.by_name[s].output_for(layer) if s in net.by_name else None for s in spec.srcs
             ]
+            for i, src in enumerate(srcs):  # an edge between devices: a copy on it
+                if src is not None and needs_transfer(src, layer):
+                    srcs[i] = net._add_transfer(src, layer)
+            if layer.placement is None and not layer.requested_device.is_host:
+                net.notes[type_name] = (
+                    f"note: layer type {type_name} does not say it computes on a device "
+                    f"(Layer.placement): it runs on the CPU, its data copied to and from "
+                    f"{layer.requested_device} every step"
+                )
             try:
                 layer.setup(srcs)
             except SingaError as err:
@@ -182,6 +193,24 @@ class NeuralNet:
                     srcs[i] = net.by_name[name].output_for(layer)
         _bind_params(net, locate, get_plugin, seed, init_params)
         return net
+
+    def _add_transfer(self, src, consumer: Layer) -> Layer:
+        """A DeviceTransfer from ``src`` to ``consumer``'s device, set up and placed in the
+        order (before the consumer, after its sources)."""
+        transfer = DeviceTransfer(src, consumer)
+        name = transfer.name
+        k = 1
+        while name in self.by_name:
+            k += 1
+            name = f"{transfer.name}#{k}"
+        transfer.name = transfer.conf.name = name
+        transfer.setup([src])
+        self.layers.append(transfer)
+        self.by_name[name] = transfer
+        self._srcs[name] = [src]
+        spec = LayerSpec(transfer.conf, None, [src.name])
+        self.specs[name] = spec
+        return transfer
 
     def partition_view(self, partition_id: int) -> NeuralNet:
         """The part of a partitioned net that worker ``partition_id`` of a group runs: its

@@ -63,6 +63,7 @@ class SourceLayer(Layer):
 
     num_srclayers = (0, 0)
     one_to_many = True
+    placement = "device"
 
     def __init__(self, data=None, labels=None, *, name: str = "src", grad: bool = True):
         super().__init__(job_pb2.LayerProto(name=name), make_ctx())

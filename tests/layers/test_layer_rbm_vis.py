@@ -30,10 +30,11 @@ def make_pair(x, hdim=HDIM, gaussian=False, seed=0):
     )
     hid.setup([vis])
     rng = np.random.default_rng(seed + 2)
-    vis.weight.value[...] = rng.standard_normal(vis.weight.shape)
+    dev = vis.device  # the device in effect (the registry test also runs on the stand-in)
+    vis.weight.value[...] = dev.asarray(rng.standard_normal(vis.weight.shape), np.float32)
     hid.weight.share_data_from(vis.weight)
-    vis.bias.value[...] = rng.standard_normal(vis.bias.shape)
-    hid.bias.value[...] = rng.standard_normal(hdim)
+    vis.bias.value[...] = dev.asarray(rng.standard_normal(vis.bias.shape), np.float32)
+    hid.bias.value[...] = dev.asarray(rng.standard_normal(hdim), np.float32)
     return src, vis, hid
 
 

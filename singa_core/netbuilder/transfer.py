@@ -1,0 +1,85 @@
+"""The copies between devices that the net builder puts on edges crossing them.
+
+A worker's layers compute on its device, except layers that always compute on the host
+(``placement = "host"``: input layers reading stores, output layers writing files) and
+layers whose class does not say it has a device path (``placement = None``: a plugin
+written for numpy arrays runs on the CPU, with a note). Wherever a layer's source lives
+on another device than the layer, :func:`transfer_for` puts a :class:`DeviceTransfer`
+between them: forward copies the source's output (and labels) to the consumer's device,
+backward copies the gradient back. In SINGA 0.3 the input layers' data reached a GPU
+worker the same way (the blob's host copy, then ``mutable_gpu_data``).
+"""
+
+from __future__ import annotations
+
+from singa_core.contracts.device import CPU, array_module, to_host
+from singa_core.contracts.layer import Layer, LayerContext
+from singa_core.schema import job_pb2
+
+
+def device_of_source(src) -> object:
+    """The device a source object's output lives on (its layer's, or the host's for an
+    output part whose array is a numpy array)."""
+    dev = getattr(src, "device", None)
+    if dev is not None:
+        return dev
+    data = getattr(src, "data", None)
+    return CPU if data is None or array_module(data) is array_module(0.0) else None
+
+
+class DeviceTransfer(Layer):
+    """Copies ``src``'s output to the consumer's device and the gradient back."""
+
+    num_srclayers = (1, 1)
+    placement = "device"
+    deploy_role = "keep"
+
+    def __init__(self, src, consumer: Layer) -> None:
+        conf = job_pb2.LayerProto(name=f"{src.name}>{consumer.device}")
+        conf.partition_id = consumer.conf.partition_id
+        conf.srclayers.append(src.name)
+        ctx = LayerContext(
+            rng=consumer.ctx.rng,
+            locate=consumer.ctx.locate,
+            phase=consumer.ctx.phase,
+            partition_id=consumer.ctx.partition_id,
+            num_partitions=consumer.ctx.num_partitions,
+            device=consumer.device,
+        )
+        super().__init__(conf, ctx)
+        self.src = src
+        self.src_device = device_of_source(src)
+
+    def setup(self, srcs):
+        src = srcs[0]
+        takes_grad = src.grad_for(self) is not None
+        self.alloc(src.data.shape, grad=takes_grad)
+        labels = src.labels()
+        self.aux = None if labels is None else self.device.zeros(labels.shape, labels.dtype)
+
+    def forward(self, phase, srcs):
+        src = srcs[0]
+        self.data[...] = self.device.asarray(to_host(src.data))
+        labels = src.labels()
+        if labels is not None:
+            self.aux[...] = self.device.asarray(to_host(labels))
+
+    def backward(self, phase, srcs):
+        buf = srcs[0].grad_for(self)
+        if buf is not None and self.grad is not None:
+            host = to_host(self.grad)
+            buf[...] = host if self.src_device is None else self.src_device.asarray(host)
+
+    def labels(self):
+        return self.aux
+
+    def to_onnx(self, g, inputs):
+        return inputs[0]  # the same values on another device
+
+
+def needs_transfer(src, consumer: Layer) -> bool:
+    """Whether the edge ``src`` → ``consumer`` crosses devices."""
+    data = getattr(src, "data", None)
+    if data is None:
+        return False
+    return array_module(data) is not consumer.xp
