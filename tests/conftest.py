@@ -13,6 +13,118 @@ import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+CORE_DISTRIBUTION = "singa-classic"
+
+
+# -- isolation from the plugins installed in this environment --------------------------------
+#
+# The tests check what singa-classic itself registers (every layer has a gradient case, the
+# list of registered names, list-plugins' output, help texts). A plugin the user installed
+# (`pip install ./singa-mylayer`, as CONTRIBUTING.md says) would show up in all of them, so
+# every third-party distribution found here when the session starts is disabled with
+# SINGA_DISABLE_PLUGINS, in this process and in every `singa` the tests start. The fake
+# plugins tests make themselves (a --target site folder on PYTHONPATH, a fresh venv) are not
+# in that list and load as usual.
+
+
+def installed_third_party_plugins() -> set[str]:
+    """Distribution names of the installed plugins (entry points in the ``singa`` group)
+    that are not singa-classic."""
+    from importlib import metadata
+
+    names = set()
+    for ep in metadata.entry_points(group="singa"):
+        if ep.dist is not None and ep.dist.name != CORE_DISTRIBUTION:
+            names.add(ep.dist.name)
+    return names
+
+
+def _isolate_from_installed_plugins() -> None:
+    found = installed_third_party_plugins()
+    if found:
+        already = [x for x in os.environ.get("SINGA_DISABLE_PLUGINS", "").split(",") if x]
+        os.environ["SINGA_DISABLE_PLUGINS"] = ",".join(sorted(set(already) | found))
+
+
+_isolate_from_installed_plugins()  # at import: before any test builds the plugin host
+
+
+# -- optional extras: a missing one skips its tests, naming it -------------------------------
+
+#: top-level module -> the extra of singa-classic that installs it
+EXTRA_OF_MODULE = {
+    "grpc_tools": "proto",
+    "ray": "ray",
+    "grpc": "ray",
+    "tensorboardX": "tensorboard",
+    "tensorboard": "tensorboard",
+    "matplotlib": "plot",
+    "numba": "fast",
+    "PIL": "images",
+    "lmdb": "lmdb",
+    "onnx": "onnx",
+    "safetensors": "export",
+    "onnxruntime": "test",
+    "hypothesis": "test",
+}
+
+
+def missing_extra_reason(module: str) -> str:
+    """The skip reason for a test that needs ``module``, which is not installed."""
+    top = module.split(".")[0]
+    extra = EXTRA_OF_MODULE.get(top)
+    if extra is None:
+        return f"needs {top}, which is not installed (not a singa-classic extra: pip install {top})"
+    return (
+        f"needs the '{extra}' extra ({top} is not installed): "
+        f"pip install '{CORE_DISTRIBUTION}[{extra}]'"
+    )
+
+
+def has_module(module: str) -> bool:
+    """Whether ``module`` can be imported here."""
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
+
+
+def needs(module: str):
+    """A mark skipping a test (naming the extra) where ``module`` is not installed: for tests
+    that need it only in a `singa` they start, or in code that imports it late."""
+    return pytest.mark.skipif(not has_module(module), reason=missing_extra_reason(module))
+
+
+def need_extra(module: str):
+    """``pytest.importorskip(module)`` with a reason naming the extra that installs it."""
+    return pytest.importorskip(module, reason=missing_extra_reason(module))
+
+
+def _name_the_extra(report) -> None:
+    """Rewrite pytest.importorskip's "could not import 'x'" skip reasons to name the extra."""
+    longrepr = getattr(report, "longrepr", None)
+    if not (report.skipped and isinstance(longrepr, tuple) and len(longrepr) == 3):
+        return
+    path, line, reason = longrepr
+    text = reason.removeprefix("Skipped: ")
+    if text.startswith("could not import '"):
+        module = text[len("could not import '") :].split("'")[0]
+        report.longrepr = (path, line, "Skipped: " + missing_extra_reason(module))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    _name_the_extra(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    outcome = yield
+    _name_the_extra(outcome.get_result())
 
 
 def pytest_addoption(parser):
@@ -143,18 +255,78 @@ def small_job(tmp_path):
     return make
 
 
+# -- the shm engine's segments of this test's own jobs ----------------------------------------
+#
+# Tests run in parallel (pytest -n auto): another test's job may create and remove segments in
+# /dev/shm at any moment, so a test checks only the segments of jobs it started itself. The
+# shm engine names them singa-<launcher pid>-<token>-<what>; the launcher is either this
+# process (a job run in-process) or a `singa` this test started (run_singa, or track()).
+
+# One set, even when this file is imported twice (as `conftest` by pytest and as
+# `tests.conftest` by some test modules): kept on the sys module, which both copies share.
+_STARTED: set[int] = sys.__dict__.setdefault("_singa_tests_started_pids", set())
+
+
+def track(proc: subprocess.Popen) -> subprocess.Popen:
+    """Count ``proc`` (a `singa` started with Popen) among this test's jobs; returns it."""
+    _STARTED.add(proc.pid)
+    return proc
+
+
+@pytest.fixture(autouse=True)
+def _forget_started_jobs():
+    _STARTED.clear()
+    yield
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def own_shm_segments() -> set[str]:
+    """The names in /dev/shm of shm-engine segments made by this test's jobs: this process's
+    and those of the `singa` processes it started that have ended (a live process of that
+    number is someone else's, the number having been reused)."""
+    if not os.path.isdir("/dev/shm"):
+        return set()
+    me = os.getpid()
+    out = set()
+    for name in os.listdir("/dev/shm"):
+        parts = name.split("-")
+        if len(parts) < 3 or parts[0] != "singa" or not parts[1].isdigit():
+            continue  # not the shm engine's (Ray's are singa-ray-...)
+        pid = int(parts[1])
+        if pid == me or (pid in _STARTED and not _alive(pid)):
+            out.add(name)
+    return out
+
+
 def run_singa(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: int = 600):
     """Run the real `singa` command in a subprocess; returns CompletedProcess."""
     full_env = dict(os.environ)
     full_env.update(env or {})
-    return subprocess.run(
+    with subprocess.Popen(
         [sys.executable, "-m", "singa_core.commands.cli", *args],
         cwd=cwd or REPO,
         env=full_env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
-    )
+    ) as proc:
+        track(proc)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def act_and_wait(proc: subprocess.Popen, ready, act, *, timeout: int = 60) -> tuple:

@@ -21,14 +21,14 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, mlp_conf, write_csv_blobs
+from conftest import REPO, mlp_conf, own_shm_segments, track, write_csv_blobs
 
 KILLS = 5
 SHM_GROUP = ["-o", "cluster.nworkers_per_group=2", "-o", "cluster.server_worker_separate=true"]
 
 
 def _shm_entries() -> set[str]:
-    return {p.name for p in Path("/dev/shm").iterdir() if p.name.startswith("singa-")}
+    return own_shm_segments()  # only this test's jobs: others may run in parallel
 
 
 def _descendants(pid: int) -> set[int]:
@@ -72,8 +72,10 @@ def _start(conf: Path, ws: Path, extra: list[str], resume: bool) -> subprocess.P
     # one BLAS thread for every run: the automatic choice (a trial on the first steps) may
     # pick another count for the uninterrupted run under load, and the checkpoint records it
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
-    return subprocess.Popen(
-        args, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    return track(
+        subprocess.Popen(
+            args, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
     )
 
 

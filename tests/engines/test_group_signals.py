@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, mlp_conf, write_csv_blobs
+from conftest import REPO, mlp_conf, own_shm_segments, track, write_csv_blobs
 
 # two worker processes (one partition each) and a server process
 SHM = [
@@ -40,11 +40,9 @@ def _group_members(pgid: int) -> list[int]:
 
 
 def _shm_segments() -> set[str]:
-    """The shm engine's names in /dev/shm (a Ray job elsewhere on the machine may make and
-    remove its own ``singa-ray-`` names meanwhile)."""
-    if not os.path.isdir("/dev/shm"):
-        return set()
-    return {n for n in os.listdir("/dev/shm") if not n.startswith("singa-ray-")}
+    """The shm engine's segments of this test's own jobs (Ray jobs and other tests running in
+    parallel make and remove their own names meanwhile)."""
+    return own_shm_segments()
 
 
 @pytest.mark.parametrize("target", ["group", "one-child"])
@@ -59,10 +57,10 @@ def test_sigterm_to_a_shm_job_checkpoints_exits_143_and_resumes_exactly(tmp_path
 
     ws = tmp_path / "ws"
     before = _shm_segments()
-    proc = subprocess.Popen(  # setsid: its own process group, as a scheduler's job
+    proc = track(subprocess.Popen(  # setsid: its own process group, as a scheduler's job
         _cli(conf, ws), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         text=True, start_new_session=True,
-    )  # fmt: skip
+    ))  # fmt: skip
     try:
         deadline = time.monotonic() + 120
         metrics = ws / "metrics.jsonl"

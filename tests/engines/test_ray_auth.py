@@ -21,7 +21,7 @@ from singa_builtins.engines.ray.auth import (
 )
 
 from singa_core.errors import SingaError
-from tests.conftest import mlp_conf, run_singa, write_csv_blobs
+from tests.conftest import mlp_conf, needs, run_singa, write_csv_blobs
 from tests.engines.test_ray_engine import run_checks_in_private_network
 
 ADDR = "10.0.0.1:6379"
@@ -140,6 +140,7 @@ def test_an_address_that_is_not_host_port(bad):
     assert split_address("[::1]:6379") == ("::1", 6379)
 
 
+@needs("ray")
 def test_auto_is_resolved_as_ray_resolves_it_before_the_check(monkeypatch):
     from ray._private import services
     from singa_builtins.engines.ray import auth
@@ -220,6 +221,7 @@ def _job(tmp_path):
     return conf
 
 
+@needs("ray")
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -239,6 +241,7 @@ def test_bad_values_of_the_new_options_are_located_errors(tmp_path, args, messag
     assert res.stderr.startswith(f"{where}: error: "), res.stderr
 
 
+@needs("ray")
 def test_the_options_reach_ray_options(tmp_path):
     from singa_builtins.engines.ray.runtime import Runtime
 

@@ -15,7 +15,15 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, mlp_conf, run_singa, shared_data_dir, write_csv_blobs
+from tests.conftest import (
+    REPO,
+    mlp_conf,
+    need_extra,
+    needs,
+    run_singa,
+    shared_data_dir,
+    write_csv_blobs,
+)
 
 PIP = "pip install 'singa-classic[ray]'"
 
@@ -51,6 +59,7 @@ def test_without_ray_the_engine_is_listed_and_asking_for_it_says_how_to_install(
     assert PIP in res.stderr and "Traceback" not in res.stderr, res.stderr
 
 
+@needs("ray")  # without Ray, --engine ray stops at that first (the test above)
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -156,7 +165,9 @@ def run_in_private_network(
 
 def run_checks_in_private_network(module: str, pytest_args: str = "-q") -> None:
     """Run the pytest module ``module`` (the checks of a Ray job) in a private network
-    namespace; its output is printed, and every check must pass (none skipped)."""
+    namespace; its output is printed, and every check must pass (none skipped). Skipped,
+    naming the 'ray' extra, where Ray is not installed."""
+    need_extra("ray")
     args = f"{pytest_args} -p no:cacheprovider --durations=0"
     res = run_in_private_network(f"exec {sys.executable} -m pytest {args} {module}")
     print(res.stdout[-20000:])

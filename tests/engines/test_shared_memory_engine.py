@@ -15,7 +15,16 @@ import numpy as np
 import pytest
 
 from singa_core.running.checkpoint import read_params, read_state
-from tests.conftest import REPO, act_and_wait, interrupt, mlp_conf, run_singa, write_csv_blobs
+from tests.conftest import (
+    REPO,
+    act_and_wait,
+    interrupt,
+    mlp_conf,
+    own_shm_segments,
+    run_singa,
+    track,
+    write_csv_blobs,
+)
 from tests.engines import partitioned
 
 SEPARATE = "cluster.server_worker_separate=true"
@@ -36,7 +45,7 @@ def _overrides(*pairs: str) -> list[str]:
 
 
 def _shm_entries() -> set[str]:
-    return {p.name for p in Path("/dev/shm").iterdir() if p.name.startswith("singa-")}
+    return own_shm_segments()  # only this test's jobs: others may run in parallel
 
 
 def _last_test_accuracy(ws: Path) -> float:
@@ -158,22 +167,24 @@ def _children(pid: int) -> list[int]:
 
 
 def _start(conf: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "singa_core.commands.cli",
-            "train",
-            str(conf),
-            "--seed",
-            "7",
-            "-q",
-            *args,
-        ],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    return track(
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "singa_core.commands.cli",
+                "train",
+                str(conf),
+                "--seed",
+                "7",
+                "-q",
+                *args,
+            ],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     )
 
 
