@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from singa_core.contracts.errors import SingaError
+from singa_core.inference.sample_checks import check_samples, refuse_special_file
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
 
@@ -213,6 +214,7 @@ def read_inputs(paths: Sequence[Path], shape: tuple[int, ...], *, resize: bool =
             raise SingaError(
                 "input is a folder", where=str(path), help=f"give its files, e.g. {path}/*.png"
             )
+        refuse_special_file(path)  # a FIFO, socket or device: refused by name
         suffix = path.suffix.lower()
         if suffix in IMAGE_SUFFIXES:
             parts.append(read_image(path, shape, resize)[None])
@@ -228,6 +230,7 @@ def read_inputs(paths: Sequence[Path], shape: tuple[int, ...], *, resize: bool =
             for key, samples in groups:
                 parts.append(samples)
                 names += [f"{path.name}[{key}][{i}]" for i in range(len(samples))]
+                check_samples(names[len(names) - len(samples) :], samples, f"{path}[{key}]")
             continue
         elif suffix in (".csv", ".txt"):
             samples = _read_csv(path, shape)
@@ -239,6 +242,7 @@ def read_inputs(paths: Sequence[Path], shape: tuple[int, ...], *, resize: bool =
             if len(samples) == 1 and suffix == ".npy"
             else [f"{path.name}[{i}]" for i in range(len(samples))]
         )
+        check_samples(names[len(names) - len(samples) :], samples, str(path))
     if not parts:
         raise SingaError("no inputs", where="INPUT", help="give at least one input file")
     return names, np.concatenate([p.astype(np.float32, copy=False) for p in parts])
