@@ -95,7 +95,13 @@ class Model:
         sample_shape: tuple[int, ...] | None = None,
         source=(),
         batch: int = BATCH,
+        device=None,
     ) -> None:
+        # where the deploy net computes (a Device or a spec: "cpu", "cuda:0"); predictions
+        # come back to the host. A model trained on a GPU needs none to predict.
+        from singa_core.contracts.device import open_device
+
+        self.device = open_device(device if device is not None else "cpu", where="device")
         if len(plan.inputs) != 1:
             raise SingaError(
                 f"the deploy net has {len(plan.inputs)} inputs ({', '.join(plan.inputs)}); "
@@ -173,6 +179,7 @@ class Model:
             batchsize=batchsize,
             sample_shape=self._given_shape,
             param_values=_PlainNames(self.values),
+            devices=self.device,
         )
 
     # -- predicting --------------------------------------------------------------------
@@ -249,6 +256,10 @@ class Model:
         for layer in self.carriers:
             layer.carry_state()
         data = net.by_name[self.plan.output].data
+        if not self.device.is_host:
+            from singa_core.contracts.device import to_host
+
+            data = to_host(data)
         return data.reshape(chunk.shape[0], -1)
 
     def predict_classes(self, x, top_k: int = 1) -> np.ndarray:
