@@ -281,7 +281,8 @@ class Job:
     Use :meth:`from_file`. Options mirror ``singa train``'s: ``overrides`` (``-o``, a dict
     or a list of ``FIELD=VALUE``), ``seed``, ``workspace``, ``engine`` and
     ``engine_options`` (``--engine-option``; also address/placement/max_restarts),
-    ``quiet`` (no metric lines), ``tensorboard``/``histograms``, ``out``/``err`` (default:
+    ``device`` (``--device``: ``"cpu"``, ``"cuda"``, ``"cuda:N"``; default: job.conf's
+    ``gpu`` field, SINGA 0.3's meaning), ``quiet`` (no metric lines), ``tensorboard``/``histograms``, ``out``/``err`` (default:
     sys.stdout / sys.stderr at the time of the call), ``live`` (the progress line; default
     when stderr is a terminal).
     """
@@ -301,10 +302,12 @@ class Job:
         out=None,
         err=None,
         live: bool | None = None,
+        device: str | None = None,
     ) -> None:
         self.cfg = cfg
         self.host = host
         self.seed = seed
+        self.device = device  # --device: cpu, cuda, cuda:N, standin; None: job.conf's gpu
         self.workspace_override = str(workspace) if workspace is not None else None
         self.engine_name = engine
         self.engine_options = {
@@ -411,6 +414,7 @@ class Job:
             resume_from=resume_from,
             seed=self.seed,
             workspace=self.workspace_override,
+            device=self.device,
         )
         for line in prepared.notices.values():
             print(line, file=self.err)
@@ -598,6 +602,9 @@ class Job:
             f"engine {type(eng).type_names[0]} | plugins: {plugins}",
             file=self.err,
         )
+        for line in prepared.device_lines():
+            if any(d.kind != "cpu" for d in prepared.devices):
+                print(line, file=self.err)
 
     @staticmethod
     def _non_finite_stop(err, prepared, reporter) -> None:
@@ -699,7 +706,12 @@ class Job:
                 help="set test_steps in job.conf or pass --steps N",
             )
         prepared = prepare_job(
-            cfg, self.host, test_only=True, seed=self.seed, workspace=self.workspace_override
+            cfg,
+            self.host,
+            test_only=True,
+            seed=self.seed,
+            workspace=self.workspace_override,
+            device=self.device,
         )
         for line in prepared.notices.values():
             print(line, file=self.err)

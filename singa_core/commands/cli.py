@@ -124,6 +124,15 @@ OverrideOpt = Annotated[
     ),
 ]
 WorkspaceOpt = Annotated[str | None, typer.Option(metavar="DIR", help="override cluster.workspace")]
+DeviceOpt = Annotated[
+    str | None,
+    typer.Option(
+        metavar="DEVICE",
+        help="where every worker computes: cpu, cuda, cuda:N (needs singa-classic[gpu]) or "
+        "standin (the CPU through the stand-in device module, for checking plugins); "
+        "default: job.conf's gpu field (worker i on gpu[i], the others on the CPU)",
+    ),
+]
 SampleShapeOpt = Annotated[
     list[int] | None,
     typer.Option(
@@ -180,6 +189,8 @@ def _print_net(prepared, engine) -> None:
         for line in prepared.memory.table():
             print(line)
     for line in engine.describe():
+        print(line)
+    for line in prepared.device_lines():
         print(line)
 
 
@@ -284,6 +295,7 @@ def train(
         ),
     ] = None,
     workspace: WorkspaceOpt = None,
+    device: DeviceOpt = None,
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="no metric lines, only the summary")
     ] = False,
@@ -407,6 +419,7 @@ def train(
             quiet=quiet,
             tensorboard=tensorboard,
             histograms=histograms,
+            device=device,
         )
         if dry_run:
             checked = run.dry_run()
@@ -454,6 +467,7 @@ def test(
             metavar="NAME", help="engine plugin (default: chosen from the cluster config)"
         ),
     ] = None,
+    device: DeviceOpt = None,
 ) -> None:
     """Evaluate a trained model on the test net (SINGA's -test).
 
@@ -463,7 +477,7 @@ def test(
     from singa_core.api.job import Job
 
     try:
-        run = Job.from_file(job, override, engine=engine)
+        run = Job.from_file(job, override, engine=engine, device=device)
         result = run.test(steps, checkpoint)
     except SingaError as err:
         _fail(err)
@@ -742,6 +756,7 @@ def time_command(
     seed: Annotated[
         int | None, typer.Option(metavar="N", help="random seed (overrides job.conf's seed)")
     ] = None,
+    device: DeviceOpt = None,
 ) -> None:
     """Time the train net's layers, forward and backward, like `caffe time`.
 
@@ -766,7 +781,9 @@ def time_command(
             )
         host = _host()
         cfg = load_job(job, override or [])
-        prepared = prepare_job(cfg, host, seed=seed)
+        prepared = prepare_job(cfg, host, seed=seed, device=device)
+        for line in prepared.device_lines():
+            print(line)
         # as the in-process engine runs it (job.conf, else the environment, else all cores)
         set_blas_threads(blas_threads_for(prepared.job, usable_cpus()))
         timing = time_training_step(prepared, iterations, warmup)
@@ -880,6 +897,7 @@ def predict(
     ] = False,
     sample_shape: SampleShapeOpt = None,
     workspace: WorkspaceOpt = None,
+    device: DeviceOpt = None,
 ) -> None:
     """Predict with a trained model: class probabilities (or the output layer's values).
 
@@ -908,7 +926,9 @@ def predict(
                     help="name it FILE.jsonl, FILE.csv or FILE.npz",
                 )
         run = Job.from_file(job, override, workspace=workspace)
-        model = run.model(checkpoint, sample_shape=tuple(sample_shape or ()) or None)
+        model = run.model(
+            checkpoint, sample_shape=tuple(sample_shape or ()) or None, device=device
+        )
         if not 1 <= top_k <= model.num_outputs:
             raise SingaError(
                 f"--top-k {top_k}: the model has {model.num_outputs} outputs",

@@ -192,12 +192,16 @@ class _TimedStub(ParamStub):
                 q.version = version
 
 
-def _timed(fn, sink: list[float]):
+def _timed(fn, sink: list[float], sync=lambda: None):
+    """``fn`` adding its wall time to ``sink[0]``; ``sync`` waits for the layer's device
+    (a GPU queues kernels: without it a layer's time would show up in a later one's)."""
+
     def call(*args, **kwargs):
         t0 = time.perf_counter()
         try:
             return fn(*args, **kwargs)
         finally:
+            sync()
             sink[0] += time.perf_counter() - t0
 
     return call
@@ -229,8 +233,9 @@ def time_training_step(prepared, iterations: int, warmup: int = 2) -> StepTiming
             old = lt.flops or (0.0, 0.0)
             lt.flops = (old[0] + float(flops[0]), old[1] + float(flops[1]))
         fsink, bsink = [0.0], [0.0]
-        layer.forward = _timed(layer.forward, fsink)
-        layer.backward = _timed(layer.backward, bsink)
+        sync = layer.device.synchronize
+        layer.forward = _timed(layer.forward, fsink, sync)
+        layer.backward = _timed(layer.backward, bsink, sync)
         sinks.append((lt, fsink, bsink))
 
     updater_s, step_s = [], []
@@ -241,6 +246,8 @@ def time_training_step(prepared, iterations: int, warmup: int = 2) -> StepTiming
             stub.seconds = 0.0
             t0 = time.perf_counter()
             worker.train_one_batch(int(prepared.start_step) + it, net, stub)
+            for device in set(prepared.devices):
+                device.synchronize()
             total = time.perf_counter() - t0
             if it < warmup:
                 continue

@@ -98,6 +98,8 @@ class ParamGenerator:
     Constructed as ``cls(conf)`` with the ``singa.ParamGenProto``; :meth:`fill` writes the
     initial values into ``value`` (float32, shape ``(out, in)`` for matrices) in place,
     drawing randomness only from ``rng`` so that a job seed makes runs repeatable.
+    ``value`` is always a host (numpy) array: :func:`fill_param` copies the result to a
+    Param on another device, so every device starts from the same values.
     """
 
     def __init__(self, conf) -> None:

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from singa_core.contracts.device import array_module
+
 from singa_core.contracts.param import Param
 from singa_core.contracts.updater import Updater
 
@@ -156,4 +158,4 @@ class ParamShard:
             for sname, arr in e.state.items():
                 k = f"{names[key]}::{sname}"
                 if k in arrays:
-                    np.copyto(arr, arrays[k])
+                    arr[...] = array_module(arr).asarray(arrays[k])  # to the slice's device

@@ -1,6 +1,9 @@
 """Interfaces of the server-side update rule: Updater and the learning-rate change method.
 
-An Updater runs on the parameter server for every Param slice (SINGA 0.3 §1.6). The server
+An Updater runs on the parameter server for every Param slice (SINGA 0.3 §1.6), on the
+device the slice lives on: its arrays may be CuPy arrays (the in-process engine keeps a GPU
+worker's Params there), so an updater allocates only ``*_like`` them or through
+:meth:`Updater.scratch`, and calls numpy's functions, which dispatch to their module. The server
 hands it the summed gradient of a slice and ``scale = 1/num_total`` (the number of
 data-parallel replicas that contributed); the updater clips, scales, adds weight decay and
 applies its rule to ``value`` in place. Per-slice history lives in ``state``, a dict of
@@ -12,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from singa_core.contracts.blas import axpy
+from singa_core.contracts.device import array_module
 from singa_core.contracts.errors import SingaError
 
 __all__ = ["LRChange", "Updater", "axpy"]
@@ -69,9 +73,10 @@ class Updater:
     def scratch(self, like: np.ndarray) -> np.ndarray:
         """A float32 work array shaped like ``like``: one per size, reused by every later
         update (not state: never checkpointed)."""
-        buf = self._scratch.get(like.size)
+        key = (like.size, type(like))  # one per size and device kind
+        buf = self._scratch.get(key)
         if buf is None:
-            buf = self._scratch[like.size] = np.empty(like.size, np.float32)
+            buf = self._scratch[key] = array_module(like).empty(like.size, np.float32)
         return buf.reshape(like.shape)
 
     def prologue(

@@ -43,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
+from singa_core.contracts.device import to_host
 from singa_core.contracts.errors import SingaError
 from singa_core.contracts.param import DTYPE
 from singa_core.running.fileio import atomic_write_bytes
@@ -114,7 +115,7 @@ def _param_pieces(records: list[ParamRecord]):
         head += b"\x18" + _varint(int(r.version))
     yield bytes(head)
     for r in records:
-        arr = _f32(r.value)
+        arr = _f32(to_host(r.value))  # a device's values: one copy to the host
         n = arr.size * 4
         blob = bytearray()
         for s_ in r.value.shape:
@@ -552,7 +553,7 @@ def check_params_file(path: str | Path) -> None:
 
 def _fill_state(state: TrainingState):
     meta = dict(state.meta, step=state.step)
-    arrays = {f"a/{k}": v for k, v in state.arrays.items()}
+    arrays = {f"a/{k}": to_host(v) for k, v in state.arrays.items()}
     arrays["meta"] = np.frombuffer(json.dumps(meta, sort_keys=True).encode(), dtype=np.uint8)
 
     def fill(w) -> None:
@@ -888,7 +889,8 @@ def load_param_files(
                     help="the checkpoint was written by a different net; remove it from "
                     "checkpoint_path or fix the layer sizes",
                 )
-            p.value[...] = rec.value.reshape(p.shape)
+            value = rec.value.reshape(p.shape)
+            p.value[...] = value if p.device.is_host else p.device.asarray(value)
             p.version = start_step if reset_version else rec.version
             loaded.add(p.name)
         if not matched:

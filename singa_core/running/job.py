@@ -13,6 +13,7 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from singa_core.contracts.device import CPU, open_device, worker_device_specs
 from singa_core.contracts.errors import SingaError
 from singa_core.contracts.layer import kTest, kTrain, kVal
 from singa_core.contracts.memory import MemoryEstimate, available_memory, estimating
@@ -73,6 +74,9 @@ class PreparedJob:
     # only the test net runs (singa test): a job.conf without an updater is fine
     test_only: bool = False
     resume_meta: dict = field(default_factory=dict)  # training-state metadata of `resume`
+    # where each worker of a group computes (SINGA 0.3's `gpu` field, or --device): the
+    # device of partition j of the train net is devices[j]; empty: the CPU
+    devices: list = field(default_factory=list)
 
     def get_plugin(self, kind: str, name: str):
         obj = self.host.get(kind, name)
@@ -95,7 +99,7 @@ class PreparedJob:
         """The net of ``phase``, partitioned across the workers of a group (default: the
         cluster's nworkers_per_group; a worker runs ``net.partition_view(its id)``)."""
         with estimating(self.memory, PHASE_NAMES.get(phase, str(phase))):
-            return NeuralNet.create(
+            net = NeuralNet.create(
                 self.job,
                 phase,
                 get_plugin=self.get_plugin,
@@ -103,7 +107,19 @@ class PreparedJob:
                 seed=self.seed,
                 init_params=init,
                 num_partitions=self.num_partitions if num_partitions is None else num_partitions,
+                devices=self.devices or None,
             )
+        self.notices.update(net.notes)
+        return net
+
+    def device_lines(self) -> list[str]:
+        """Which worker of a group runs on which device, for the first lines and the
+        dry-run."""
+        devices = self.devices or [CPU]
+        if all(d == devices[0] for d in devices):
+            who = "every worker" if self.num_partitions > 1 else "worker 0"
+            return [f"device: {who} on {devices[0].describe()}"]
+        return [f"device: worker {j} on {d.describe()}" for j, d in enumerate(devices)]
 
     def _create(
         self,
@@ -191,6 +207,20 @@ class PreparedJob:
         return out
 
 
+def open_worker_devices(cfg, nworkers: int, override: str | None) -> list:
+    """The device of each of a group's ``nworkers`` workers: ``override`` (``--device``)
+    for all, else job.conf's ``gpu`` with SINGA 0.3's meaning (worker i on ``gpu[i]``,
+    workers beyond the list on the CPU). Each is opened here, so a GPU the job cannot have
+    is a located error before step 0."""
+    job = cfg.job
+    specs = worker_device_specs(list(job.gpu), nworkers, override)
+    devices = []
+    for i, spec in enumerate(specs):
+        where = "--device" if override is not None else cfg.locate(f"gpu[{min(i, len(job.gpu) - 1)}]")
+        devices.append(open_device(spec, where=where))
+    return devices
+
+
 def prepare_job(
     cfg: JobConfig,
     host: PluginHost,
@@ -200,6 +230,7 @@ def prepare_job(
     seed: int | None = None,
     workspace: str | None = None,
     test_only: bool = False,
+    device: str | None = None,
 ) -> PreparedJob:
     job = cfg.job
     if seed is not None:
@@ -277,6 +308,7 @@ def prepare_job(
         cfg=cfg, host=host, seed=int(job.seed), workspace=wsp, resume=found, resume_meta=resume_meta
     )
     prepared.test_only = test_only
+    prepared.devices = open_worker_devices(cfg, prepared.num_partitions, device)
     _check_conflicting_plugins(prepared)
     check_config(cfg)  # non-finite updater settings: a located error before step 0
     worker = prepared.make_worker()

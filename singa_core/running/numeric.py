@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
+from singa_core.contracts.device import to_host
 from singa_core.contracts.errors import SingaError
 
 NON_FINITE_EXIT = 3
@@ -103,6 +104,8 @@ def check_config(cfg) -> None:
 
 # -- during training ---------------------------------------------------------------------
 def _describe(value) -> str:
+    if not isinstance(value, str | int | float) and hasattr(value, "dtype"):
+        value = to_host(value)
     if isinstance(value, np.ndarray):
         n_nan = int(np.isnan(value).sum())
         n_inf = int(np.isinf(value).sum())
@@ -165,7 +168,7 @@ class NumericGuard:
         backward (reverse net) order. The first is where the step went wrong."""
 
         def bad(a) -> bool:
-            return isinstance(a, np.ndarray) and a.dtype.kind == "f" and not all_finite(a)
+            return a is not None and hasattr(a, "dtype") and a.dtype.kind == "f" and not all_finite(a)
 
         layers = self.net.layers
         out = []
@@ -205,10 +208,10 @@ class NumericGuard:
 def check_checkpoint_values(records, step: int) -> None:
     """Refuse to checkpoint non-finite Param values (records: checkpoint.ParamRecord)."""
     for r in records:
-        if not all_finite(np.asarray(r.value)):
+        if not all_finite(to_host(r.value)):
             raise NonFiniteError(
                 f"Param '{r.name}' is non-finite at step {step} "
-                f"({_describe(np.asarray(r.value))}); the checkpoint was not written",
+                f"({_describe(to_host(r.value))}); the checkpoint was not written",
                 step=step,
                 help="lower the learning rate (updater.learning_rate.base_lr) or check the "
                 "data and the Params' init",
