@@ -79,15 +79,50 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> _Parser:
     p = _Parser(prog="singa data images", add_help=False)
-    p.add_argument("dir", type=Path)
-    p.add_argument("--resize", nargs=2, type=int, metavar=("W", "H"))
-    p.add_argument("--gray", action="store_true")
-    p.add_argument("--shuffle", action="store_true")
-    p.add_argument("--val-fraction", type=float, default=0.0)
-    p.add_argument("--encoded", action="store_true")
-    p.add_argument("--backend", choices=("kvfile", "lmdb"), default="kvfile")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("dir", type=Path, metavar="DIR", help="one subfolder of images per class")
+    p.add_argument(
+        "--resize", nargs=2, type=int, metavar=("W", "H"),
+        help="resize every image to W x H (bilinear); without it all must have the first's size",
+    )  # fmt: skip
+    p.add_argument("--gray", action="store_true", help="one grey channel instead of RGB")
+    p.add_argument(
+        "--shuffle", action="store_true",
+        help="a random record order (from --seed); default: class and path order",
+    )  # fmt: skip
+    p.add_argument(
+        "--val-fraction", type=float, default=0.0, metavar="F",
+        help="hold out round(F*n) images of every class as test_data.bin (default 0)",
+    )  # fmt: skip
+    p.add_argument(
+        "--encoded", action="store_true",
+        help="records keep the PNG/JPEG file, decoded at training time (smaller stores)",
+    )  # fmt: skip
+    p.add_argument(
+        "--backend", choices=("kvfile", "lmdb"), default="kvfile",
+        help="kvfile stores (default) or LMDB folders train_lmdb/test_lmdb",
+    )  # fmt: skip
+    p.add_argument(
+        "--seed", type=int, default=0, metavar="N",
+        help="seed of --shuffle and of the held-out choice (default 0)",
+    )  # fmt: skip
     return p
+
+
+def options_text() -> str:
+    """DIR and every option with its help, as `singa data images --help` lists them."""
+    rows = []
+    for action in _parser()._actions:
+        meta = action.metavar
+        meta = " ".join(meta) if isinstance(meta, tuple) else meta
+        if not action.option_strings:
+            rows.append((meta or action.dest, action.help))
+            continue
+        if action.choices:
+            meta = "|".join(action.choices)
+        flag = action.option_strings[0]
+        rows.append((f"{flag} {meta}" if action.nargs != 0 else flag, action.help))
+    width = max(len(left) for left, _ in rows) + 2
+    return "\n".join(f"  {left:<{width}}{text}" for left, text in rows)
 
 
 # -- decoding (in worker processes) -----------------------------------------------------------
@@ -189,6 +224,9 @@ class ImagesConverter(DatasetConverter):
         self.options = None
 
     # -- arguments --------------------------------------------------------------------------
+    def options_help(self) -> str:
+        return options_text()
+
     def configure(self, args: list[str]) -> Path:
         """Parse ``DIR`` and the options after ``singa data images``; returns DIR."""
         try:

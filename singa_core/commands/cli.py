@@ -895,6 +895,15 @@ def predict(
         bool,
         typer.Option("--resize", help="scale (and convert) images to the model's input size"),
     ] = False,
+    layout: Annotated[
+        str | None,
+        typer.Option(
+            "--layout",
+            metavar="NCHW|NHWC",
+            help="how .npy/.npz images are laid out: NCHW (channels first, as the records "
+            "hold them; the default) or NHWC (channels last, as PIL and OpenCV hold them)",
+        ),
+    ] = None,
     sample_shape: SampleShapeOpt = None,
     workspace: WorkspaceOpt = None,
     device: DeviceOpt = None,
@@ -906,6 +915,7 @@ def predict(
     from records (pixels 0-255), applying the data layer's own preprocessing. No training
     data is read."""
     from singa_core.api.job import Job
+    from singa_core.inference.input_range import predict_noting_range
     from singa_core.inference.inputs import (
         predictions_bytes,
         predictions_table,
@@ -937,8 +947,8 @@ def predict(
             )
         if labels is None and (job.parent / "labels.txt").is_file():
             labels = job.parent / "labels.txt"
-        names, samples = read_inputs(inputs, model.sample_shape, resize=resize)
-        scores = model.predict(samples)
+        names, samples = read_inputs(inputs, model.sample_shape, resize=resize, layout=layout)
+        scores = predict_noting_range(model, samples)  # a far-off range: a warning line
         class_names = read_labels(labels)
         if output is None:
             print(predictions_table(names, scores, top_k, class_names))
@@ -1016,6 +1026,12 @@ def main() -> None:
     args, notes = translate_argv(sys.argv[1:])  # SINGA 0.3's -conf, -singa_conf, ...
     for note in notes:
         print(note, file=sys.stderr)
+    from singa_core.commands.data_help import converter_help
+
+    shown = converter_help(args, _host)  # `singa data images --help`: its own options too
+    if shown is not None:
+        print(shown, end="")
+        return
     try:
         app(args=args, prog_name="singa")
     except KeyboardInterrupt:  # Ctrl-C outside the training loop (which handles its own)

@@ -21,3 +21,8 @@ class DatasetConverter:
 
     def convert(self, source_dir: Path, out_dir: Path, log) -> list[Path]:  # pragma: no cover
         raise NotImplementedError
+
+    def options_help(self) -> str:
+        """The converter's own arguments and options (those ``configure(args)`` takes), as
+        ``singa data NAME --help`` lists them below --out and --from; empty: none."""
+        return ""

@@ -12,7 +12,7 @@ layer reads from a record: pixels 0-255, C×H×W):
   when the line has one value more than a sample), anything else a kvfile of RecordProto
   records (``data`` floats, else ``pixel`` bytes).
 
-Every sample has a name: the file name, or ``FILE[i]`` for the i-th row or record.
+Every sample has a name: the path as given, or ``PATH[i]`` for the i-th row or record.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from singa_core.contracts.errors import SingaError
+from singa_core.inference.input_layout import conform, layout_name
 from singa_core.inference.sample_checks import check_samples, refuse_special_file
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
@@ -96,23 +97,22 @@ def read_image(path: Path, shape: tuple[int, ...], resize: bool = False) -> np.n
     return pixels.reshape(shape)
 
 
-def _as_samples(array: np.ndarray, shape: tuple[int, ...], where: str) -> np.ndarray:
-    size = int(math.prod(shape))
+def _as_samples(
+    array: np.ndarray, shape: tuple[int, ...], where: str, layout: str | None = None
+) -> np.ndarray:
+    """One sample (an array of exactly ``shape``; ``(H, W, C)`` with layout NHWC) or N of
+    them; shapes that only match by size are refused (input_layout.conform)."""
     if array.dtype.kind not in "fiub":
         raise SingaError(
             f"array of {array.dtype}, not numbers",
             where=where,
             help="save the raw sample values (e.g. uint8 pixels)",
         )
-    if tuple(array.shape) == shape or (array.ndim >= 1 and array.size == size):
-        return array.reshape(1, *shape)
-    if array.ndim >= 2 and int(math.prod(array.shape[1:])) == size:
-        return array.reshape(array.shape[0], *shape)
-    raise SingaError(
-        f"array of shape {tuple(array.shape)} holds no samples of shape {shape}",
-        where=where,
-        help=f"save N samples as an array of shape (N, {', '.join(map(str, shape))})",
-    )
+    nhwc = layout_name(layout, "--layout") == "NHWC" and len(shape) == 3
+    one = (shape[1], shape[2], shape[0]) if nhwc else shape
+    if tuple(array.shape) == tuple(one):
+        array = array[None]
+    return conform(array, shape, layout=layout, where=where, option="--layout NHWC")
 
 
 def _read_records(path: Path, shape: tuple[int, ...]) -> np.ndarray:
@@ -199,8 +199,15 @@ def _numpy_file(path: Path, take):
         ) from None
 
 
-def read_inputs(paths: Sequence[Path], shape: tuple[int, ...], *, resize: bool = False):
-    """(names, samples): every input's samples, stacked ``(N, *shape)`` float32."""
+def read_inputs(
+    paths: Sequence[Path],
+    shape: tuple[int, ...],
+    *,
+    resize: bool = False,
+    layout: str | None = None,
+):
+    """(names, samples): every input's samples, stacked ``(N, *shape)`` float32. ``layout``
+    says how .npy/.npz images are laid out (NCHW, the default, or NHWC)."""
     names: list[str] = []
     parts: list[np.ndarray] = []
     for path in map(Path, paths):
@@ -215,21 +222,24 @@ def read_inputs(paths: Sequence[Path], shape: tuple[int, ...], *, resize: bool =
                 "input is a folder", where=str(path), help=f"give its files, e.g. {path}/*.png"
             )
         refuse_special_file(path)  # a FIFO, socket or device: refused by name
+        shown = str(path)  # rows are named by the path as given: a/x.png and b/x.png differ
         suffix = path.suffix.lower()
         if suffix in IMAGE_SUFFIXES:
             parts.append(read_image(path, shape, resize)[None])
-            names.append(path.name)
+            names.append(shown)
             continue
         if suffix == ".npy":
-            samples = _as_samples(_numpy_file(path, lambda a: a), shape, str(path))
+            samples = _as_samples(_numpy_file(path, lambda a: a), shape, str(path), layout)
         elif suffix == ".npz":
             groups = _numpy_file(
                 path,
-                lambda f, p=path: [(k, _as_samples(f[k], shape, f"{p}[{k}]")) for k in f.files],
+                lambda f, p=path: [
+                    (k, _as_samples(f[k], shape, f"{p}[{k}]", layout)) for k in f.files
+                ],
             )
             for key, samples in groups:
                 parts.append(samples)
-                names += [f"{path.name}[{key}][{i}]" for i in range(len(samples))]
+                names += [f"{shown}[{key}][{i}]" for i in range(len(samples))]
                 check_samples(names[len(names) - len(samples) :], samples, f"{path}[{key}]")
             continue
         elif suffix in (".csv", ".txt"):
@@ -238,9 +248,9 @@ def read_inputs(paths: Sequence[Path], shape: tuple[int, ...], *, resize: bool =
             samples = _read_records(path, shape)
         parts.append(samples)
         names += (
-            [path.name]
+            [shown]
             if len(samples) == 1 and suffix == ".npy"
-            else [f"{path.name}[{i}]" for i in range(len(samples))]
+            else [f"{shown}[{i}]" for i in range(len(samples))]
         )
         check_samples(names[len(names) - len(samples) :], samples, str(path))
     if not parts:

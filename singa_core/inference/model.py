@@ -22,6 +22,7 @@ fastest, with rows consistent among themselves.
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,8 @@ from singa_core.contracts.errors import SingaError
 from singa_core.contracts.layer import kDeploy, kForward
 from singa_core.contracts.names import plain_param_name
 from singa_core.contracts.param import DTYPE
+from singa_core.inference.input_layout import conform
+from singa_core.inference.input_range import InputRangeWarning, range_warning, trained_range
 from singa_core.netbuilder.deploy import DeployPlan, deploy_job
 from singa_core.netbuilder.net import NeuralNet
 
@@ -131,6 +134,9 @@ class Model:
         # recurrent layers that run once per pass carry their state to the next pass (a
         # sampling net: each prediction continues the sequence), as kBPTT does at test steps
         self.carriers = [layer for layer in probe.layers if layer.recurrent]
+        #: the range of the raw values the job was trained on (None: unknown); predict
+        #: warns when its inputs are far from it (singa_core.inference.input_range)
+        self.trained_range = None
 
     # -- loading -----------------------------------------------------------------------
     @classmethod
@@ -142,7 +148,9 @@ class Model:
         files = checkpoint_files(ws, checkpoint, list(job.checkpoint_path))
         values = read_model_values(files)
         plan = deploy_job(job, host.get, cfg.locate)
-        return cls(plan, host.get, values, source=files, **kw)
+        model = cls(plan, host.get, values, source=files, **kw)
+        model.trained_range = trained_range(job, host.get)
+        return model
 
     @property
     def input_name(self) -> str:
@@ -183,7 +191,7 @@ class Model:
         )
 
     # -- predicting --------------------------------------------------------------------
-    def _check_input(self, x) -> np.ndarray:
+    def _check_input(self, x, layout: str | None = None) -> np.ndarray:
         x = np.asarray(x)
         if x.dtype.kind not in "fiub":
             raise SingaError(
@@ -191,40 +199,32 @@ class Model:
                 where="input",
                 help="give raw sample values, e.g. pixels 0-255",
             )
-        if x.ndim == len(self.sample_shape) and not self.sample_shape:
-            x = x.reshape(-1)  # scalar samples: a vector of N
-        if x.ndim >= 1 and tuple(x.shape[1:]) != self.sample_shape:
-            flat = int(math.prod(self.sample_shape))
-            if x.ndim >= 2 and int(math.prod(x.shape[1:])) == flat:
-                x = x.reshape(x.shape[0], *self.sample_shape)
-            else:
-                raise SingaError(
-                    f"input has shape {tuple(x.shape)}, but the model takes "
-                    f"(N, {', '.join(map(str, self.sample_shape))}): N samples of "
-                    f"{self.sample_shape}",
-                    where="input",
-                    help=f"reshape the samples to {self.sample_shape} (raw values, as the data "
-                    f"layer '{self.input_name}' reads them from records)",
-                )
-        if x.ndim == 0:
-            raise SingaError(
-                "input is a scalar",
-                where="input",
-                help=f"give an array of shape (N, {self.sample_shape})",
-            )
+        x = conform(x, self.sample_shape, layout=layout)  # see input_layout: no reshape by size
         return np.ascontiguousarray(x, dtype=DTYPE)
+
+    def check_range(self, x: np.ndarray, stacklevel: int = 2) -> None:
+        """Warn (:class:`InputRangeWarning`) when the values of ``x`` are far from the range
+        the job was trained on: normalised inputs to a model of raw pixels, or the other way."""
+        message = range_warning(x, self.trained_range)
+        if message is not None:
+            warnings.warn(message, InputRangeWarning, stacklevel=stacklevel + 1)
 
     def reset_state(self) -> None:
         """Recurrent nets: start every row's sequence over (zero states)."""
         for layer in self.carriers:
             layer.reset_state()
 
-    def predict(self, x) -> np.ndarray:
+    def predict(self, x, layout: str | None = None) -> np.ndarray:
         """The output layer's values for ``x`` (``(N, *sample_shape)`` raw values):
         ``(N, K)`` float32 (class probabilities for a softmax loss). A recurrent net carries
         each row's state from one call to the next (row i continues row i; see
-        :meth:`reset_state`), so it takes at most :attr:`batch` rows a call."""
-        x = self._check_input(x)
+        :meth:`reset_state`), so it takes at most :attr:`batch` rows a call.
+
+        ``layout="NHWC"`` takes images channels last, ``(N, H, W, C)``; a shape that matches
+        the samples only by size is refused (:mod:`singa_core.inference.input_layout`).
+        Inputs far from the range the job was trained on give an :class:`InputRangeWarning`."""
+        x = self._check_input(x, layout)
+        self.check_range(x)
         n, b = x.shape[0], self.batch
         if self.carriers and n > b:
             raise SingaError(
@@ -262,7 +262,7 @@ class Model:
             data = to_host(data)
         return data.reshape(chunk.shape[0], -1)
 
-    def predict_classes(self, x, top_k: int = 1) -> np.ndarray:
+    def predict_classes(self, x, top_k: int = 1, layout: str | None = None) -> np.ndarray:
         """The ``top_k`` highest-scoring output indices of each row, best first (ties: the
         lower index first): ``(N,)`` for ``top_k=1``, else ``(N, top_k)``."""
         if not 1 <= int(top_k) <= self.num_outputs:
@@ -271,7 +271,7 @@ class Model:
                 where="top_k",
                 help="ask for at most as many classes as the model outputs",
             )
-        scores = self.predict(x)
+        scores = self.predict(x, layout)
         order = np.argsort(-scores, axis=1, kind="stable")[:, : int(top_k)]
         return order[:, 0] if int(top_k) == 1 else order
 

@@ -185,7 +185,9 @@ def test_predict_command_outputs(trained, tmp_path):
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     assert lines[0].split() == ["input", "top-1", "top-2"] and len(lines) == 11
-    assert lines[1].startswith("x.npy[0]") and lines[7].startswith("rows.csv[0]")
+    # rows are named by the path as given
+    assert lines[1].startswith(f"{tmp_path / 'x.npy'}[0]")
+    assert lines[7].startswith(f"{tmp_path / 'rows.csv'}[0]")
     (folder / "labels.txt").write_text("alpha\nbeta\ngamma\n")
     try:
         out = tmp_path / "p.jsonl"

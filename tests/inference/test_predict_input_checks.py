@@ -66,9 +66,8 @@ def test_nan_in_an_npz_member_and_an_empty_csv(trained):
     conf, tmp = trained
     np.savez(tmp / "b.npz", ok=np.ones((1, 4)), odd=np.array([[0, 0, np.nan, 0]]))
     res = predict(conf, tmp / "b.npz")
-    assert res.returncode == 2 and f"{tmp / 'b.npz'}[odd]: error: sample b.npz[odd][0]" in (
-        res.stderr
-    )
+    bad = f"{tmp / 'b.npz'}[odd]"  # the sample is named by the path as given
+    assert res.returncode == 2 and f"{bad}: error: sample {bad}[0]" in res.stderr
     (tmp / "empty.csv").write_text("\n\n")
     res = predict(conf, tmp / "empty.csv")
     assert res.returncode == 2 and "input holds no samples" in res.stderr
