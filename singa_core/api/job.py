@@ -282,7 +282,8 @@ class Job:
     or a list of ``FIELD=VALUE``), ``seed``, ``workspace``, ``engine`` and
     ``engine_options`` (``--engine-option``; also address/placement/max_restarts),
     ``device`` (``--device``: ``"cpu"``, ``"cuda"``, ``"cuda:N"``; default: job.conf's
-    ``gpu`` field, SINGA 0.3's meaning), ``quiet`` (no metric lines), ``tensorboard``/``histograms``, ``out``/``err`` (default:
+    ``gpu`` field, SINGA 0.3's meaning), ``quiet`` (no metric lines),
+    ``tensorboard``/``histograms``, ``out``/``err`` (default:
     sys.stdout / sys.stderr at the time of the call), ``live`` (the progress line; default
     when stderr is a terminal).
     """

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from singa_core.contracts.device import array_module
-
 from singa_core.contracts.param import Param
 from singa_core.contracts.updater import Updater
 

@@ -28,8 +28,8 @@ from singa_core.contracts.memory import charge as charge_memory
 from singa_core.contracts.names import plain_param_name, split_replica_name, split_unrolled_name
 from singa_core.contracts.param import Param, fill_param
 from singa_core.netbuilder.partition import partition
-from singa_core.netbuilder.transfer import DeviceTransfer, needs_transfer
 from singa_core.netbuilder.specs import LayerSpec, layer_type_name, spec_location
+from singa_core.netbuilder.transfer import DeviceTransfer, needs_transfer
 from singa_core.netbuilder.unrolling import unroll
 from singa_core.plugin_host.registry import type_selection
 from singa_core.schema import job_pb2

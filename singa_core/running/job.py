@@ -216,7 +216,9 @@ def open_worker_devices(cfg, nworkers: int, override: str | None) -> list:
     specs = worker_device_specs(list(job.gpu), nworkers, override)
     devices = []
     for i, spec in enumerate(specs):
-        where = "--device" if override is not None else cfg.locate(f"gpu[{min(i, len(job.gpu) - 1)}]")
+        where = (
+            "--device" if override is not None else cfg.locate(f"gpu[{min(i, len(job.gpu) - 1)}]")
+        )
         devices.append(open_device(spec, where=where))
     return devices
 

@@ -168,7 +168,9 @@ class NumericGuard:
         backward (reverse net) order. The first is where the step went wrong."""
 
         def bad(a) -> bool:
-            return a is not None and hasattr(a, "dtype") and a.dtype.kind == "f" and not all_finite(a)
+            return (
+                a is not None and hasattr(a, "dtype") and a.dtype.kind == "f" and not all_finite(a)
+            )
 
         layers = self.net.layers
         out = []

@@ -264,7 +264,9 @@ def check_layer(
     layer.forward(kTrain | kForward, layer_srcs)
     twin.forward(kTrain | kForward, twin_srcs)
     np.testing.assert_array_equal(
-        to_host(layer.data), to_host(twin.data), err_msg=f"'{layer.name}': two layers built with one seed differ"
+        to_host(layer.data),
+        to_host(twin.data),
+        err_msg=f"'{layer.name}': two layers built with one seed differ",
     )
 
     plain = None
