@@ -38,16 +38,23 @@ def _layer_inputs(job):
         yield f"checkpoint_path[{i}]", value
 
 
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except (OSError, ValueError):  # too long for the filesystem, a NUL byte: not there
+        return False
+
+
 def check_working_folder(cfg, cwd: Path | None = None) -> None:
     """A SingaError when an input path of ``cfg`` is relative, missing from ``cwd`` (default:
     the current folder) and present from one of the folders above it."""
     here = Path.cwd() if cwd is None else Path(cwd)
     for field, value in _layer_inputs(cfg.job):
         rel = Path(value)
-        if rel.is_absolute() or (here / rel).exists():
+        if rel.is_absolute() or _exists(here / rel):
             continue
         for up in list(here.parents)[:_LEVELS]:
-            if (up / rel).exists():
+            if _exists(up / rel):
                 back = os.path.relpath(up, here)
                 raise SingaError(
                     f"{value} is not there from {here}, but is from {up}: relative paths in "

@@ -54,3 +54,13 @@ def test_missing_everywhere_absolute_or_an_output_path_is_left_alone(tmp_path):
     )
     assert writer != absolute
     check_working_folder(parse_job_text(writer, str(conf)), cwd=here)
+
+
+def test_paths_no_filesystem_takes_are_left_alone(tmp_path):
+    from singa_core.jobconf.parse import parse_job_text
+    from singa_core.jobconf.paths import check_working_folder
+
+    conf = _layout(tmp_path)
+    for bad in ("x" * 5000, "a\\0b"):
+        text = conf.read_text().replace("examples/blobs/blobs.csv", bad)
+        check_working_folder(parse_job_text(text, str(conf)), cwd=conf.parent)
