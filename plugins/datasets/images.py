@@ -421,7 +421,7 @@ class ImagesConverter(DatasetConverter):
         conf_path = out_dir / "job.conf"
         text = example_job_conf(
             out_dir, train_path, test_path, mean_path, shape, len(classes), len(held),
-            opts.encoded, opts.backend,
+            opts.encoded, opts.backend, n_train=len(train),
         )  # fmt: skip
         atomic_write_bytes(conf_path, text.encode(), "job.conf")
         log(f"wrote an example job.conf to {conf_path}")
@@ -465,15 +465,30 @@ class ImagesConverter(DatasetConverter):
         store.close()
 
 
+def held_out_batching(held: int, most: int = 100) -> tuple[int, int]:
+    """(batchsize, steps) of a test pass that reads the ``held`` test records once: a
+    batchsize of at most ``most`` dividing ``held`` when one of at least half of it does, else
+    the smallest even split (the last batch then wraps round to at most steps-1 records)."""
+    steps = max(math.ceil(held / most), 1)
+    for b in range(min(most, held), max(most // 2, 1) - 1, -1):
+        if held % b == 0:
+            return b, held // b
+    return math.ceil(held / steps), steps
+
+
 def example_job_conf(
-    out_dir, train_path, test_path, mean_path, shape, classes, held, encoded, backend
-) -> str:
-    """The CIFAR-10 example's net (examples/cifar10/job.conf) for these stores."""
+    out_dir, train_path, test_path, mean_path, shape, classes, held, encoded, backend,
+    *, n_train: int | None = None,
+) -> str:  # fmt: skip
+    """The CIFAR-10 example's net (examples/cifar10/job.conf) for these stores, sized to
+    them: the test pass reads the ``held`` test images once (:func:`held_out_batching`), and a
+    comment says how many epochs of the ``n_train`` training images train_steps is."""
     c, h, w = shape
     batch = 100
-    test_steps = max(math.ceil(held / batch), 1) if test_path else 0
+    train_steps = 1000
+    test_batch, test_steps = held_out_batching(held, batch) if test_path else (batch, 0)
 
-    def data(path, phase):
+    def data(path, phase, batch=batch):
         enc = "\n      encoded: true" if encoded else ""
         return f"""  layer {{
     name: "data"
@@ -511,7 +526,7 @@ def example_job_conf(
     lrn = "lrn_conf { local_size: 3 alpha: 5e-05 beta: 0.75 }"
     net = (
         data(train_path, "kTrain")
-        + (data(test_path, "kTest") if test_path else "")
+        + (data(test_path, "kTest", test_batch) if test_path else "")
         + conv("conv1", "data", 32, 0.0001)
         + layer("pool1", "kCPooling", "conv1", pool.format("MAX"))
         + layer("relu1", "kReLU", "pool1")
@@ -541,12 +556,26 @@ def example_job_conf(
 """
     )
     test = f"test_steps: {test_steps}\ntest_freq: 200\n" if test_path else ""
+    sizes = []
+    if n_train:
+        sizes.append(
+            f"# train_steps {train_steps} x batchsize {batch} = "
+            f"{train_steps * batch / n_train:.1f} epochs of the {n_train} training images"
+        )
+    if test_path:
+        read = test_batch * test_steps
+        again = f" ({read - held} of them read twice)" if read > held else ""
+        sizes.append(
+            f"# test_steps {test_steps} x batchsize {test_batch}: each test pass reads the {held} "
+            f"held-out images once{again}"
+        )
+    sized = "".join(line + "\n" for line in sizes)
     return f"""# Written by `singa data images`: SINGA 0.3's CIFAR-10 net
 # (examples/cifar10/job.conf) for {c}x{h}x{w} images of {classes} classes. Train with
 #   singa train {Path(out_dir) / "job.conf"}
 # (labels.txt names the classes: line i is class i).
-name: "images-convnet"
-train_steps: 1000
+{sized}name: "images-convnet"
+train_steps: {train_steps}
 {test}disp_freq: 50
 train_one_batch {{ alg: kBP }}
 updater {{
