@@ -230,9 +230,15 @@ def cifar10_stores() -> Path:
     return out
 
 
-def singa_train_step(conf: Path, overrides: list[str], threads: int):
+#: the device singa_train_step puts the worker on (None: job.conf's; benchmarks/gpu.py sets
+#: "cuda:0")
+DEVICE = None
+
+
+def singa_train_step(conf: Path, overrides: list[str], threads: int, device=None):
     """One training step (data, forward, backward, update through the stub) of ``conf``
-    on the in-process engine, as a function of the step number."""
+    on the in-process engine, as a function of the step number; on ``device`` (default
+    :data:`DEVICE`) the step waits for the device before it returns."""
     from singa_core.blas import set_blas_threads
     from singa_core.jobconf.parse import load_job
     from singa_core.plugin_host.host import get_host
@@ -245,13 +251,22 @@ def singa_train_step(conf: Path, overrides: list[str], threads: int):
         [*overrides, f"cluster.workspace={ws}", "test_steps=0", f"num_openblas_threads={threads}"],
     )
     host = get_host()
-    prepared = prepare_job(cfg, host, seed=0)
+    prepared = prepare_job(cfg, host, seed=0, device=device or DEVICE)
     engine = host.get("engine", "inprocess")(prepared, Reporter(quiet=True))
     set_blas_threads(threads)
     engine._init_params()
     loop = engine._loop()
     net, worker, stub = engine.train_net, engine.worker, loop.stub
-    return lambda s: worker.train_one_batch(s, net, stub)
+    devices = [d for d in set(prepared.devices) if not d.is_host]
+    if not devices:
+        return lambda s: worker.train_one_batch(s, net, stub)
+
+    def step(s):
+        worker.train_one_batch(s, net, stub)
+        for d in devices:
+            d.synchronize()
+
+    return step
 
 
 def emulated_machines_recipe():

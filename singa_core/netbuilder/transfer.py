@@ -35,7 +35,7 @@ class DeviceTransfer(Layer):
     deploy_role = "keep"
 
     def __init__(self, src, consumer: Layer) -> None:
-        conf = job_pb2.LayerProto(name=f"{src.name}>{consumer.device}")
+        conf = job_pb2.LayerProto(name=f"{src.name}>{consumer.device}", user_type="(device copy)")
         conf.partition_id = consumer.conf.partition_id
         conf.srclayers.append(src.name)
         ctx = LayerContext(

@@ -220,6 +220,15 @@ def open_worker_devices(cfg, nworkers: int, override: str | None) -> list:
             "--device" if override is not None else cfg.locate(f"gpu[{min(i, len(job.gpu) - 1)}]")
         )
         devices.append(open_device(spec, where=where))
+    if len(set(devices)) > 1:
+        raise SingaError(
+            f"the workers of one group would run on different devices "
+            f"({', '.join(str(d) for d in devices)}): a hybrid job (SINGA 0.3's "
+            "cudnn_hybrid.conf) does not train in this version",
+            where=cfg.locate("gpu") if override is None else "--device",
+            help="list a GPU for every worker (gpu: 0 gpu: 0 shares one), or run it on "
+            "one device with --device cpu or --device cuda:0",
+        )
     return devices
 
 
