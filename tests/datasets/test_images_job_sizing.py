@@ -29,7 +29,7 @@ def test_the_written_job_conf_states_epochs_and_reads_the_test_set_once(tmp_path
     for c in ("a", "b", "c"):
         (src / c).mkdir(parents=True)
         for i in range(80):
-            pixels = rng.integers(0, 256, size=(8, 8, 3), dtype=np.uint8)
+            pixels = rng.integers(0, 256, size=(32, 32, 3), dtype=np.uint8)
             Image.fromarray(pixels).save(src / c / f"{i}.png")
     out = tmp_path / "out"
     singa_ok("data", "images", src, "--out", out, "--val-fraction", "0.2")
