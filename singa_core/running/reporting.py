@@ -12,19 +12,26 @@ metrics.jsonl is strict JSON, one object a line: ``{"phase", "step", "time", met
 NaN stopped training). A non-finite metric is written as ``null`` and named, with its value,
 in the record's ``"non_finite"`` object (e.g. ``{"loss": null, "non_finite": {"loss":
 "nan"}}``). A resumed run first drops the records the interrupted run logged after its
-checkpoint (:func:`rewind_metrics`), so the file reads as if the run had never stopped.
+checkpoint (:func:`rewind_metrics`), so the file reads as if the run had never stopped;
+every run first cuts a torn last line (no newline: a full disk or a kill mid-write) that
+the next append would otherwise glue to its first record (:func:`cut_torn_line`).
+
+A failed write of metrics.jsonl or of the TensorBoard event file ends the run (exit 2 naming
+the file and the free space of its own filesystem; the checkpoints written so far are
+intact); neither is ever written by a background thread, so a stop request is always seen.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import threading
 import time
 from pathlib import Path
 
-from singa_core.running.fileio import atomic_write_bytes
+from singa_core.running.fileio import atomic_write_bytes, output_target
 
 #: seconds without output after which a run without a terminal prints a progress line
 HEARTBEAT_SECONDS = 30.0
@@ -78,15 +85,46 @@ def rewind_metrics(path: Path, step: int, evaluated=()) -> int:
     return len(lines) - len(kept)
 
 
+def cut_torn_line(path: Path) -> int:
+    """Cut a last line without its newline from ``path`` (metrics.jsonl): a record torn by
+    a full disk or a kill, which the next append would glue to the run's first record.
+    Returns the number of bytes cut (0 when the file ends in a newline or is absent)."""
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, 2)
+            if size == 0:
+                return 0
+            fh.seek(size - 1)
+            if fh.read(1) == b"\n":
+                return 0
+            keep, pos = 0, size
+            while pos > 0:  # the last newline, read backwards in blocks
+                step = min(pos, 1 << 16)
+                pos -= step
+                fh.seek(pos)
+                at = fh.read(step).rfind(b"\n")
+                if at >= 0:
+                    keep = pos + at + 1
+                    break
+    except FileNotFoundError:
+        return 0
+    with open(path, "r+b") as fh:
+        fh.truncate(keep)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return size - keep
+
+
 def write_failure(path, exc: OSError, what: str = "metrics file"):
     """The SingaError (exit 2) of a failed write to a run's log file ``path``: the file,
-    the OS's reason, the free space of its filesystem; the checkpoints are untouched."""
+    the OS's reason, the free space of its filesystem (of ``path`` itself when it is a
+    folder, else of its folder); the checkpoints are untouched."""
     import shutil
 
     from singa_core.contracts.errors import SingaError
     from singa_core.contracts.memory import format_bytes
 
-    folder = Path(path).parent
+    folder = Path(path) if Path(path).is_dir() else Path(path).parent
     try:
         free = f"{format_bytes(shutil.disk_usage(folder).free)} free on its filesystem"
     except OSError:
@@ -174,9 +212,16 @@ class Reporter:
         if self.metrics_path is not None:
             try:
                 self.metrics_path.parent.mkdir(parents=True, exist_ok=True)
+                output_target(self.metrics_path, "metrics file")  # a regular file (or none)
+                torn = cut_torn_line(self.metrics_path)
                 self._metrics_file = open(self.metrics_path, "a", encoding="utf-8")  # noqa: SIM115
             except OSError as exc:
                 raise write_failure(self.metrics_path, exc) from None
+            if torn:
+                self.note(
+                    f"note: cut a torn last line ({torn} bytes) from {self.metrics_path}, "
+                    "left by a run that stopped while writing it"
+                )
             rec = {
                 "event": "start",
                 "step": start_step,
@@ -254,10 +299,11 @@ class Reporter:
         failed = None
         if self.tensorboard is not None:
             board, self.tensorboard = self.tensorboard, None
+            path = board.path
             try:
                 board.close()
             except OSError as exc:
-                failed = write_failure(board.logdir, exc, "TensorBoard event files in")
+                failed = write_failure(path, exc, "TensorBoard event file")
         if self._metrics_file is not None:
             fh, self._metrics_file = self._metrics_file, None
             try:
@@ -299,8 +345,9 @@ class Reporter:
             getattr(self.tensorboard, method)(*args)
         except OSError as exc:
             board, self.tensorboard = self.tensorboard, None
+            path = board.path
             _close_quietly(board)
-            raise write_failure(board.logdir, exc, "TensorBoard event files in") from None
+            raise write_failure(path, exc, "TensorBoard event file") from None
 
     def evaluated(self, phase: str, step: int | None, seconds: float) -> None:
         """An evaluation pass (``"Test"``/``"Validation"``) took ``seconds``."""

@@ -21,10 +21,23 @@ shows, so every engine whose display worker reports through a Reporter gets the 
 A run starts its event file with TensorBoard's purge marker at its first step, so a
 resumed run replaces what the interrupted one logged after its checkpoint and a new run in
 the same workspace replaces the old run's curves (as metrics.jsonl reads).
+
+**Written in the training thread, never by a background thread.** tensorboardX's
+SummaryWriter hands events to a writer thread through a queue of 10; when that thread died
+(a full disk under ``tensorboard/``) the queue filled and training blocked in ``put``
+forever, deaf to the first SIGTERM. Here tensorboardX only builds the events (its
+``summary`` functions and protos); :class:`EventFile` writes the records (TFRecord framing,
+masked CRC-32C) to the file itself, from the thread that reports, flushing at most every
+:data:`FLUSH_SECONDS` and when the run ends. A failed write is an ``OSError`` in that thread,
+which the Reporter turns into the run's end: exit 2 naming the event file and the free space
+of its own filesystem, the checkpoints intact, the same as a failed write of metrics.jsonl
+(a run does not go on without the logs it was asked to keep).
 """
 
 from __future__ import annotations
 
+import socket
+import struct
 import sys
 import time
 from pathlib import Path
@@ -38,6 +51,9 @@ MISSING_NOTE = (
     "note: no TensorBoard logs for this run (pip install 'singa-classic[tensorboard]' "
     "to get WORKSPACE/tensorboard/)"
 )
+
+#: buffered events reach the event file at least this often (seconds), and at the end
+FLUSH_SECONDS = 10.0
 
 #: bucket counts of a histogram are taken over at most this many values of a tensor
 HISTOGRAM_SAMPLE = 1 << 16
@@ -59,6 +75,59 @@ def _import_summary_writer():
         if sys.modules.get("torch", 0) is None:
             del sys.modules["torch"]
     return SummaryWriter
+
+
+def _import_event_parts():
+    """tensorboardX's event protos, summary builders and masked CRC, without PyTorch."""
+    _import_summary_writer()  # the same import guard (no torch)
+    from tensorboardX import summary
+    from tensorboardX.proto.event_pb2 import Event, SessionLog
+    from tensorboardX.record_writer import masked_crc32c
+
+    return summary, Event, SessionLog, masked_crc32c
+
+
+class EventFile:
+    """One TensorBoard event file, written synchronously by whoever calls :meth:`write`.
+
+    Records are TFRecords: u64 length, masked CRC-32C of the length, the serialized Event,
+    its masked CRC-32C. Data is flushed to the OS every :data:`FLUSH_SECONDS` and on
+    :meth:`close`; every OS error surfaces as an ``OSError`` in the calling thread.
+    """
+
+    def __init__(self, logdir: Path, suffix: str) -> None:
+        from singa_core.running.fileio import output_target
+
+        _, self._event, _, self._crc = _import_event_parts()
+        name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}{suffix}"
+        self.path = Path(logdir) / name
+        output_target(self.path, "TensorBoard event file")  # a new regular file
+        self._fh = open(self.path, "xb")  # noqa: SIM115 - closed in close()
+        self._last_flush = time.monotonic()
+
+    def write(self, event) -> None:
+        data = event.SerializeToString()
+        head = struct.pack("<Q", len(data))
+        self._fh.write(
+            head + struct.pack("<I", self._crc(head)) + data + struct.pack("<I", self._crc(data))
+        )
+        if time.monotonic() - self._last_flush >= FLUSH_SECONDS:
+            self.flush()
+
+    def flush(self) -> None:
+        self._fh.flush()
+        self._last_flush = time.monotonic()
+
+    def close(self) -> None:
+        fh, self._fh = self._fh, None
+        if fh is not None:
+            try:
+                fh.flush()
+            finally:
+                try:
+                    fh.close()
+                except OSError:
+                    pass  # the flush above already reported the failure
 
 
 def writer_problem() -> str | None:
@@ -96,20 +165,41 @@ class TensorBoardLog:
             return None
         return cls(logdir, histograms=histograms)
 
+    @property
+    def path(self) -> Path:
+        """The event file being written (its folder before the run starts)."""
+        return self._writer.path if self._writer is not None else self.logdir
+
     def start(self, start_step: int) -> None:
-        SummaryWriter = _import_summary_writer()  # noqa: N806 - a class
+        self._summary, Event, SessionLog, _ = _import_event_parts()  # noqa: N806 - classes
+        self._Event = Event
 
         self.logdir.mkdir(parents=True, exist_ok=True)
-        # purge_step: TensorBoard drops the events earlier files hold at steps >= start_step.
         # TensorBoard reads a folder's files in name order: the suffix keeps the names of
         # two runs started within one second distinct and in start order.
-        self._writer = SummaryWriter(
-            str(self.logdir),
-            purge_step=start_step,
-            flush_secs=10,
-            filename_suffix=f".{time.time_ns()}",
+        self._writer = EventFile(self.logdir, f".{time.time_ns()}")
+        now = time.time()
+        self._writer.write(Event(wall_time=now, file_version="brain.Event:2"))
+        # the purge marker: TensorBoard drops the events earlier files hold at steps >=
+        # start_step (what SummaryWriter's purge_step writes)
+        self._writer.write(Event(wall_time=now, step=start_step, file_version="brain.Event:2"))
+        self._writer.write(
+            Event(
+                wall_time=now,
+                step=start_step,
+                session_log=SessionLog(status=SessionLog.START),
+            )
         )
         self._step_seconds, self._steps = 0.0, 0
+
+    def _add(self, summary, step: int, walltime) -> None:
+        self._writer.write(
+            self._Event(
+                wall_time=time.time() if walltime is None else walltime,
+                step=int(step),
+                summary=summary,
+            )
+        )
 
     def step_done(self, seconds: float) -> None:
         self._step_seconds += seconds
@@ -118,11 +208,12 @@ class TensorBoardLog:
     def scalars(self, phase: str, step: int, metrics: dict[str, float], walltime=None) -> None:
         if self._writer is None:
             return
+        scalar = self._summary.scalar
         for name, value in metrics.items():
-            self._writer.add_scalar(f"{phase}/{name}", float(value), step, walltime=walltime)
+            self._add(scalar(f"{phase}/{name}", float(value)), step, walltime)
         if phase == "train" and self._steps:
             ms = 1000 * self._step_seconds / self._steps
-            self._writer.add_scalar("train/step_ms", ms, step, walltime=walltime)
+            self._add(scalar("train/step_ms", ms), step, walltime)
             self._step_seconds, self._steps = 0.0, 0
 
     def histograms(self, step: int, hists: dict[str, dict]) -> None:
@@ -130,12 +221,12 @@ class TensorBoardLog:
         if self._writer is None:
             return
         for tag, h in hists.items():
-            self._writer.add_histogram_raw(tag, global_step=step, **h)
+            self._add(self._summary.histogram_raw(tag, **h), step, None)
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
 
 
 def histogram(a: np.ndarray, bins: int = HISTOGRAM_BINS, sample: int = HISTOGRAM_SAMPLE):
