@@ -661,6 +661,20 @@ class Job:
         return deploy_job(self.cfg.job, self.host.get, self.cfg.locate)
 
     # -- testing -----------------------------------------------------------------------
+    def _choose_test_threads(self, prepared) -> None:
+        """BLAS threads for a test pass as `singa train` chooses them: timed (forward passes
+        of the test net at 1 and at every CPU), unless job.conf or the environment sets
+        them; the engine then runs with the count chosen (as num_openblas_threads)."""
+        from singa_core.contracts.layer import kTest
+        from singa_core.running.thread_trial import choose_for_net, needs_choice
+
+        net = prepared.nets.get(kTest) if hasattr(prepared, "nets") else None
+        if net is None or not needs_choice(prepared.job):
+            return
+        n, why = choose_for_net(net, kTest)
+        prepared.job.num_openblas_threads = n
+        print(f"BLAS threads: {n} ({why})", file=self.err)
+
     def test(self, steps: int | None = None, checkpoints: Iterable[str | Path] | None = None):
         """Evaluate the test net over ``steps`` mini-batches (default: test_steps) with the
         Params of ``checkpoints`` (default: the newest checkpoint of the workspace, else
@@ -716,6 +730,7 @@ class Job:
         )
         for line in prepared.notices.values():
             print(line, file=self.err)
+        self._choose_test_threads(prepared)
         engine_cls = select_engine(prepared.host, j, self.engine_name)
         eng = engine_cls(prepared, Reporter(out=self.out, err=self.err, live=False))
         metrics = eng.test(n)

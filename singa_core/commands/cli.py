@@ -767,9 +767,11 @@ def time_command(
 
     from singa_core.commands.timing import time_training_step
     from singa_core.contracts.blas import blas_threads_for, set_blas_threads
+    from singa_core.contracts.layer import kTrain
     from singa_core.contracts.resources import usable_cpus
     from singa_core.jobconf.parse import load_job
     from singa_core.running.job import prepare_job
+    from singa_core.running.thread_trial import choose_for_net, needs_choice
 
     try:
         if iterations < 1 or warmup < 0:
@@ -784,8 +786,12 @@ def time_command(
         prepared = prepare_job(cfg, host, seed=seed, device=device)
         for line in prepared.device_lines():
             print(line)
-        # as the in-process engine runs it (job.conf, else the environment, else all cores)
-        set_blas_threads(blas_threads_for(prepared.job, usable_cpus()))
+        # as `singa train` chooses: job.conf, else the environment, else timed (1 or all)
+        if needs_choice(prepared.job) and kTrain in prepared.nets:
+            n, why = choose_for_net(prepared.nets[kTrain], kTrain)
+            print(f"BLAS threads: {n} ({why})", file=sys.stderr)  # stdout may be --json
+        else:
+            set_blas_threads(blas_threads_for(prepared.job, usable_cpus()))
         timing = time_training_step(prepared, iterations, warmup)
     except SingaError as err:
         _fail(err)
@@ -923,6 +929,7 @@ def predict(
         read_labels,
     )
     from singa_core.running.fileio import atomic_write_bytes, output_target
+    from singa_core.running.thread_trial import choose_for_model, needs_choice
 
     try:
         fmt = None
@@ -948,6 +955,9 @@ def predict(
         if labels is None and (job.parent / "labels.txt").is_file():
             labels = job.parent / "labels.txt"
         names, samples = read_inputs(inputs, model.sample_shape, resize=resize, layout=layout)
+        if needs_choice(model.plan.job):  # BLAS threads as `singa train` chooses them
+            n, why = choose_for_model(model, samples)
+            print(f"BLAS threads: {n} ({why})", file=sys.stderr)
         scores = predict_noting_range(model, samples)  # a far-off range: a warning line
         class_names = read_labels(labels)
         if output is None:

@@ -1,0 +1,100 @@
+"""Choosing the BLAS thread count by timing, for the commands that do not train.
+
+`singa train` times its first training steps at 1 thread and at every usable CPU and keeps
+the faster (:func:`singa_core.blas.faster_thread_count`; on a machine shared with other
+work, 1 thread is often much faster). `singa test`, `singa time` and `singa predict` choose
+the same way, timing what they run: forward passes of the net (the test net, the train net,
+the deploy net). The passes change nothing: the input layers (those without sources) are
+not run, so no record is read and the passes compute on what their buffers hold; the other
+layers' states, random states and metrics and the values of the Params layers write
+themselves are put back afterwards.
+
+The choice is made only when nothing sets the count (job.conf's ``num_openblas_threads``,
+``OPENBLAS_NUM_THREADS``, ``OMP_NUM_THREADS``) and more than one CPU is usable.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from singa_core.contracts.blas import (
+    blas_threads_set_by,
+    faster_thread_count,
+    set_blas_threads,
+)
+from singa_core.contracts.layer import kForward
+from singa_core.contracts.resources import usable_cpus
+
+#: timed runs at each count (alternating 1, N, 1, N, ...), at most
+TRIAL_PAIRS = 4
+#: the trial stops after this long, whatever it has
+TRIAL_SECONDS = 3.0
+
+
+def timed_choice(run_once: Callable[[], None], cpus: int) -> tuple[int, str]:
+    """Run ``run_once`` at 1 and ``cpus`` threads, alternating (after one warm-up run), and
+    keep the faster count (:func:`faster_thread_count`); returns (count, why)."""
+    times: dict[int, list[float]] = {1: [], cpus: []}
+    set_blas_threads(1)
+    run_once()  # warm-up: buffers, pages
+    start = time.perf_counter()
+    while len(times[1]) < TRIAL_PAIRS:
+        for n in (1, cpus):
+            set_blas_threads(n)
+            t0 = time.perf_counter()
+            run_once()
+            times[n].append(time.perf_counter() - t0)
+        if time.perf_counter() - start > TRIAL_SECONDS:
+            break
+        if min(times[cpus]) > 2 * max(times[1]):  # N clearly loses: a busy machine
+            break
+    n, why = faster_thread_count(times)
+    set_blas_threads(n)
+    return n, f"automatic: {why}"
+
+
+def needs_choice(job, cpus: int | None = None) -> bool:
+    """Whether singa chooses the count here: nothing sets it and several CPUs are usable."""
+    return blas_threads_set_by(job) is None and (cpus or usable_cpus()) > 1
+
+
+def choose_for_net(net, phase: int) -> tuple[int, str]:
+    """Time forward passes of ``net`` (as a test pass runs it, ``phase | kForward``, the input
+    layers left out: nothing is read) and pin the faster thread count; the net is left as it
+    was (layer states, random states, metrics, Params written by layers)."""
+    from singa_core.running.checkpoint import layer_states, restore_layer_states
+    from singa_core.running.training import pop_net_metrics
+
+    before = layer_states({phase: net})
+    written = [(p, p.value.copy()) for p in net.owner_params if not p.learnable]
+
+    computing = [layer for layer in net.layers if net.srclayers(layer)]
+
+    def once() -> None:
+        for layer in computing:
+            layer.forward(phase | kForward, net.srclayers(layer))
+
+    try:
+        return timed_choice(once, usable_cpus())
+    finally:
+        restore_layer_states({phase: net}, before)
+        for p, value in written:
+            p.value[...] = value
+        pop_net_metrics(net)
+
+
+def choose_for_model(model, x) -> tuple[int, str]:
+    """Time ``model``'s forward pass on its first pass of ``x`` (a trained model's deploy
+    net) and pin the faster thread count; a recurrent model's state is reset afterwards (a
+    command's model starts every sequence over)."""
+    import numpy as np
+
+    rows = min(len(x), model.batch)
+    chunk = np.zeros((model.batch, *model.sample_shape), dtype=np.float32)
+    chunk[:rows] = x[:rows]
+    try:
+        return timed_choice(lambda: model._forward(chunk), usable_cpus())
+    finally:
+        if model.carriers:
+            model.reset_state()
