@@ -954,7 +954,12 @@ def predict(
             )
         if labels is None and (job.parent / "labels.txt").is_file():
             labels = job.parent / "labels.txt"
-        names, samples = read_inputs(inputs, model.sample_shape, resize=resize, layout=layout)
+        notes: list[str] = []
+        names, samples = read_inputs(
+            inputs, model.sample_shape, resize=resize, layout=layout, notes=notes
+        )
+        for note in notes:  # a colour image made grey by --resize, ...
+            print(f"note: {note}", file=sys.stderr)
         if needs_choice(model.plan.job):  # BLAS threads as `singa train` chooses them
             n, why = choose_for_model(model, samples)
             print(f"BLAS threads: {n} ({why})", file=sys.stderr)

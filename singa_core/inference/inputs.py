@@ -49,7 +49,12 @@ def _image_geometry(shape: tuple[int, ...]) -> tuple[int, int, int]:
     )
 
 
-def read_image(path: Path, shape: tuple[int, ...], resize: bool = False) -> np.ndarray:
+def read_image(
+    path: Path, shape: tuple[int, ...], resize: bool = False, notes: list[str] | None = None
+) -> np.ndarray:
+    """The raw C×H×W pixels of an image file for a model of sample ``shape``; with
+    ``resize`` a size or channel count that differs is converted, and a colour image made
+    grey (or a grey one RGB) adds a line to ``notes``."""
     try:
         from PIL import Image, UnidentifiedImageError
     except ImportError:
@@ -81,6 +86,13 @@ def read_image(path: Path, shape: tuple[int, ...], resize: bool = False) -> np.n
                     f"image has {bands} channel(s) ({mode}), the model takes {channels}",
                     where=str(path),
                     help="convert it, or add --resize to convert it too",
+                )
+            colour = bands >= 3 and mode not in ("P",)
+            if notes is not None and (colour if channels == 1 else bands == 1):
+                made = "grey" if channels == 1 else "RGB (the grey value in every channel)"
+                notes.append(
+                    f"{path}: a {mode} image made {made} for the model's {channels}-channel "
+                    "input (--resize converts channels too)"
                 )
             img = img.convert("L" if channels == 1 else "RGB")
             if (img.height, img.width) != (height, width):
@@ -205,6 +217,7 @@ def read_inputs(
     *,
     resize: bool = False,
     layout: str | None = None,
+    notes: list[str] | None = None,
 ):
     """(names, samples): every input's samples, stacked ``(N, *shape)`` float32. ``layout``
     says how .npy/.npz images are laid out (NCHW, the default, or NHWC)."""
@@ -225,7 +238,7 @@ def read_inputs(
         shown = str(path)  # rows are named by the path as given: a/x.png and b/x.png differ
         suffix = path.suffix.lower()
         if suffix in IMAGE_SUFFIXES:
-            parts.append(read_image(path, shape, resize)[None])
+            parts.append(read_image(path, shape, resize, notes)[None])
             names.append(shown)
             continue
         if suffix == ".npy":

@@ -157,3 +157,19 @@ def test_singa_predict_names_rows_by_path_and_prints_the_range_warning(blobs_mod
     res = run_singa("predict", str(conf), str(tmp_path / "wrong.npy"))
     assert res.returncode == 2 and "reshaping by size alone is refused" in res.stderr
     assert "help:" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_resize_notes_a_colour_image_made_grey(blobs_model, tmp_path):
+    """The blobs model takes 4 values: a 2x2 one-channel image. A colour PNG is refused
+    without --resize and converted with it, with a note saying so."""
+    Image = pytest.importorskip("PIL.Image")
+    conf, _ = blobs_model
+    Image.fromarray(np.full((2, 2, 3), 7, np.uint8)).save(tmp_path / "rgb.png")
+    Image.fromarray(np.full((2, 2), 7, np.uint8)).save(tmp_path / "grey.png")
+    res = run_singa("predict", str(conf), str(tmp_path / "rgb.png"))
+    assert res.returncode == 2 and "image has 3 channel(s) (RGB)" in res.stderr
+    res = run_singa("predict", str(conf), str(tmp_path / "rgb.png"), "--resize")
+    assert res.returncode == 0, res.stderr
+    assert f"note: {tmp_path / 'rgb.png'}: a RGB image made grey" in res.stderr
+    res = run_singa("predict", str(conf), str(tmp_path / "grey.png"), "--resize")
+    assert res.returncode == 0 and "note:" not in res.stderr
