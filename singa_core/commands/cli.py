@@ -724,7 +724,7 @@ def new_plugin(
 ) -> None:
     """Write a ready plugin package: pyproject, module, .proto extension, README, tests."""
     from singa_core.commands.scaffold import new_plugin as scaffold
-    from singa_core.commands.scaffold import next_steps
+    from singa_core.commands.scaffold import next_steps, what_was_written
 
     try:
         root, written, note = scaffold(name, kind, out, number=field_number)
@@ -732,6 +732,7 @@ def new_plugin(
         _fail(err)
     for path in written:
         print(f"wrote {path}")
+    print(what_was_written(root, kind))  # the type is named after the plugin, not its code
     if note:
         print(f"note: {note}", file=sys.stderr)
     print("next:", *(f"  {step}" for step in next_steps(root, kind)), sep="\n")

@@ -236,6 +236,32 @@ EXAMPLES = {
     },
 }
 
+#: what the example type of each kind computes: the type is named after the plugin, so
+#: `singa new-plugin` says what it wrote (a `scaled-tanh` layer starts as this PReLU)
+EXAMPLE_IS = {
+    "layer": "a parametric ReLU (learnable negative slope)",
+    "worker": "back-propagation with gradient accumulation",
+    "updater": "Lion",
+    "lr": "linear warm-up then cosine decay",
+    "paramgen": "orthogonal initialisation",
+    "engine": "a minimal single-process engine",
+    "store": "a zlib-compressed record store",
+    "dataset": "a CSV-to-records converter",
+}
+
+
+def what_was_written(root: Path, kind: str) -> str:
+    """The line `singa new-plugin` prints about the type it wrote: its name comes from the
+    plugin's, its code is the scaffold's example of the kind, to be replaced."""
+    v = names(root.name)
+    module = f"{v['package']}/plugin.py"
+    return (
+        f"{v['Type']} is the scaffold's example {kind}, {EXAMPLE_IS[kind]}, under your "
+        f"plugin's name: it works as written; replace its code in {module} (and its tests) "
+        "with what you mean it to compute"
+    )
+
+
 #: README text per kind: what the type does, how a job uses it, what the tests check
 README = {
     "layer": (

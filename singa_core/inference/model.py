@@ -143,11 +143,16 @@ class Model:
     def load(cls, cfg, host, *, checkpoint=None, workspace=None, **kw) -> Model:
         """The model of ``cfg`` (a parsed job.conf): its deploy net and the Params of
         ``checkpoint`` (default: the workspace's newest, else checkpoint_path)."""
+        from singa_core.inference.deploy_hint import add_sibling_hint
+
         job = cfg.job
+        try:  # the net first: a job without one is told so before any checkpoint is sought
+            plan = deploy_job(job, host.get, cfg.locate)
+        except SingaError as err:
+            raise add_sibling_hint(err, getattr(cfg, "path", None), host.get) from None
         ws = workspace or (job.cluster.workspace if job.cluster.HasField("workspace") else "")
         files = checkpoint_files(ws, checkpoint, list(job.checkpoint_path))
         values = read_model_values(files)
-        plan = deploy_job(job, host.get, cfg.locate)
         model = cls(plan, host.get, values, source=files, **kw)
         model.trained_range = trained_range(job, host.get)
         return model

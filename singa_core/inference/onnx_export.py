@@ -121,17 +121,19 @@ class OnnxGraph:
 
 def _export_layer(layer, g: OnnxGraph, inputs: list[str]) -> str:
     method = getattr(layer, "to_onnx", None)
-    type_name = (
-        type(layer).type_names[0]
-        if getattr(type(layer), "type_names", None)
-        else (type(layer).__name__)
-    )
     if method is None:
+        from singa_core.netbuilder.specs import layer_type_name
+
+        # the name job.conf selects it by (a plugin's user_type, not its Python class)
+        type_name = layer_type_name(layer.conf) if layer.conf is not None else ""
+        cls = type(layer)
         raise SingaError(
-            f"layer '{layer.name}' ({type_name}) has no ONNX export",
+            f"layer '{layer.name}' ({type_name or cls.__name__}) has no ONNX export",
             where=layer.ctx.locate(),
-            help="predict with `singa predict` instead, or give the layer's class a "
-            "to_onnx(g, inputs) method (CONTRIBUTING.md, 'Exporting a layer')",
+            help=f"predict with `singa predict` instead, or give its class "
+            f"({cls.__module__}.{cls.__qualname__}) a to_onnx(g, inputs) method: CONTRIBUTING.md, "
+            "'The deploy net and exporting a layer' (`singa new-plugin NAME --kind layer` "
+            "writes one with its test)",
         )
     out = method(g, inputs)
     if isinstance(out, str) and layer.data is not None:
