@@ -76,3 +76,29 @@ def test_hybrid_partitioning_trains_like_the_whole_net(stores, tmp_path):
         np.testing.assert_allclose(got, value, rtol=1e-4, atol=1e-6, err_msg=name)
     # and it moved: these are trained values, not the initial ones
     assert not np.allclose(a["0#w4"], params(whole, 0)["0#w4"])
+
+
+def test_the_hybrid_job_with_its_workers_on_two_devices(stores, tmp_path):
+    """SINGA 0.3's cudnn_hybrid.conf: worker 0 of the group on a GPU, worker 1 on the CPU,
+    the batch split between them. Here worker 0 is on the stand-in device (CI has no GPU):
+    the replicas' shared Params are mirrored on the CPU worker's side and refreshed after
+    every update, the bridges and splits copy across the devices, and the job trains as on
+    the CPU alone."""
+    cpu, hybrid = tmp_path / "cpu", tmp_path / "hybrid"
+    for ws, device in ((cpu, "cpu"), (hybrid, "standin,cpu")):
+        proc = run_singa(
+            "train",
+            str(EXAMPLE / "hybrid.conf"),
+            "--seed",
+            "0",
+            "--device",
+            device,
+            *overrides(stores, ws),
+        )
+        assert proc.returncode == 0, proc.stderr
+    assert "device: worker 0 on standin" in proc.stderr
+    assert "device: worker 1 on cpu" in proc.stderr
+    a, b = params(cpu, STEPS), params(hybrid, STEPS)
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_allclose(b[k], a[k], rtol=1e-5, atol=1e-7)

@@ -261,3 +261,34 @@ def test_the_net_builder_puts_transfers_on_edges_between_devices(small_job):
     assert sorted(net.srclayers(t)[0].name for t in transfers) == ["data", "data"]
     assert net.by_name["data"].device == CPU
     assert all(la.device.kind == "standin" for la in net.layers if la.placement == "device")
+
+
+# -- workers on a device exchanging with servers on the host (shm; ray the same way) -------------
+def test_shm_workers_on_a_device_train_as_on_the_cpu(small_job, tmp_path):
+    """The shm engine's worker on the stand-in device: its Params are device copies refreshed
+    from the server's segment when collected, its gradients go to the host segment; the
+    result equals the CPU run's."""
+    conf, _ = small_job(steps=30, dropout=True)
+    out = {}
+    for dev in ("cpu", "standin"):
+        ws = tmp_path / f"ws-{dev}"
+        r = run_singa(
+            "train", str(conf), "--engine", "shm", "--device", dev, "--seed", "4",
+            "--workspace", str(ws), "-o", "checkpoint_freq=30",
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        out[dev] = _final_params(ws)
+    for k, v in out["cpu"].items():
+        np.testing.assert_allclose(out["standin"][k], v, rtol=1e-6, atol=1e-7)
+
+
+def test_several_workers_share_one_device(small_job, tmp_path):
+    """Two worker groups (Downpour) in one process, both on the stand-in device (as
+    gpu: 0 gpu: 0 shares one GPU)."""
+    conf, ws = small_job(steps=20)
+    r = run_singa(
+        "train", str(conf), "--engine", "shm", "--device", "standin", "--seed", "4",
+        "-o", "cluster.nworker_groups=2", "-o", "cluster.nworkers_per_procs=2",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "finished at step 20" in r.stderr

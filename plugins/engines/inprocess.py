@@ -22,6 +22,7 @@ from singa_core.blas import (
     faster_thread_count,
     set_blas_threads,
 )
+from singa_core.contracts.device import array_module, to_host
 from singa_core.contracts.names import runtime_param_name
 from singa_core.contracts.resources import usable_cpus
 from singa_core.engine import Engine, TrainResult
@@ -44,10 +45,15 @@ class InProcessStub(ParamStub):
         pass
 
     def update(self, step: int, param) -> None:
-        version = self.shard.update(param.owner.id, step, param.grad)
+        owner = param.owner
+        grad = param.grad
+        if array_module(grad) is not array_module(owner.value):  # a replica on another device
+            grad = owner.device.asarray(to_host(grad))
+        version = self.shard.update(owner.id, step, grad)
         if version is not None:
-            for q in self.shares[param.owner.id]:
+            for q in self.shares[owner.id]:
                 q.version = version
+                q.refresh()  # a mirror on another device takes the new values
 
 
 class _TrialStub(InProcessStub):
@@ -140,6 +146,8 @@ class InProcessEngine(Engine):
     def _put_all(self) -> None:
         # (num_replicas stays 1: replicas' loss layers already scale by 1/n)
         self.shard.put_net(self.train_net)
+        for p in self.train_net.params:  # replicas on another device: the initial values
+            p.refresh()
 
     def _write_checkpoint(self, step: int, evaluated=()) -> str:
         records = [
@@ -246,12 +254,18 @@ class InProcessEngine(Engine):
         if problem:
             self.reporter.note(problem)
 
+    def _device(self):
+        from singa_core.contracts.device import CPU
+
+        return self.prepared.devices[0] if self.prepared.devices else CPU
+
     def train(self) -> TrainResult:
         start, resumed = self._init_params()
         self._pin_threads(start)
         loop = self._loop()
         done = self.prepared.resume_meta.get("evaluated", ()) if resumed else ()
-        step, last, interrupted = loop.run(start, resumed=resumed, done_evaluations=done)
+        with self._device().activate():  # the GPU of worker 0 is current in this thread
+            step, last, interrupted = loop.run(start, resumed=resumed, done_evaluations=done)
         return TrainResult(step, last, loop.last_metrics, interrupted, loop.stop_signal)
 
     def test(self, steps: int) -> dict[str, float]:

@@ -149,6 +149,18 @@ def to_host(arr) -> np.ndarray:
     return get()
 
 
+def copy_into(dst, src) -> None:
+    """``dst[...] = src`` across devices: either may be a host or a device array (the
+    engines' transports: gradients to host buffers, values and bridge data back)."""
+    if isinstance(dst, np.ndarray):
+        np.copyto(dst, to_host(src).reshape(dst.shape))
+        return
+    mod = array_module(dst)
+    if array_module(src) is not mod:
+        src = mod.asarray(to_host(src))
+    dst[...] = src.reshape(dst.shape)
+
+
 def array_module(arr):
     """The array module an array belongs to (numpy, CuPy or the stand-in)."""
     if isinstance(arr, np.ndarray | np.generic):
@@ -297,10 +309,15 @@ def _cuda_text(exc: BaseException) -> str:
 
 # -- SINGA 0.3's gpu field -------------------------------------------------------------------
 def worker_device_specs(gpus: Sequence[int], nworkers: int, override: str | None) -> list[str]:
-    """The device spec of each of a process's ``nworkers`` local workers.
+    """The device spec of each of a group's ``nworkers`` workers.
 
-    SINGA 0.3: the i-th local worker runs on ``gpu[i]``; workers beyond the list run on the
-    CPU. An override (``--device``) puts every worker on that device."""
+    SINGA 0.3: the i-th worker runs on ``gpu[i]``; workers beyond the list run on the
+    CPU. An override (``--device``) puts every worker on that device, or, as a
+    comma-separated list (``cuda:0,cpu``), worker i on its i-th entry and the workers beyond
+    it on the CPU."""
     if override is not None:
-        return [override] * nworkers
+        parts = [p.strip() for p in str(override).split(",")]
+        if len(parts) == 1:
+            return [parts[0]] * nworkers
+        return [parts[i] if i < len(parts) else "cpu" for i in range(nworkers)]
     return [f"cuda:{gpus[i]}" if i < len(gpus) else "cpu" for i in range(nworkers)]

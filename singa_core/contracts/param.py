@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from singa_core.contracts.device import default_device
+from singa_core.contracts.device import default_device, to_host
 
 DTYPE = np.float32
 
@@ -80,7 +80,23 @@ class Param:
                 f"cannot share {self.name} {self.shape} with {other.name} {other.shape}"
             )
         self.owner = other.owner
-        self.value = other.owner.value
+        if other.owner.device == self.device:
+            self.value = other.owner.value
+        else:  # a replica on another device (a hybrid group): a copy, see refresh()
+            self.refresh()
+
+    @property
+    def is_mirror(self) -> bool:
+        """A Param sharing its owner's values from another device: it holds a copy that
+        the engine refreshes after every update of the owner (:meth:`refresh`)."""
+        return self.owner is not self and self.value is not self.owner.value
+
+    def refresh(self) -> None:
+        """Copy the owner's values into a mirror (no-op for other Params)."""
+        if self.owner is self or self.value is self.owner.value:
+            return
+        host = to_host(self.owner.value)
+        self.value[...] = host if self.device.is_host else self.device.asarray(host)
 
     def share_grad_from(self, other: Param) -> None:
         """Also use ``other``'s gradient array (the unrolled copies of one Param: layers

@@ -94,7 +94,12 @@ class PreparedJob:
         return max(int(self.job.cluster.nworkers_per_group), 1)
 
     def build_net(
-        self, phase: int, *, init: bool = True, num_partitions: int | None = None
+        self,
+        phase: int,
+        *,
+        init: bool = True,
+        num_partitions: int | None = None,
+        devices: list | None = None,
     ) -> NeuralNet:
         """The net of ``phase``, partitioned across the workers of a group (default: the
         cluster's nworkers_per_group; a worker runs ``net.partition_view(its id)``)."""
@@ -107,7 +112,7 @@ class PreparedJob:
                 seed=self.seed,
                 init_params=init,
                 num_partitions=self.num_partitions if num_partitions is None else num_partitions,
-                devices=self.devices or None,
+                devices=devices or self.devices or None,
             )
         self.notices.update(net.notes)
         return net
@@ -216,19 +221,13 @@ def open_worker_devices(cfg, nworkers: int, override: str | None) -> list:
     specs = worker_device_specs(list(job.gpu), nworkers, override)
     devices = []
     for i, spec in enumerate(specs):
-        where = (
-            "--device" if override is not None else cfg.locate(f"gpu[{min(i, len(job.gpu) - 1)}]")
-        )
+        if override is not None:
+            where = "--device"
+        elif i < len(job.gpu):
+            where = cfg.locate(f"gpu[{i}]")
+        else:  # a worker beyond the gpu list: on the CPU
+            where = cfg.locate(None)
         devices.append(open_device(spec, where=where))
-    if len(set(devices)) > 1:
-        raise SingaError(
-            f"the workers of one group would run on different devices "
-            f"({', '.join(str(d) for d in devices)}): a hybrid job (SINGA 0.3's "
-            "cudnn_hybrid.conf) does not train in this version",
-            where=cfg.locate("gpu") if override is None else "--device",
-            help="list a GPU for every worker (gpu: 0 gpu: 0 shares one), or run it on "
-            "one device with --device cpu or --device cuda:0",
-        )
     return devices
 
 

@@ -247,6 +247,27 @@ def test_sandblaster_equals_shm_and_inprocess(cluster, mnist_stores, tmp_path):
     assert vs_shm <= 1e-5 and vs_inprocess <= 1e-5
 
 
+def test_workers_on_a_device_equal_the_cpu(cluster, mnist_stores, tmp_path):
+    """The Sandblaster job with both workers on the stand-in device (on different nodes;
+    CI has no GPU): their gradients reach the servers' host segments or Ray calls from the
+    device and the values come back to it, and the Params equal the shm engine's on the
+    CPU."""
+    conf = EXAMPLES / "sandblaster.conf"
+    common = [
+        *mnist_example_args(mnist_stores), "--seed", "0",
+        *_o("train_steps=20", "test_freq=0", "checkpoint_freq=20", "cluster.nworkers_per_group=2"),
+    ]  # fmt: skip
+    res = ray_train(cluster, conf, *common, "--device", "standin", "--workspace",
+                    str(tmp_path / "ray"))  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    shm = run_singa("train", str(conf), *common, "-q", "--engine", "shm", "--workspace",
+                    str(tmp_path / "shm"))  # fmt: skip
+    assert shm.returncode == 0, shm.stderr
+    diff = max_relative_difference(params(tmp_path / "ray", 20), params(tmp_path / "shm", 20))
+    print(f"ray on the stand-in device vs shm on the CPU after 20 steps: {diff:.3g}")
+    assert diff <= 1e-5
+
+
 # Several workers of one group on a node reach a server on another node through the node's
 # gateway of the group (plugins/engines/ray/gateway.py): one value copy per node and update.
 # With cpus_per_worker=0.5 and --placement spread the cluster's 2 CPUs take 4 worker

@@ -29,6 +29,7 @@ from singa_builtins.engines.ray.channels import (
 from singa_builtins.engines.shm.worker import ShmStub, WorkerThread
 from singa_builtins.layers.bridge import BridgeTransport
 
+from singa_core.contracts.device import copy_into, to_host
 from singa_core.layer import kTrain
 from singa_core.running import checkpoint as ckpt
 
@@ -55,6 +56,7 @@ class RayStub(ShmStub):
         proc, sg = rt.ctx.proc, rt.server_group
         self.proc = proc
         self.grads: dict[int, np.ndarray] = {}
+        self.landing: dict[int, np.ndarray] = {}  # host buffers of Params on a GPU
         self.segment = proc.grad_buffer(rt.windex)
         self.reply_pipe = proc.replies[rt.windex]
         # per owner Param: how each of its slices reaches its server (see SingaProcess.route)
@@ -102,19 +104,20 @@ class RayStub(ShmStub):
             info = self.layout.params[oid]
             buf = self.segment[info.offset : info.offset + info.size]
             if self.counts[oid] == 0:
-                np.copyto(buf, param.grad.reshape(-1))
+                copy_into(buf, param.grad.reshape(-1))  # a device's gradient: to the host
             else:
-                buf += param.grad.reshape(-1)
-        elif self.local[oid] == 1:  # sent as it is (valid until this Param's next backward)
-            buf = np.ascontiguousarray(param.grad).reshape(-1)
+                buf += to_host(param.grad).reshape(-1)
+        elif self.local[oid] == 1 and isinstance(param.grad, np.ndarray):
+            buf = np.ascontiguousarray(param.grad).reshape(-1)  # sent as it is (valid until
+            # this Param's next backward)
         elif self.counts[oid] == 0:  # several local gradients: summed first
             buf = self.grads.get(oid)
             if buf is None:
                 buf = self.grads[oid] = np.empty(param.grad.size, dtype=np.float32)
-            np.copyto(buf, param.grad.reshape(-1))
+            copy_into(buf, param.grad.reshape(-1))
         else:
             buf = self.grads[oid]
-            buf += param.grad.reshape(-1)
+            buf += to_host(param.grad).reshape(-1)
         self.counts[oid] += 1
         if self.counts[oid] < self.local[oid]:
             return
@@ -172,6 +175,17 @@ class RayStub(ShmStub):
                 self.users[call] += 1
             entry.append((call, position, sid))
 
+    def _landing(self, oid: int) -> np.ndarray:
+        """Where a Param's new values are written: its value (flat), or for a Param on a GPU
+        a host buffer copied to the device once all its slices are in."""
+        owner = self.shares[oid][0].owner
+        if owner.device.is_host:
+            return owner.value.reshape(-1)
+        buf = self.landing.get(oid)
+        if buf is None:
+            buf = self.landing[oid] = to_host(owner.value).reshape(-1).copy()
+        return buf
+
     def collect(self, param) -> None:
         oid = param.owner.id
         if (
@@ -197,7 +211,7 @@ class RayStub(ShmStub):
                         self.rt.ctx.check_abort()
             rt = self.rt
             viewed = oid in rt.viewed
-            flat = self.shares[oid][0].owner.value.reshape(-1)
+            flat = self._landing(oid)
             for sid in node:
                 v = self.versions.pop(sid)
                 version = v if version is None else min(version, v)
@@ -207,7 +221,7 @@ class RayStub(ShmStub):
                     flat[s.start : s.start + s.size] = src[s.offset : s.offset + s.size]
         remote = self.remote.pop(oid, None)
         if remote:
-            flat = self.shares[oid][0].owner.value.reshape(-1)
+            flat = self._landing(oid)
             for call in dict.fromkeys(c for c, _, _ in remote):
                 if call not in self.answers:
                     self.answers[call] = call.answers(self.rt.ctx.get(call.refs))
@@ -220,9 +234,13 @@ class RayStub(ShmStub):
                 self.users[call] -= 1
                 if self.users[call] == 0:
                     del self.users[call], self.answers[call]
+        owner = self.shares[oid][0].owner
+        if not owner.device.is_host:  # the values landed on the host: to the device
+            copy_into(owner.value, self._landing(oid).reshape(owner.shape))
         if version is not None:
             for q in self.shares[oid]:
                 q.version = version
+                q.refresh()  # replicas on another device (a hybrid group)
 
 
 class RayBridgeTransport(BridgeTransport):
@@ -234,16 +252,16 @@ class RayBridgeTransport(BridgeTransport):
         self.to_src = proc.worker_handle(pair.group, pair.src_part)
 
     def send_data(self, src) -> None:
-        self.to_dst.deliver.remote(("bdata", self.key), src.data)
+        self.to_dst.deliver.remote(("bdata", self.key), to_host(src.data))
 
     def recv_data(self, dst, pair) -> None:
-        np.copyto(dst.data, self.inbox.get(("bdata", self.key)).reshape(dst.data.shape))
+        copy_into(dst.data, self.inbox.get(("bdata", self.key)).reshape(dst.data.shape))
 
     def send_grad(self, dst, pair) -> None:
-        self.to_src.deliver.remote(("bgrad", self.key), dst.grad)
+        self.to_src.deliver.remote(("bgrad", self.key), to_host(dst.grad))
 
     def recv_grad(self, src) -> None:
-        np.copyto(src.grad, self.inbox.get(("bgrad", self.key)).reshape(src.grad.shape))
+        copy_into(src.grad, self.inbox.get(("bgrad", self.key)).reshape(src.grad.shape))
 
 
 class RayWorker(WorkerThread):
@@ -262,12 +280,12 @@ class RayWorker(WorkerThread):
         proc, sg = self.ctx.proc, self.server_group
         sids = self.layout.param_slices[p.id]
         holders = {proc.server_proc[(sg, self.layout.slices[s].server)] for s in sids}
-        if self.views and len(holders) == 1 and holders <= proc.local:
+        if self.views and p.device.is_host and len(holders) == 1 and holders <= proc.local:
             src = proc.value_views[(holders.pop(), sg)]
             p.value = src[info.offset : info.offset + info.size].reshape(p.shape)
             self.viewed.add(p.id)
         else:
-            p.value[...] = self.values[info.offset : info.offset + info.size].reshape(p.shape)
+            copy_into(p.value, self.values[info.offset : info.offset + info.size].reshape(p.shape))
 
     def make_stub(self):
         return self.stub

@@ -13,6 +13,8 @@ from __future__ import annotations
 import numpy as np
 from singa_builtins.layers.bridge import BridgeDstLayer, BridgeTransport
 
+from singa_core.contracts.device import copy_into
+
 
 class ShmBridgeTransport(BridgeTransport):
     def __init__(self, rt, pair) -> None:
@@ -29,20 +31,20 @@ class ShmBridgeTransport(BridgeTransport):
         self.rt.mailbox.wait(lambda m: m[0] == kind and m[1] == key)
 
     def send_data(self, src) -> None:
-        np.copyto(self.data.reshape(src.data.shape), src.data)
+        copy_into(self.data.reshape(src.data.shape), src.data)
         self.to_dst.put(("bdata", self.pair.key))
 
     def recv_data(self, dst, pair) -> None:
         self._wait("bdata")
-        np.copyto(dst.data, self.data.reshape(dst.data.shape))
+        copy_into(dst.data, self.data.reshape(dst.data.shape))
 
     def send_grad(self, dst, pair) -> None:
-        np.copyto(self.grad.reshape(dst.grad.shape), dst.grad)
+        copy_into(self.grad.reshape(dst.grad.shape), dst.grad)
         self.to_src.put(("bgrad", self.pair.key))
 
     def recv_grad(self, src) -> None:
         self._wait("bgrad")
-        np.copyto(src.grad, self.grad.reshape(src.grad.shape))
+        copy_into(src.grad, self.grad.reshape(src.grad.shape))
 
 
 def bridge_pairs(full_net, group: int, first_key: int) -> list:

@@ -55,6 +55,8 @@ class JobShared:
     stop_at: object  # mp.Array('i') per worker group: last step to train (-1: none)
     ready: object  # mp.Value('i'): workers that have built their nets (the start gate)
     extras: dict = field(default_factory=dict)
+    # each worker of a group's device spec ("cpu", "cuda:0", ...; see PreparedJob.devices)
+    device_specs: list = field(default_factory=list)
 
     @property
     def workspace_path(self) -> Path:
@@ -81,6 +83,7 @@ def job_shared(engine, layer_states, **transport) -> JobShared:
         layout=engine.layout,
         state_names=list(engine.state_names),
         bridges=list(engine.bridges),
+        device_specs=[d.name for d in prepared.devices],
         **transport,
     )
 

@@ -37,6 +37,7 @@ from singa_builtins.engines.shm.segments import (
     shm_free,
 )
 
+from singa_core.contracts.device import to_host
 from singa_core.engine import TrainResult
 from singa_core.errors import SingaError
 from singa_core.running import checkpoint as ckpt
@@ -96,7 +97,7 @@ def initial_state(engine) -> InitialState:
     )
     for pid in layout.order:
         info, p = layout.params[pid], owners[pid]
-        out.values[info.offset : info.offset + info.size] = p.value.reshape(-1)
+        out.values[info.offset : info.offset + info.size] = to_host(p.value).reshape(-1)
         for sid in layout.param_slices[pid]:
             out.versions[sid] = p.version
         for k, sname in enumerate(engine.state_names):

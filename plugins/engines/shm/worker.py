@@ -19,6 +19,7 @@ import numpy as np
 from singa_builtins.engines.shm.bridge import ShmBridgeTransport, install_bridges
 from singa_builtins.engines.shm.context import Mailbox, ProcessContext
 
+from singa_core.contracts.device import CPU, copy_into, to_host
 from singa_core.layer import kTrain
 from singa_core.netbuilder.net import stable_seed
 from singa_core.running import checkpoint as ckpt
@@ -52,9 +53,9 @@ class ShmStub(ParamStub):
             # the server may still be reading this Param's previous gradient from the buffer
             while self.pending.get(oid):
                 self._on_version(self.rt.mailbox.wait(_is_ver))
-            np.copyto(buf, param.grad.reshape(-1))
+            copy_into(buf, param.grad.reshape(-1))  # a device's gradient: to the host
         else:
-            buf += param.grad.reshape(-1)
+            buf += to_host(param.grad).reshape(-1)
         self.counts[oid] += 1
         if self.counts[oid] < self.local[oid]:
             return
@@ -85,10 +86,13 @@ class ShmStub(ParamStub):
             return
         for q in self.shares[oid]:
             q.version = self.new_version[oid]
-        if not self.rt.views:
-            info = self.layout.params[oid]
-            owner = self.shares[oid][0].owner
-            owner.value.reshape(-1)[...] = self.rt.values[info.offset : info.offset + info.size]
+        owner = self.shares[oid][0].owner
+        info = self.layout.params[oid]
+        flat = self.rt.values[info.offset : info.offset + info.size]
+        if not (self.rt.views and owner.device.is_host):
+            copy_into(owner.value, flat.reshape(owner.shape))  # a copy (on the host or a GPU)
+        for q in self.shares[oid]:
+            q.refresh()  # replicas on another device (a hybrid group)
 
 
 class _ReporterProxy:
@@ -144,6 +148,11 @@ class WorkerThread:
         self.windex = self.topo.worker_index(group, wid)
         self.server_group = self.topo.server_group_of(group)
         self.leader = group == 0 and wid == 0  # displays, tests, checkpoints (0.3)
+        # worker j of every group on the device of the group's worker j (job.conf's gpu[j],
+        # or --device); its Params are copies refreshed when collected, its gradients go to
+        # the servers (on the host) through its segment
+        devices = ctx.prepared.devices
+        self.device = devices[wid] if wid < len(devices) else CPU
         self.loop: TrainingLoop | None = None
         self._connect()
 
@@ -162,10 +171,10 @@ class WorkerThread:
     def bind_value(self, p, info) -> None:
         """Give owner Param ``p`` its value: a view into ``values`` or a copy of it."""
         flat = self.values[info.offset : info.offset + info.size]
-        if self.views:
+        if self.views and p.device.is_host:
             p.value = flat.reshape(p.shape)
-        else:
-            p.value[...] = flat.reshape(p.shape)
+        else:  # a copy: no views, or a Param on a GPU (refreshed when collected)
+            copy_into(p.value, flat.reshape(p.shape))
 
     def make_stub(self) -> ParamStub:
         return ShmStub(self, self.net)
@@ -229,10 +238,15 @@ class WorkerThread:
         if wpg > 1:
             if "num_partitions" not in inspect.signature(prepared.build_net).parameters:
                 raise RuntimeError("nworkers_per_group > 1 needs build_net(num_partitions=)")
-            full = prepared.build_net(kTrain, num_partitions=wpg, init=False)
+            # this worker's partition on its device, the others (which it does not run) on
+            # the host
+            devices = [self.device if j == self.wid else CPU for j in range(wpg)]
+            full = prepared.build_net(kTrain, num_partitions=wpg, init=False, devices=devices)
             net = full.partition_view(self.wid)
         else:
-            full = net = prepared.build_net(kTrain, init=False, **self._one_partition)
+            full = net = prepared.build_net(
+                kTrain, init=False, devices=[self.device], **self._one_partition
+            )
         if self.group > 0:  # other data (random_skip) and dropout masks than group 0
             for n in {id(full): full, id(net): net}.values():
                 for layer in n.layers:
@@ -244,12 +258,17 @@ class WorkerThread:
             p.version = self._version(p.id)
         for p in full.params:
             if not p.is_owner:
-                p.value = p.owner.value
+                if p.device == p.owner.device:
+                    p.value = p.owner.value
+                else:
+                    p.refresh()  # a replica on another device: a copy
                 p.version = p.owner.version
         nets = {kTrain: net}
         if self.leader:
             for phase in prepared.phases()[1:]:
-                other = prepared.build_net(phase, init=True, **self._one_partition)
+                other = prepared.build_net(
+                    phase, init=True, devices=[self.device], **self._one_partition
+                )
                 other.share_params_from(full, prepared.cfg.locate)
                 nets[phase] = other
         if self.shared.layer_states and self.group == 0:  # every partition's data cursors
@@ -351,6 +370,10 @@ class WorkerThread:
         return self.publish_layer_states if partitioned else None
 
     def run(self) -> None:
+        with self.device.activate():  # a GPU worker's kernels run on its own GPU
+            self._run()
+
+    def _run(self) -> None:
         prepared = self.ctx.prepared
         self.full, self.net, self.nets = self._build()
         self.start_gate()
