@@ -28,11 +28,14 @@ from singa_core.running.checkpoint import read_params
 from tests.conftest import REPO, run_singa
 
 
-def _job(conf, ws, device, steps=None, seed=5, **kw):
+def _job(conf, ws, device, steps=None, seed=5, checkpoint_freq=0, **kw):
     from singa_core.api.job import Job
 
     overrides = {"train_steps": steps} if steps else {}
-    overrides.update({"test_steps": 2, "test_freq": 0, "disp_freq": 50, "checkpoint_freq": 0})
+    overrides.update(
+        {"test_steps": 2, "test_freq": 0, "disp_freq": 50, "checkpoint_freq": checkpoint_freq}
+    )
+    overrides["num_openblas_threads"] = 1  # no thread trial: the steps are the run's
     return Job.from_file(
         conf, overrides, seed=seed, workspace=ws, device=device, quiet=True, live=False, **kw
     )
@@ -292,3 +295,46 @@ def test_several_workers_share_one_device(small_job, tmp_path):
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert "finished at step 20" in r.stderr
+
+
+# -- device memory ---------------------------------------------------------------------------
+def test_the_dry_run_estimates_device_memory_against_what_is_free(small_job):
+    conf, _ = small_job(steps=5)
+    env = {"SINGA_DEVICE_MEMORY_AVAILABLE": "2G"}
+    r = run_singa("train", str(conf), "--device", "standin", "--dry-run", env=env)
+    assert r.returncode == 0, r.stderr
+    line = next(x for x in r.stdout.splitlines() if "on standin (not in the total" in x)
+    assert "2.0 GiB available ($SINGA_DEVICE_MEMORY_AVAILABLE)" in line
+    r = run_singa(
+        "train", str(conf), "--device", "standin", env={"SINGA_DEVICE_MEMORY_AVAILABLE": "3K"}
+    )
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "not enough memory on standin: layer 'ip1'" in r.stderr
+    assert "--device cpu" in r.stderr
+
+
+def test_running_out_of_device_memory_names_layer_batch_and_checkpoint(
+    small_job, tmp_path, monkeypatch
+):
+    from singa_builtins.layers.inner_product import InnerProductLayer
+
+    conf, _ = small_job(steps=20, checkpoint_freq=5)
+    ws = tmp_path / "oom"
+    forward = InnerProductLayer.forward
+    calls = {"n": 0}
+
+    def failing(self, phase, srcs):
+        if self.name == "ip2" and phase & 1:  # training steps only
+            calls["n"] += 1
+            if calls["n"] == 8:  # step 7
+                raise MemoryError("Out of memory allocating 8,000 bytes (allocated so far: 0)")
+        return forward(self, phase, srcs)
+
+    monkeypatch.setattr(InnerProductLayer, "forward", failing)
+    with pytest.raises(SingaError) as info:
+        _job(conf, ws, "standin", steps=20, checkpoint_freq=5).train()
+    text = info.value.format()
+    assert "out of memory on standin in step 7, in layer 'ip2'" in text
+    assert "batch of 20" in text and "Out of memory allocating" in text
+    assert "step5-worker0 (step 5); it is intact" in text
+    assert "--resume" in text

@@ -517,6 +517,8 @@ class Job:
         except SingaError as err:
             if getattr(err, "exit_code", None) == 3:  # a NaN/inf stopped training
                 self._non_finite_stop(err, prepared, reporter)
+            elif err.message.startswith("out of memory"):
+                self._name_newest_checkpoint(err, prepared)
             raise
         self._sync_net(prepared, eng)
         times = TimeSplit(
@@ -606,6 +608,21 @@ class Job:
         for line in prepared.device_lines():
             if any(d.kind != "cpu" for d in prepared.devices):
                 print(line, file=self.err)
+
+    @staticmethod
+    def _name_newest_checkpoint(err, prepared) -> None:
+        """Add the newest checkpoint (intact: training stopped before writing another) to
+        an error that stopped training."""
+        from singa_core.running.checkpoint import find_resume
+
+        try:
+            step, files, _ = find_resume(prepared.workspace)
+            err.notes.append(
+                f"the newest checkpoint is {files[0]} (step {step}); it is intact: "
+                "`singa train --resume` continues from it"
+            )
+        except SingaError:
+            err.notes.append("no checkpoint was written before it")
 
     @staticmethod
     def _non_finite_stop(err, prepared, reporter) -> None:

@@ -35,6 +35,9 @@ from dataclasses import dataclass, field
 from singa_core.contracts.errors import SingaError
 
 ENV_AVAILABLE = "SINGA_MEMORY_AVAILABLE"
+#: the device memory available to a job on a GPU (or the stand-in), when its own free
+#: memory is misjudged (bytes, or with a K/M/G/T suffix)
+ENV_DEVICE_AVAILABLE = "SINGA_DEVICE_MEMORY_AVAILABLE"
 
 #: what a charge is for; the columns of ``singa train --dry-run``'s memory table
 KINDS = ("data", "grad", "params", "updater", "scratch")
@@ -132,6 +135,55 @@ class MemoryEstimate:
         self.updater_slots = updater_slots  # history arrays per trained Param (momentum...)
         self.rows: dict[tuple[str, str], LayerMemory] = {}
         self.total = 0
+        # arrays on devices other than the host: bytes per device, and each device's free
+        # memory when the estimate started (None: unknown), with its source
+        self.device_totals: dict[str, int] = {}
+        self.device_limits: dict[str, tuple[int | None, str]] = {}
+
+    def device_limit(self, device) -> tuple[int | None, str]:
+        name = str(device)
+        if name not in self.device_limits:
+            env = os.environ.get(ENV_DEVICE_AVAILABLE)
+            if env:
+                try:
+                    self.device_limits[name] = (parse_size(env), f"${ENV_DEVICE_AVAILABLE}")
+                except ValueError:
+                    raise SingaError(
+                        f"{ENV_DEVICE_AVAILABLE}={env!r} is not a size",
+                        where=f"${ENV_DEVICE_AVAILABLE}",
+                        help="give bytes, or a number with K, M, G or T (e.g. 40G), or unset it",
+                    ) from None
+            else:
+                mem = device.memory()
+                self.device_limits[name] = (
+                    (mem[0], f"free on {name} when the job started") if mem else (None, "")
+                )
+        return self.device_limits[name]
+
+    def charge_device(
+        self, device, phase: str, layer: str, kind: str, n: int, *, where=None, what=""
+    ) -> None:
+        """Add ``n`` bytes of ``kind`` that ``layer`` allocates on ``device`` (a GPU); a
+        located error past the device's free memory."""
+        name = str(device)
+        limit, source = self.device_limit(device)
+        total = self.device_totals.get(name, 0)
+        if limit is not None and total + n > limit:
+            raise SingaError(
+                f"not enough memory on {name}: layer '{layer}' ({phase} net) needs "
+                f"{format_bytes(n)} for {what or kind}, bringing the job's estimate on "
+                f"{name} to {format_bytes(total + n)}; {format_bytes(limit)} is available "
+                f"({source})",
+                where=where,
+                notes=[f"the layers before it need {format_bytes(total)} there"] if total else [],
+                help="reduce the batchsize or the layer's size, put fewer workers on this "
+                "device (job.conf's gpu), or run on the CPU with --device cpu",
+            )
+        self.device_totals[name] = total + n
+        row = self.rows.get((phase, layer))
+        if row is None:
+            row = self.rows[(phase, layer)] = LayerMemory(phase, layer)
+        row.bytes[kind] += n
 
     def charge(self, phase: str, layer: str, kind: str, n: int, *, where=None, what="") -> None:
         """Add ``n`` bytes of ``kind`` for ``layer``; a located error past the limit."""
@@ -178,6 +230,16 @@ class MemoryEstimate:
             else "available memory unknown"
         )
         lines.append(f"  total {format_bytes(self.total)} ({self.total:,} bytes); {avail}")
+        for name, n in self.device_totals.items():
+            limit, source = self.device_limits.get(name, (None, ""))
+            free = (
+                f"{format_bytes(limit)} available ({source})"
+                if limit is not None
+                else "its free memory unknown"
+            )
+            lines.append(
+                f"  on {name} (not in the total above): {format_bytes(n)} ({n:,} bytes); {free}"
+            )
         return lines
 
 
@@ -208,6 +270,18 @@ def charge(layer, kind: str, shape: Sequence[int], *, itemsize: int = 4, what: s
         shape = (estimate.updater_slots, *shape)
     n = nbytes(shape, itemsize)
     dims = "x".join(str(int(s)) for s in shape) or "scalar"
+    device = getattr(getattr(layer, "ctx", None), "device", None)
+    if device is not None and not device.is_host:  # a GPU's memory, not the host's
+        estimate.charge_device(
+            device,
+            phase,
+            layer.name,
+            kind,
+            n,
+            where=layer.ctx.locate(None),
+            what=f"{what or kind} ({dims} float32)",
+        )
+        return
     estimate.charge(
         phase,
         layer.name,

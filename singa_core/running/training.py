@@ -33,6 +33,7 @@ from singa_core.contracts.layer import kTest, kVal
 from singa_core.contracts.names import base_layer_name, split_replica_name
 from singa_core.contracts.stub import ParamStub
 from singa_core.running.numeric import NonFiniteError, NumericGuard
+from singa_core.running.out_of_memory import out_of_memory_error
 from singa_core.running.tensorboard import GradientHistograms, param_histograms
 
 
@@ -183,7 +184,10 @@ class TrainingLoop:
                 if shown and self.param_histograms:
                     stub = GradientHistograms(self.stub)  # gradients as handed to the servers
                 t0 = time.perf_counter()
-                self.worker.train_one_batch(step, self.train_net, stub)
+                try:
+                    self.worker.train_one_batch(step, self.train_net, stub)
+                except MemoryError as exc:  # a GPU's (or the host's) memory ran out
+                    raise out_of_memory_error(exc, step) from None
                 self.reporter.step_done(step, time.perf_counter() - t0)
                 try:
                     self.guard.check(step)
