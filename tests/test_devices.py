@@ -338,3 +338,50 @@ def test_running_out_of_device_memory_names_layer_batch_and_checkpoint(
     assert "batch of 20" in text and "Out of memory allocating" in text
     assert "step5-worker0 (step 5); it is intact" in text
     assert "--resume" in text
+
+
+# -- the author's kit on devices ---------------------------------------------------------------
+def test_the_kit_runs_a_layers_checks_on_every_device_and_catches_host_fallbacks():
+    from singa_core.layer import NeuronLayer
+    from singa_core.testing import check_devices, check_layer
+
+    class Square(NeuronLayer):
+        placement = "device"
+        host_scratch = False
+
+        def setup(self, srcs):
+            self.alloc_like(srcs[0].data)
+
+        def forward(self, phase, srcs):
+            x = srcs[0].data
+            if self.host_scratch:  # the classic mistake: a numpy temporary
+                tmp = np.zeros(x.shape, np.float32)
+                np.multiply(x, x, out=tmp)
+                self.data[...] = tmp
+            else:
+                np.multiply(x, x, out=self.data)
+
+        def backward(self, phase, srcs):
+            g = srcs[0].grad_for(self)
+            if g is not None:
+                np.multiply(self.grad, srcs[0].data, out=g)
+                g *= np.float32(2.0)
+
+    devices = check_devices()
+    assert [d.kind for d in devices[:2]] == ["cpu", "standin"]
+    x = np.random.default_rng(0).standard_normal((3, 4))
+    for device in devices:
+        check_layer(Square, 'name: "sq"', [x], shape=(3, 4), device=device)
+    Square.host_scratch = True
+    check_layer(Square, 'name: "sq"', [x], device=devices[0])  # fine on the CPU
+    with pytest.raises(TypeError, match="numpy array .* was mixed with device arrays"):
+        check_layer(Square, 'name: "sq"', [x], device=devices[1])
+
+
+def test_gpu_checks_skip_with_their_reason_without_a_gpu():
+    from singa_core.testing import gpu_skip_reason
+
+    reason = gpu_skip_reason()
+    if reason is None:
+        pytest.skip("a GPU is usable here: tests/test_gpu.py runs on it")
+    assert reason.startswith("needs a CUDA GPU: ")

@@ -5,6 +5,8 @@ Installed with singa-classic (``from singa_core.testing import ...``); its pytes
 the same as fixtures. The built-in plugins' tests use this kit too. See CONTRIBUTING.md,
 "Testing a plugin".
 
+* devices: :func:`check_devices` (the CPU, the stand-in device and every usable GPU: run a
+  layer's checks on each with ``check_layer(..., device=d)``), :func:`gpu_skip_reason`;
 * layers: :func:`check_layer` (set-up shapes, gradients against central differences on
   plain and strided sources, ``kAggGrad``, Param checkpoint round trip, determinism), and
   the pieces it is made of: :class:`GradientChecker`, :class:`SourceLayer`, :func:`build`;
@@ -16,6 +18,7 @@ the same as fixtures. The built-in plugins' tests use this kit too. See CONTRIBU
   and checkpoints), :func:`blobs_csv` and :func:`mlp_job` for a small real job.
 """
 
+from singa_core.testing.devices import check_devices, cuda_devices, gpu_skip_reason
 from singa_core.testing.export import ExportReport, check_onnx_export
 from singa_core.testing.gradcheck import (
     CheckReport,
@@ -46,6 +49,9 @@ from singa_core.testing.updaters import (
 from singa_core.testing.workers import RecordingStub, check_worker, expected_bp_order
 
 __all__ = [
+    "check_devices",
+    "cuda_devices",
+    "gpu_skip_reason",
     "ExportReport",
     "check_onnx_export",
     "CheckReport",

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from singa_core.contracts.device import to_host
+from singa_core.contracts.device import to_host, using_device
 from singa_core.contracts.layer import Layer, kAggGrad, kBackward, kForward, kTrain
 from singa_core.running.checkpoint import ParamRecord, decode_params, encode_params
 from singa_core.testing.gradcheck import (
@@ -226,6 +226,7 @@ def check_layer(
     strided: bool = True,
     no_gradient: bool = False,
     tops=None,
+    device=None,
 ) -> LayerReport:
     """Check a layer type's whole contract in one call.
 
@@ -235,8 +236,19 @@ def check_layer(
     (batch on axis 0), or :class:`SourceLayer` objects (e.g. ``SourceLayer(labels=y,
     grad=False)`` for a loss layer's label source). ``shape``: the expected output shape.
     ``no_gradient=True`` for layers that take no part in backpropagation.
+    ``device``: run every check with the layer and its sources on this device (a
+    :class:`~singa_core.contracts.device.Device`, e.g. from
+    :func:`singa_core.testing.check_devices`; default the CPU). A layer whose
+    ``placement`` is not ``"device"`` is checked on the CPU, where it runs.
     Raises AssertionError naming what is wrong.
     """
+    cls = resolve("layer", layer_type)
+    if device is not None and getattr(cls, "placement", None) == "device":
+        with using_device(device):
+            return check_layer(
+                layer_type, conf, srcs, shape=shape, checker=checker, seed=seed,
+                param_std=param_std, strided=strided, no_gradient=no_gradient, tops=tops,
+            )  # fmt: skip
     cls = resolve("layer", layer_type)
     if isinstance(conf, str):
         conf = layer_conf(conf)

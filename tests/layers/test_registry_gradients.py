@@ -101,3 +101,23 @@ def test_gradient_on_a_device(type_name, tmp_path):
                     "not an array of the layer's device"
                 )
             case.run()
+
+
+@pytest.mark.parametrize("type_name", sorted(CASES))
+def test_gradient_on_the_gpu(type_name, tmp_path):
+    """The same cases on a real GPU (cuda:0 through CuPy); skipped with the reason where
+    there is none (CI: the stand-in above runs the same code paths)."""
+    from singa_core.contracts.device import open_device, using_device
+    from singa_core.testing import gpu_skip_reason
+
+    reason = gpu_skip_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    if _builtin_layer_types()[type_name].placement != "device":
+        pytest.skip(f"{type_name} computes on the host (placement = 'host')")
+    device = open_device("cuda:0")
+    with using_device(device):
+        made = CASES[type_name](tmp_path)
+        for case in made if isinstance(made, list) else [made]:
+            assert case.layer.device == device
+            case.run()

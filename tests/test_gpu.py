@@ -1,0 +1,89 @@
+"""The checks that need a real GPU (CuPy and a CUDA device); each skips with its reason
+elsewhere. CI has no GPU: the same code paths run there on the stand-in device
+(tests/test_devices.py, tests/layers/test_registry_gradients.py). On a GPU machine:
+
+    .ci/gpu-check      # these tests, tests/test_devices.py and benchmarks/gpu.py
+
+See docs/testing.md, "On a GPU".
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from singa_core.testing import gpu_skip_reason
+from tests.conftest import REPO
+
+REASON = gpu_skip_reason()
+pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    from singa_core.contracts.device import open_device
+
+    return open_device("cuda:0")
+
+
+def _train(conf, ws, device, steps, resume=False, **over):
+    from singa_core.api.job import Job
+
+    overrides = {"train_steps": steps, "test_freq": 0, "checkpoint_freq": 20,
+                 "num_openblas_threads": 1, **over}  # fmt: skip
+    job = Job.from_file(conf, overrides, seed=11, workspace=ws, device=device, quiet=True)
+    return job.train(resume=resume)
+
+
+def _params(ws, step):
+    from singa_core.running.checkpoint import read_params
+
+    return {
+        r.name: np.array(r.value) for r in read_params(ws / "checkpoint" / f"step{step}-worker0")
+    }
+
+
+def _mnist(mnist_stores, tmp_path, name):
+    text = (REPO / "examples" / "mnist" / name).read_text()
+    conf = tmp_path / name
+    conf.write_text(text.replace("examples/mnist/", f"{mnist_stores}/"))
+    return conf
+
+
+@pytest.mark.parametrize("name", ["job.conf", "conv.conf"])
+def test_gpu_trajectories_stay_within_1e_4_of_the_cpu(gpu, mnist_stores, tmp_path, name):
+    conf = _mnist(mnist_stores, tmp_path, name)
+    _train(conf, tmp_path / "cpu", "cpu", 100)
+    _train(conf, tmp_path / "gpu", "cuda:0", 100)
+    a, b = _params(tmp_path / "cpu", 100), _params(tmp_path / "gpu", 100)
+    worst = max(np.linalg.norm(b[k] - a[k]) / max(np.linalg.norm(a[k]), 1e-12) for k in a)
+    print(f"{name}: largest relative difference after 100 steps on cuda:0: {worst:.3g}")
+    assert worst <= 1e-4
+
+
+def test_a_gpu_checkpoint_resumes_on_the_cpu_and_predicts_without_a_gpu(
+    gpu, mnist_stores, tmp_path
+):
+    from singa_core.api.job import Job
+
+    conf = _mnist(mnist_stores, tmp_path, "job.conf")
+    _train(conf, tmp_path / "ws", "cuda:0", 20)
+    _train(conf, tmp_path / "ws", "cpu", 40, resume=True)
+    _train(conf, tmp_path / "cpu", "cpu", 40)
+    a, b = _params(tmp_path / "cpu", 40), _params(tmp_path / "ws", 40)
+    for k in a:
+        np.testing.assert_allclose(b[k], a[k], rtol=1e-4, atol=1e-6)
+    job = Job.from_file(conf, workspace=tmp_path / "ws")
+    x = np.random.default_rng(0).integers(0, 255, (5, 28, 28)).astype(np.float32)
+    np.testing.assert_allclose(
+        job.model(device="cuda:0").predict(x), job.model().predict(x), rtol=1e-4, atol=1e-6
+    )
+
+
+@pytest.mark.slow
+def test_the_mnist_example_reaches_its_cpu_accuracy_on_the_gpu(gpu, mnist_stores, tmp_path):
+    conf = _mnist(mnist_stores, tmp_path, "job.conf")
+    result = _train(conf, tmp_path / "ws", "cuda:0", 1000, test_steps=100)
+    acc = result.metrics["test"]["accuracy"]
+    print(f"MNIST MLP, 1000 steps on cuda:0: test accuracy {acc:.4f}")
+    assert acc >= 0.85
