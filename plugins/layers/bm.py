@@ -89,10 +89,11 @@ class BMLayer(NeuronLayer):
     @staticmethod
     def _sum(out: np.ndarray, a: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
         """Per-channel Σ a (or Σ a·b) of 4-D arrays into ``out`` (1, C, 1, 1)."""
-        if b is None:
-            np.einsum("nchw->c", a, out=out.reshape(-1))
-        else:
-            np.einsum("nchw,nchw->c", a, b, out=out.reshape(-1))
+        ops = ("nchw->c", a) if b is None else ("nchw,nchw->c", a, b)
+        if isinstance(out, np.ndarray):
+            np.einsum(*ops, out=out.reshape(-1))
+        else:  # CuPy's einsum takes no out=
+            out.reshape(-1)[...] = np.einsum(*ops)
         return out
 
     def to_onnx(self, g, inputs):

@@ -72,6 +72,7 @@ class EmbeddingLayer(NeuronLayer):
         self.alloc((self.batchsize, self.feature_dim))
         self.vocab = self.create_param(0, (self.vocab_size, self.feature_dim), "vocab")
         self._idx = self.xp.empty(self.batchsize, dtype=np.int64)
+        self._take_mode = {"mode": "clip"} if self.device.is_host else {}
 
     def to_onnx(self, g, inputs):
         idx = indices_onnx(g, inputs[0], self.name)
@@ -79,8 +80,9 @@ class EmbeddingLayer(NeuronLayer):
 
     def forward(self, phase, srcs):
         idx = read_indices(self, srcs[0], self._idx, self.vocab_size, "embedding_conf")
-        # indices are checked: mode="clip" lets take write into out without a buffer
-        np.take(self.vocab.value, idx, axis=0, out=self.data, mode="clip")
+        # indices are checked: mode="clip" lets numpy's take write into out without a
+        # buffer (CuPy's take has no mode, and needs none)
+        np.take(self.vocab.value, idx, axis=0, out=self.data, **self._take_mode)
 
     def backward(self, phase, srcs):
         gv = self.vocab.grad
