@@ -207,6 +207,17 @@ class MemoryEstimate:
         row.bytes[kind] += n
         self.total += n
 
+    def release(self, phase: str, layer: str, kind: str, n: int) -> None:
+        """Take back ``n`` bytes charged as ``kind`` for ``layer``: arrays the net dropped
+        once built (a test net's Params, whose values are the training net's: their own
+        value is freed and their gradient never written, so neither stays in memory)."""
+        row = self.rows.get((phase, layer))
+        if row is None or n <= 0:
+            return
+        n = min(n, row.bytes[kind])
+        row.bytes[kind] -= n
+        self.total -= n
+
     def table(self) -> list[str]:
         """Per layer and kind, then the total and what is available (for --dry-run)."""
         lines = [

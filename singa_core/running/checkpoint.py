@@ -139,8 +139,11 @@ def encode_params(records: list[ParamRecord]) -> bytes:
 
 def checkpoint_write_bytes(params) -> int:
     """Memory a checkpoint write needs beyond the Params and updater state: the file buffer
-    and numpy's 16 MiB pieces of an array (and their copies), plus one copy of the largest
-    Param that is not already contiguous float32 (none, usually)."""
+    and numpy's pieces of an array (and their copies) — 16 MiB, or the largest array when it
+    is smaller (a LeNet's pieces are its 1.6 MB weight, not 16 MiB) — plus one copy of the
+    largest Param that is not already contiguous float32 (none, usually)."""
+    largest = max((int(p.value.size) * 4 for p in params), default=0)
+    piece = min(CHUNK_BYTES, largest)
     copy = max(
         (
             int(p.value.size) * 4
@@ -149,7 +152,7 @@ def checkpoint_write_bytes(params) -> int:
         ),
         default=0,
     )
-    return 3 * CHUNK_BYTES + (1 << 20) + copy
+    return 3 * piece + (1 << 20) + copy
 
 
 class _HashingWriter:

@@ -378,10 +378,24 @@ def prepare_job(
     for phase in prepared.phases()[1:]:
         net = prepared.build_net(phase, init=not files, num_partitions=1)  # as 0.3
         net.share_params_from(train, cfg.locate)
+        _release_shared_params(prepared, phase, net)  # counted once, in the training net
         if files:  # the Params of this phase only
             _init_unloaded(prepared, net, set(), files)
         prepared.nets[phase] = net
     return prepared
+
+
+def _release_shared_params(prepared: PreparedJob, phase: int, net: NeuralNet) -> None:
+    """Take the Params ``net`` shares with the training net out of the memory estimate:
+    the values it allocated for them are dropped and their gradients never written (a test
+    pass has no backward), so only the training net's copy stays in memory."""
+    if prepared.memory is None:
+        return
+    for layer in net.layers:
+        shared = sum(p.size for p in layer.params if p.owner is not p and not p.is_mirror)
+        if shared:  # value and gradient, float32, as create_param charged them
+            name = PHASE_NAMES.get(phase, str(phase))
+            prepared.memory.release(name, layer.name, "params", 2 * 4 * shared)
 
 
 def _init_unloaded(prepared: PreparedJob, net: NeuralNet, loaded: set[str], files) -> None:
