@@ -157,7 +157,11 @@ def copy_into(dst, src) -> None:
         return
     mod = array_module(dst)
     if array_module(src) is not mod:
-        src = mod.asarray(to_host(src))
+        host = to_host(src)
+        if dst.flags.c_contiguous and hasattr(dst, "set"):  # one copy, no device temporary
+            dst.set(np.ascontiguousarray(host, dtype=dst.dtype).reshape(dst.shape))
+            return
+        src = mod.asarray(host)
     dst[...] = src.reshape(dst.shape)
 
 

@@ -57,6 +57,13 @@ class StandinArray:
         """An explicit copy to the host (CuPy's ``ndarray.get``)."""
         return np.array(self._a, copy=True)
 
+    def set(self, arr, *args, **kwargs) -> None:
+        """An explicit copy from the host into this array (CuPy's ``ndarray.set``: same
+        shape, a C-contiguous target)."""
+        if not self._a.flags.c_contiguous:
+            raise ValueError("set() needs a C-contiguous device array")
+        np.copyto(self._a, np.asarray(arr).reshape(self._a.shape))
+
     # -- attributes ----------------------------------------------------------------------
     @property
     def shape(self):

@@ -12,19 +12,9 @@ worker the same way (the blob's host copy, then ``mutable_gpu_data``).
 
 from __future__ import annotations
 
-from singa_core.contracts.device import CPU, array_module, to_host
+from singa_core.contracts.device import array_module, copy_into
 from singa_core.contracts.layer import Layer, LayerContext
 from singa_core.schema import job_pb2
-
-
-def device_of_source(src) -> object:
-    """The device a source object's output lives on (its layer's, or the host's for an
-    output part whose array is a numpy array)."""
-    dev = getattr(src, "device", None)
-    if dev is not None:
-        return dev
-    data = getattr(src, "data", None)
-    return CPU if data is None or array_module(data) is array_module(0.0) else None
 
 
 class DeviceTransfer(Layer):
@@ -48,7 +38,6 @@ class DeviceTransfer(Layer):
         )
         super().__init__(conf, ctx)
         self.src = src
-        self.src_device = device_of_source(src)
 
     def setup(self, srcs):
         src = srcs[0]
@@ -59,16 +48,15 @@ class DeviceTransfer(Layer):
 
     def forward(self, phase, srcs):
         src = srcs[0]
-        self.data[...] = self.device.asarray(to_host(src.data))
+        copy_into(self.data, src.data)
         labels = src.labels()
         if labels is not None:
-            self.aux[...] = self.device.asarray(to_host(labels))
+            copy_into(self.aux, labels)
 
     def backward(self, phase, srcs):
         buf = srcs[0].grad_for(self)
         if buf is not None and self.grad is not None:
-            host = to_host(self.grad)
-            buf[...] = host if self.src_device is None else self.src_device.asarray(host)
+            copy_into(buf, self.grad)
 
     def labels(self):
         return self.aux
