@@ -102,3 +102,27 @@ def test_the_hybrid_job_with_its_workers_on_two_devices(stores, tmp_path):
     assert a.keys() == b.keys()
     for k in a:
         np.testing.assert_allclose(b[k], a[k], rtol=1e-5, atol=1e-7)
+
+
+def test_cudnn_hybrid_conf_is_hybrid_conf_on_a_gpu_and_the_cpu(stores, tmp_path):
+    """examples/cifar10/cudnn_hybrid.conf (0.3's): gpu 0 for worker 0, the cuDNN types. With
+    worker 0 on the stand-in (--device standin,cpu) it trains as hybrid.conf on the CPU;
+    without a GPU as asked it stops before step 0 at its gpu line."""
+    import importlib.util
+
+    cudnn, plain = tmp_path / "cudnn", tmp_path / "plain"
+    proc = run_singa("train", str(EXAMPLE / "cudnn_hybrid.conf"), "--seed", "0", "--device",
+                     "standin,cpu", *overrides(stores, cudnn))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "note: layer type kCudnnConv runs as kCConvolution" in proc.stderr
+    proc = run_singa("train", str(EXAMPLE / "hybrid.conf"), "--seed", "0",
+                     *overrides(stores, plain))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    a, b = params(plain, STEPS), params(cudnn, STEPS)
+    for k in a:
+        np.testing.assert_allclose(b[k], a[k], rtol=1e-5, atol=1e-7)
+    if importlib.util.find_spec("cupy") is None:
+        proc = run_singa("train", str(EXAMPLE / "cudnn_hybrid.conf"), "--dry-run",
+                         *overrides(stores, tmp_path / "nogpu"))  # fmt: skip
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr
+        assert "cudnn_hybrid.conf:" in proc.stderr and "--device cpu" in proc.stderr
