@@ -170,10 +170,13 @@ def _load(task):
     if native_ok and fmt in ("PNG", "JPEG"):
         return index, raw, chw, None, note  # the file as it is
     out = io.BytesIO()
-    if fmt == "JPEG":
-        conv.save(out, format="JPEG", quality=95)
-    else:
-        conv.save(out, format="PNG")
+    try:
+        if fmt == "JPEG":
+            conv.save(out, format="JPEG", quality=95)
+        else:
+            conv.save(out, format="PNG")
+    except (OSError, ValueError) as exc:  # decoded with damage Pillow let pass
+        return index, None, None, f"cannot be re-encoded ({type(exc).__name__}: {exc})", None
     return index, out.getvalue(), chw, None, note
 
 
@@ -232,15 +235,17 @@ class ImagesConverter(DatasetConverter):
         try:
             opts = _parser().parse_args(list(args))
         except _ArgumentError as exc:
-            raise SingaError(f"singa data images: {exc}", help=_USAGE_HELP) from None
+            raise SingaError(str(exc), where="singa data images", help=_USAGE_HELP) from None
         if not 0.0 <= opts.val_fraction < 1.0:
             raise SingaError(
                 f"--val-fraction must be at least 0 and below 1, got {opts.val_fraction}",
+                where="--val-fraction",
                 help="e.g. --val-fraction 0.2 holds out a fifth of every class",
             )
         if opts.resize is not None and min(opts.resize) <= 0:
             raise SingaError(
                 f"--resize needs a positive width and height, got {opts.resize}",
+                where="--resize",
                 help="e.g. --resize 32 32",
             )
         self.options = opts
@@ -349,17 +354,7 @@ class ImagesConverter(DatasetConverter):
             )
         train, held = self._split(items, classes, opts.val_fraction, opts.shuffle, opts.seed)
         log(f"{len(items)} images of {len(classes)} classes in {root}")
-        counts = np.bincount([label for _, label in items], minlength=len(classes))
-        for label in np.flatnonzero(counts == 0):
-            source = (
-                f"its folder {root / classes[label]} holds no image files"
-                if not (root / LISTFILE).is_file()
-                else f"{root / LISTFILE} lists no image of it"
-            )
-            log(
-                f"warning: class {label} ('{classes[label]}') is empty: {source}; it keeps "
-                "its number and output, but no record teaches it"
-            )
+        self._warn_empty_classes(items, classes, root, log)
         size = tuple(opts.resize) if opts.resize else None
         tasks = [(i, str(p), size, opts.gray, opts.encoded) for i, (p, _) in enumerate(items)]
         decoded: dict[int, tuple[bytes, np.ndarray]] = {}
@@ -427,6 +422,29 @@ class ImagesConverter(DatasetConverter):
         log(f"wrote an example job.conf to {conf_path}")
         written += [mean_path, labels_path, conf_path]
         return written
+
+    @staticmethod
+    def _warn_empty_classes(items, classes, root: Path, log, most: int = 10) -> None:
+        """One warning line per class without images (the first ``most``; then one line
+        counting the rest): it keeps its number and output, but nothing teaches it."""
+        counts = np.bincount([label for _, label in items], minlength=len(classes))
+        empty = np.flatnonzero(counts == 0)
+        listed = (root / LISTFILE).is_file()
+        for label in empty[:most]:
+            source = (
+                f"{root / LISTFILE} lists no image of it"
+                if listed
+                else f"its folder {root / classes[label]} holds no image files"
+            )
+            log(
+                f"warning: class {label} ('{classes[label]}') is empty: {source}; it keeps "
+                "its number and output, but no record teaches it"
+            )
+        if len(empty) > most:
+            log(
+                f"warning: {len(empty) - most} more classes are empty (of {len(classes)}; "
+                f"the last is class {empty[-1]})"
+            )
 
     @staticmethod
     def _write(path, indices, items, decoded, root, shape, pixel_sum, backend, log):

@@ -21,6 +21,9 @@ import csv
 import io
 import json
 import math
+import tokenize
+import zipfile
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -169,8 +172,16 @@ def _read_records(path: Path, shape: tuple[int, ...]) -> np.ndarray:
 def _read_csv(path: Path, shape: tuple[int, ...]) -> np.ndarray:
     size = int(math.prod(shape))
     rows = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise SingaError(
+                    f"not UTF-8 text: {exc.reason} at byte {exc.start} of the line",
+                    where=f"{path}:{lineno}",
+                    help="give a text file of comma-separated numbers",
+                ) from None
             tokens = [t for t in line.strip().split(",") if t != ""]
             if not tokens:
                 continue
@@ -198,11 +209,28 @@ def _numpy_file(path: Path, take):
     cannot read is a SingaError naming it."""
     try:
         loaded = np.load(path, allow_pickle=False)
+        archive = path.suffix.lower() == ".npz"
         if isinstance(loaded, np.ndarray):
+            if archive:  # what the name says is not what it holds: take neither
+                raise SingaError(
+                    "the file is one .npy array, not the .npz archive its name says",
+                    where=str(path),
+                    help="name it FILE.npy (or write it with numpy.savez)",
+                )
             return take(loaded)
         with loaded:
+            if not archive:
+                raise SingaError(
+                    "the file is an .npz archive, not the .npy array its name says",
+                    where=str(path),
+                    help="name it FILE.npz (or write it with numpy.save)",
+                )
             return take(loaded)
-    except (ValueError, OSError, EOFError) as exc:
+    except (
+        ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error, KeyError,
+        NotImplementedError, RuntimeError,  # damaged or unusual zip members of an .npz
+        SyntaxError, tokenize.TokenError, MemoryError,  # a damaged .npy header
+    ) as exc:  # fmt: skip
         writer = "numpy.save" if path.suffix.lower() == ".npy" else "numpy.savez"
         raise SingaError(
             f"cannot read the array file: {exc}",

@@ -82,7 +82,9 @@ def output_target(path, what: str = "file") -> str:
     except OSError as exc:
         raise SingaError(
             f"cannot write {what} {shown}: {exc.strerror or exc}",
-            help="give a path whose folder exists and is readable",
+            where=shown,
+            help="give a path whose folder exists and is readable (and a file name the "
+            "filesystem allows: at most 255 bytes)",
         ) from None
     if stat.S_ISREG(mode):
         return target
@@ -116,6 +118,7 @@ class AtomicFile:
         if not os.path.isdir(folder):
             raise SingaError(
                 f"cannot create {what} {path}: folder {folder} does not exist",
+                where=str(path),
                 help=f"create the folder first (mkdir -p {folder})",
             )
         try:
@@ -125,6 +128,7 @@ class AtomicFile:
         except OSError as exc:
             raise SingaError(
                 f"cannot create {what} {path}: {exc.strerror or exc}",
+                where=str(path),
                 help=f"check that the folder {folder} is writable",
             ) from None
         try:
@@ -146,6 +150,7 @@ class AtomicFile:
         self.abort()
         return SingaError(
             f"cannot write {self.what} {self.path}: {exc.strerror or exc}",
+            where=self.path,
             help="check the free disk space and the folder's permissions",
         )
 

@@ -107,3 +107,107 @@ def test_a_workspace_path_too_long_for_the_filesystem(tmp_path):
     assert res.exit_code == 2, res.output
     assert "is too long for the filesystem" in res.output
     assert f"{conf}:" in res.output.splitlines()[0]
+
+
+# -- found by tests/fuzz/test_fuzz_commands.py (predict, export, data images; issue 30) --------
+def test_predict_npy_bytes_named_npz_and_npz_named_npy(tmp_path):
+    """np.load returns an array for an .npy whatever its name: was AttributeError 'files'."""
+    import io
+
+    import numpy as np
+
+    from singa_core.inference.inputs import read_inputs
+
+    buf = io.BytesIO()
+    np.save(buf, np.ones((2, 4), np.float32))
+    (tmp_path / "a.npz").write_bytes(buf.getvalue())
+    with pytest.raises(SingaError, match="one .npy array, not the .npz archive"):
+        read_inputs([tmp_path / "a.npz"], (4,))
+    np.savez(tmp_path / "b.npz", x=np.ones((2, 4)))
+    (tmp_path / "b.npz").rename(tmp_path / "b.npy")
+    with pytest.raises(SingaError, match="an .npz archive, not the .npy array"):
+        read_inputs([tmp_path / "b.npy"], (4,))
+
+
+def test_predict_damaged_npz_member_is_located(tmp_path):
+    """A member whose local header disagrees with the directory: was zipfile.BadZipFile."""
+    import numpy as np
+
+    from singa_core.inference.inputs import read_inputs
+
+    np.savez(tmp_path / "c.npz", a=np.ones((2, 4)))
+    data = bytearray((tmp_path / "c.npz").read_bytes())
+    data[data.index(b"a.npy")] = ord("b")  # the first (local header) name only
+    (tmp_path / "c.npz").write_bytes(bytes(data))
+    with pytest.raises(SingaError) as exc:
+        read_inputs([tmp_path / "c.npz"], (4,))
+    assert exc.value.where == str(tmp_path / "c.npz")
+
+
+def test_predict_non_utf8_csv_names_its_line(tmp_path):
+    """Was UnicodeDecodeError."""
+    from singa_core.inference.inputs import read_inputs
+
+    (tmp_path / "x.csv").write_bytes(b"1,2,3,4\n\xb1,2,3,4\n")
+    with pytest.raises(SingaError) as exc:
+        read_inputs([tmp_path / "x.csv"], (4,))
+    assert exc.value.where == f"{tmp_path / 'x.csv'}:2" and "not UTF-8" in exc.value.message
+
+
+def test_output_name_too_long_is_located(tmp_path):
+    """Was an error without a location."""
+    from singa_core.running.fileio import output_target
+
+    with pytest.raises(SingaError) as exc:
+        output_target(tmp_path / ("x" * 300 + ".onnx"), "export")
+    assert exc.value.where and "File name too long" in exc.value.message
+
+
+def test_data_images_huge_label_warns_in_few_lines(tmp_path):
+    """A list file label of 99999 made 99,999 empty classes: 17 MB of warning lines."""
+    pytest.importorskip("PIL")
+    from PIL import Image
+
+    src = tmp_path / "src"
+    src.mkdir()
+    Image.new("RGB", (4, 4)).save(src / "a.png")
+    (src / "listfile.txt").write_text("a.png 99999\n")
+    res = runner.invoke(app, ["data", "images", str(src), "--out", str(tmp_path / "out")])
+    warnings = [x for x in res.output.splitlines() if x.startswith("warning:")]
+    assert len(warnings) == 11 and "99989 more classes are empty" in warnings[-1]
+
+
+def test_data_images_argument_errors_are_located(tmp_path):
+    """Were `error: singa data images: unrecognized arguments` without a location."""
+    for extra, where in ((["--bogus"], "singa data images"), (["--val-fraction", "nan"],
+                         "--val-fraction"), (["--resize", "0", "4"], "--resize")):  # fmt: skip
+        res = runner.invoke(app, ["data", "images", str(tmp_path), "--out", str(tmp_path / "o"),
+                                  *extra])  # fmt: skip
+        assert res.exit_code == 2 and res.output.startswith(f"{where}: error: "), res.output
+
+
+def test_predict_damaged_npy_header_is_located(tmp_path):
+    """numpy's header parser raised tokenize.TokenError (or SyntaxError) for these."""
+    from singa_core.inference.inputs import read_inputs
+
+    for i, head in enumerate([b"{\x93NUMPY\x01\x00v\x00{'descr'", b"{'descr': '<f4'\x00"]):
+        body = head.ljust(118) + b"\n"
+        (tmp_path / f"{i}.npy").write_bytes(b"\x93NUMPY\x01\x00v\x00" + body + bytes(32))
+        with pytest.raises(SingaError) as exc:
+            read_inputs([tmp_path / f"{i}.npy"], (4,))
+        assert exc.value.where == str(tmp_path / f"{i}.npy")
+
+
+def test_data_images_encoded_jpeg_that_cannot_be_reencoded_is_skipped(tmp_path):
+    """`--encoded --resize 100000 4` of a JPEG: re-encoding past JPEG's 65,500-pixel side
+    was an OSError traceback ("broken data stream when writing image file")."""
+    pytest.importorskip("PIL")
+    from PIL import Image
+
+    (tmp_path / "src" / "c0").mkdir(parents=True)
+    Image.new("RGB", (4, 4), 9).save(tmp_path / "src" / "c0" / "0.jpg")
+    args = ["data", "images", tmp_path / "src", "--out", tmp_path / "out", "--encoded"]
+    res = runner.invoke(app, [*map(str, args), "--resize", "100000", "4"])
+    assert res.exit_code == 2 and isinstance(res.exception, SystemExit), res.output
+    assert "0.jpg: cannot be re-encoded (OSError" in res.output
+    assert "none of the 1 images" in res.output and "Traceback" not in res.output

@@ -47,10 +47,10 @@ def test_good_input_predicts(trained):
     [
         (np.zeros((0, 4), np.float32), "input holds no samples (an array of shape (0, 4))"),
         (np.array([[1, 2, 3, 4], [1, np.nan, 3, 4]], np.float32),
-         "sample bad.npy[1] holds nan at value index 1"),
+         "sample {bad}[1] holds nan at value index 1"),
         (np.array([[np.inf, 2, 3, 4]] * 3, np.float64),
-         "sample bad.npy[0] holds inf at value index 0 (and 2 more sample(s))"),
-        (np.array([1, 2, -np.inf, 4], np.float32), "sample bad.npy holds -inf at value index 2"),
+         "sample {bad}[0] holds inf at value index 0 (and 2 more sample(s))"),
+        (np.array([1, 2, -np.inf, 4], np.float32), "sample {bad} holds -inf at value index 2"),
     ],
 )  # fmt: skip
 def test_bad_arrays_are_refused_by_row(trained, array, message):
@@ -58,6 +58,7 @@ def test_bad_arrays_are_refused_by_row(trained, array, message):
     np.save(tmp / "bad.npy", array)
     res = predict(conf, tmp / "bad.npy")
     assert res.returncode == 2, res.stdout + res.stderr
+    message = message.format(bad=tmp / "bad.npy")  # a sample is named by its path as given
     assert f"{tmp / 'bad.npy'}: error: {message}" in res.stderr, res.stderr
     assert "help:" in res.stderr and "Traceback" not in res.stderr and "(nan)" not in res.stdout
 
@@ -73,7 +74,7 @@ def test_nan_in_an_npz_member_and_an_empty_csv(trained):
     assert res.returncode == 2 and "input holds no samples" in res.stderr
     (tmp / "nan.csv").write_text("1,2,3,4\n1,nan,3,4\n")
     res = predict(conf, tmp / "nan.csv")
-    assert res.returncode == 2 and "sample nan.csv[1] holds nan" in res.stderr
+    assert res.returncode == 2 and f"sample {tmp / 'nan.csv'}[1] holds nan" in res.stderr
 
 
 def test_a_fifo_is_refused_by_name_without_blocking(trained):
