@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 
+from singa_core.commands import jobs as _jobs_commands
 from singa_core.commands.startup import quiet_interrupts
 
 with quiet_interrupts():  # Ctrl-C while the command line loads: "interrupted", exit 130
@@ -1034,6 +1035,10 @@ def export(
 def version() -> None:
     """Print singa's version."""
     print(__version__)
+
+
+# singa submit, jobs, logs, stop: their own module (singa_core/commands/jobs.py)
+_jobs_commands.register(app)
 
 
 def main() -> None:

@@ -1,0 +1,153 @@
+"""``singa submit``, ``singa jobs``, ``singa logs`` and ``singa stop``: jobs that outlive
+the terminal (the machinery is :mod:`singa_core.api.jobs`)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Annotated
+
+import typer
+
+from singa_core.contracts.errors import SingaError
+
+
+def _fail(err: SingaError) -> None:
+    print(err.format(), file=sys.stderr)
+    raise typer.Exit(2)
+
+
+def _when(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def _row(info) -> list[str]:
+    r = info.record
+    state = info.state
+    if info.state == "failed":
+        state = f"failed (exit {info.exit_code})" if info.exit_code is not None else "failed"
+    progress = "-"
+    if info.step is not None:
+        progress = f"{info.step}" + (f"/{info.total}" if info.total else "")
+    metrics = ", ".join(f"{k} {v:.4g}" for k, v in info.metrics.items()) or "-"
+    return [r.id, r.name, r.engine, r.host, state, progress, metrics, _when(r.submitted),
+            r.workspace]  # fmt: skip
+
+
+def register(app) -> None:
+    """Add the job commands to the ``singa`` app."""
+
+    @app.command(
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+        epilog="""Examples:
+  singa submit examples/mnist/job.conf
+  singa submit examples/mnist/job.conf --seed 3 -o train_steps=2000
+  singa jobs
+  singa logs 3fa2c1 -f
+  singa stop 3fa2c1""",
+    )
+    def submit(
+        ctx: typer.Context,
+        job: Annotated[str, typer.Argument(metavar="JOB.conf", help="the job to train")],
+    ) -> None:
+        """Train a job.conf detached from this terminal and print its id.
+
+        Takes every option of `singa train` after JOB.conf. The job keeps running when the
+        terminal closes (hang-up, the ssh session ending); `singa jobs` lists it, `singa logs
+        ID -f` follows its output, `singa stop ID` stops it with a checkpoint. Jobs are
+        recorded in $SINGA_JOBS_DIR (default ~/.singa/jobs)."""
+        from singa_core.api.jobs import submit as submit_job
+
+        try:
+            record = submit_job(job, list(ctx.args))
+        except SingaError as err:
+            _fail(err)
+        print(record.id)
+        print(
+            f"submitted '{record.name}' (workspace {record.workspace}); follow it with "
+            f"`singa logs {record.id} -f`, stop it with `singa stop {record.id}`",
+            file=sys.stderr,
+        )
+
+    @app.command(
+        "jobs",
+        epilog="""Examples:
+  singa jobs
+  singa jobs --json""",
+    )
+    def jobs_command(
+        as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+    ) -> None:
+        """List the submitted jobs: id, name, engine, host, state, step of total, the latest
+        loss and accuracy, start time and workspace.
+
+        A job is running, finished, stopped (by `singa stop`), or failed with its exit status
+        and the last error line; one whose runner was killed (kill -9, a restart) is
+        failed, never running."""
+        from singa_core.api.jobs import list_jobs
+
+        infos = list_jobs()
+        if as_json:
+            print(json.dumps([i.as_dict() for i in infos], indent=1))
+            return
+        if not infos:
+            print("no jobs (singa submit JOB.conf starts one)")
+            return
+        heads = ["id", "name", "engine", "host", "state", "step", "latest", "submitted",
+                 "workspace"]  # fmt: skip
+        rows = [_row(i) for i in infos]
+        widths = [max(len(h), *(len(r[k]) for r in rows)) for k, h in enumerate(heads)]
+        print("  ".join(h.ljust(w) for h, w in zip(heads, widths, strict=True)).rstrip())
+        for info, row in zip(infos, rows, strict=True):
+            print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+            if info.state in ("failed", "stopped") and info.message:
+                print(f"    {info.message}")
+
+    @app.command(
+        epilog="""Examples:
+  singa logs 3fa2c1
+  singa logs 3f -f""",
+    )
+    def logs(
+        job_id: Annotated[str, typer.Argument(metavar="ID", help="a job id (or a unique prefix)")],
+        follow: Annotated[
+            bool, typer.Option("--follow", "-f", help="keep printing until the job ends")
+        ] = False,
+    ) -> None:
+        """Show a submitted job's output (SINGA's lines); -f follows it."""
+        from singa_core.api.jobs import find, follow_log
+
+        try:
+            folder = find(job_id)
+        except SingaError as err:
+            _fail(err)
+        try:
+            for line in follow_log(folder, follow=follow):
+                sys.stdout.write(line)
+                sys.stdout.flush()
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
+
+    @app.command(
+        epilog="""Examples:
+  singa stop 3fa2c1
+  singa stop 3fa2c1 --now""",
+    )
+    def stop(
+        job_id: Annotated[str, typer.Argument(metavar="ID", help="a job id (or a unique prefix)")],
+        now: Annotated[
+            bool, typer.Option("--now", help="kill the training at once (no checkpoint)")
+        ] = False,
+    ) -> None:
+        """Stop a submitted job: after its current step, with a checkpoint (what SIGTERM
+        asks of `singa train`); --now kills it at once. `singa train ... --resume`
+        continues a stopped job."""
+        from singa_core.api.jobs import stop as stop_job
+
+        try:
+            info = stop_job(job_id, now=now)
+        except SingaError as err:
+            _fail(err)
+        how = "killing" if now else "stopping (a checkpoint first)"
+        print(f"{how} job {info.record.id} ({info.record.name})", file=sys.stderr)
