@@ -269,3 +269,53 @@ def test_insecure_is_an_option_of_cluster_engines_only(tmp_path):
 # -- with real clusters ------------------------------------------------------------------------
 def test_token_authentication_with_real_clusters_in_a_private_network_namespace():
     run_checks_in_private_network("tests/engines/ray_auth_checks.py", "-q -s")
+
+
+def test_a_token_file_others_can_read_is_warned_about(tmp_path):
+    from singa_builtins.engines.ray.auth import token_file_exposure
+
+    home = tmp_path / "home"
+    (home / ".ray").mkdir(parents=True)
+    token = home / ".ray" / "auth_token"
+    token.write_text("t" * 32)
+    env = {"RAY_AUTH_MODE": "token"}
+    token.chmod(0o644)  # what `ray get-auth-token --generate` leaves
+    warning = token_file_exposure(local_credentials("h:6379", env, home))
+    assert f"the Ray token file {token} can be read by other users (mode 0644)" in warning
+    assert f"chmod 600 {token}" in warning
+    token.chmod(0o600)
+    assert token_file_exposure(local_credentials("h:6379", env, home)) is None
+    other = tmp_path / "copy"
+    other.write_text("t" * 32)
+    other.chmod(0o640)
+    creds = local_credentials("h:6379", {**env, "RAY_AUTH_TOKEN_PATH": str(other)}, home)
+    assert "mode 0640" in token_file_exposure(creds)
+    creds = local_credentials("h:6379", {**env, "RAY_AUTH_TOKEN": "t" * 32}, home)
+    assert token_file_exposure(creds) is None  # no file
+
+
+@needs("ray")
+def test_any_exception_from_ray_init_is_located_after_a_shutdown(monkeypatch):
+    """Under load Ray's start raised a bare `Exception: The current node timed out during
+    startup`: a traceback and a runtime left behind. Every class is now a located error,
+    after ray.shutdown() and with the user's RAY_AUTH_* environment restored."""
+    import ray
+    from singa_builtins.engines.ray.runtime import Runtime
+
+    calls = []
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    before = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
+
+    def failing_init(*args, **kwargs):
+        raise Exception("The current node timed out during startup.")
+
+    monkeypatch.setattr(ray, "init", failing_init)
+    monkeypatch.setattr(ray, "shutdown", lambda: calls.append("shutdown"))
+    with pytest.raises(SingaError) as info:
+        with Runtime(None):
+            pass
+    assert "cannot start a private Ray runtime: Exception: The current node timed out" in str(
+        info.value
+    )
+    assert info.value.where == "--engine ray" and calls == ["shutdown"]
+    assert {k: os.environ.get(k) for k in before} == before

@@ -300,7 +300,28 @@ def check_cluster(address: str, insecure: bool) -> str | None:
     if problem is not None:
         raise unreachable_error(shown, problem)
     creds = local_credentials(address)
-    return classify(shown, creds, lambda c: ask_gcs(gcs, c), insecure)
+    warning = classify(shown, creds, lambda c: ask_gcs(gcs, c), insecure)
+    exposed = token_file_exposure(creds)
+    return "\n".join(w for w in (exposed, warning) if w) or None
+
+
+def token_file_exposure(creds: Credentials) -> str | None:
+    """A warning when the file the token was read from can be read by other users of this
+    machine (``ray get-auth-token --generate`` leaves it mode 0644): anyone who reads it
+    can run code on every node of the cluster."""
+    if not creds.sends_token or creds.token is None or creds.source == "RAY_AUTH_TOKEN":
+        return None
+    path = Path(creds.source.split("(", 1)[1].rstrip(")") if "(" in creds.source else creds.source)
+    try:
+        mode = path.stat().st_mode & 0o777
+    except OSError:
+        return None
+    if not mode & 0o077:
+        return None
+    return (
+        f"warning: the Ray token file {path} can be read by other users (mode {mode:04o}): "
+        f"whoever reads it can run code on every node of the cluster; chmod 600 {path}"
+    )
 
 
 # -- the private runtime's token ---------------------------------------------------------------

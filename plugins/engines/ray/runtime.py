@@ -120,11 +120,13 @@ class Runtime:
                     ray.init(address="local", num_cpus=usable_cpus(), **kwargs)
                 else:
                     ray.init(address=self.address, **kwargs)
-            except (ConnectionError, RuntimeError, ValueError, ray.exceptions.RayError) as exc:
-                if self.private:
-                    try:
-                        ray.shutdown()  # whatever ray.init had started
-                    finally:
+            except Exception as exc:  # any class: Ray raises bare Exceptions at start-up too
+                try:
+                    ray.shutdown()  # whatever ray.init had started (a no-op when nothing)
+                except Exception:  # noqa: BLE001 - the original error is what to report
+                    pass
+                finally:
+                    if self.private:
                         self._token.restore()
                 raise self._init_error(exc) from None
             # after ray.init, which installs its own SIGTERM handler in this process
