@@ -176,5 +176,24 @@ def run_checks_in_private_network(module: str, pytest_args: str = "-q") -> None:
     assert " passed" in res.stdout and "skipped" not in res.stdout.splitlines()[-1]
 
 
+@pytest.mark.slow  # Ray clusters in a private namespace: minutes, not seconds
 def test_on_a_two_node_cluster_in_a_private_network_namespace():
     run_checks_in_private_network("tests/engines/ray_cluster_checks.py", "-q -s")
+
+
+def test_the_heads_loss_is_located_within_30_s():
+    run_checks_in_private_network("tests/engines/ray_head_checks.py", "-q -s")
+
+
+def test_head_loss_message_names_restarts_it_cannot_do(tmp_path):
+    from singa_builtins.engines.ray.headwatch import HeadWatch, head_lost_message
+
+    text = head_lost_message("10.0.0.1:6379", 7.2, tmp_path, private=False, restarts=2)
+    assert "lost the head node (its GCS at 10.0.0.1:6379): no connection for 7 s" in text
+    assert "--max-restarts 2 cannot survive the head's loss" in text
+    assert "no checkpoint was written" in text and "restart the head" in text
+    now = [0.0]
+    watch = HeadWatch("127.0.0.1:1", clock=lambda: now[0])  # nothing listens on port 1
+    assert not watch.lost()
+    now[0] = 7.0
+    assert watch.lost() and watch.lost_for() >= 7.0

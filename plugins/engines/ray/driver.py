@@ -39,6 +39,7 @@ import time
 from singa_builtins.engines.ray import traffic
 from singa_builtins.engines.ray.checkpoints import records_from_snapshots
 from singa_builtins.engines.ray.faults import is_loss, summary
+from singa_builtins.engines.ray.headwatch import HeadWatch, head_lost
 from singa_builtins.engines.ray.nodecheck import check_nodes, clean_attempt
 from singa_builtins.engines.ray.placement import (
     check_fits,
@@ -413,7 +414,13 @@ class Attempt:
         handled = 0  # signals caught before this point are handled on the first pass
         lost_deadline, lost_text = None, None
         calls = {a.events.remote(POLL): i for i, a in enumerate(self.actors)}
+        watch = HeadWatch(ray.get_runtime_context().gcs_address)
         while pending:
+            if watch.lost():  # every Ray call would hang until Ray's own abort: leave now
+                head_lost(
+                    watch.address, watch.lost_for(), self.engine.prepared.workspace,
+                    private=self.runtime.private, restarts=self.options.max_restarts,
+                )  # fmt: skip
             done, _ = ray.wait(list(calls), num_returns=1, timeout=0.25)
             for ref in done:
                 i = calls.pop(ref)
