@@ -241,6 +241,8 @@ class InProcessEngine(Engine):
     def _pin_threads(self, step: int | None = None) -> None:
         if self.threads is None:
             n, why = self._threads_rule()
+            if n is None and self._device().kind == "cuda":  # the host only feeds the GPU
+                n, why = 1, "automatic: the layers compute on the GPU"
             if n is None:
                 n, why = (
                     self._thread_trial(step)
@@ -275,4 +277,5 @@ class InProcessEngine(Engine):
             net = self.prepared.build_net(kTest, num_partitions=1)
             net.share_params_from(self.train_net, self.prepared.cfg.locate)
             self.nets[kTest] = net
-        return self._loop().evaluate(kTest, steps)
+        with self._device().activate():
+            return self._loop().evaluate(kTest, steps)
