@@ -16,7 +16,9 @@ actor per SINGA process with the values, versions and updater state the job star
 
 Start-up (the node checks, the reservation, the actors' construction, every worker's net
 built) has a deadline (``--startup-timeout``, default 60 s): what has not answered by then
-stops the job naming the processes, their nodes and the likely causes. Any Ray error that
+stops the job naming only those processes, each with its node and what it was waiting for,
+and a firewall only for a worker process on another node that does not answer
+(:mod:`.startup`). Any Ray error that
 reports a lost process, node or object (:mod:`.faults`) means the process (or its node) is
 gone. The attempt is torn down (every actor killed, the placement group removed, the
 attempt's shared-memory segments removed on every node that answers) and, with
@@ -134,6 +136,7 @@ class Attempt:
         self.deadline = 0.0
         self.started = self.finished = 0.0  # the start gate opened; the last worker ended
         self.signals = runtime.signals  # installed by the runtime for its whole life
+        self.driver_node = ""  # the Ray node id this driver runs on
 
     def run(self) -> TrainResult:
         import ray
@@ -142,14 +145,19 @@ class Attempt:
         timeout = self.options.startup_timeout
         self.deadline = time.monotonic() + timeout
         nodes = self.nodes = self.runtime.nodes()
-        driver_node = ray.get_runtime_context().get_node_id()
+        driver_node = self.driver_node = ray.get_runtime_context().get_node_id()
         requests = process_requests(
             self.topo, engine.layout, len(engine.state_names), self.options.cpus_per_worker
         )
         self._check_startup_signal()
         try:
             facts, gone = check_nodes(
-                nodes, self.deadline, self.signals, self._check_startup_signal, self.suspect
+                nodes,
+                self.deadline,
+                self.signals,
+                self._check_startup_signal,
+                self.suspect,
+                timeout=timeout,
             )
             if gone:
                 engine.reporter.note(
@@ -263,26 +271,34 @@ class Attempt:
             err.exit_code = 128 + int(sig)
             raise err
 
-    def _startup_error(self, late: list[int], stage: str) -> SingaError:
-        """The start-up deadline passed with processes ``late`` not answering."""
-        nodes: dict[str, list[int]] = {}
+    def _startup_error(self, late: list[int], stage: str, each: dict | None = None) -> SingaError:
+        """The start-up deadline passed with processes ``late`` not answering: each named
+        with its node and what it was waiting for (:mod:`.startup`); ``each`` maps a
+        process to its own stage where it differs from ``stage``."""
+        from singa_builtins.engines.ray.startup import Late, deadline_error, waiting_for
+
+        out = []
         for i in late:
             w = self.where[i] if i < len(self.where) else {}
-            label = f"{w.get('address', '?')} (Ray node {str(w.get('node_id', '?'))[:12]})"
-            nodes.setdefault(label, []).append(i)
-        who = "; ".join(
-            f"process(es) {', '.join(map(str, procs))} on node {label}"
-            for label, procs in nodes.items()
-        )
-        return SingaError(
-            f"start-up did not finish within the start-up deadline ({stage}): {who} did not answer",
-            where="--startup-timeout",
-            help="likely causes: the node cannot reach this machine (a firewall, or the "
-            "address it gave with --node-ip-address is not one this machine reaches: every "
-            "node's ports must be open both ways), different Python/Ray/singa-classic "
-            "versions there, or a slow start (big data or nets): see "
-            "/tmp/ray/session_latest/logs on that node, or --startup-timeout SECONDS",
-        )
+            node_id = str(w.get("node_id", "?"))
+            label = f"{w.get('address', '?')} (Ray node {node_id[:12]})"
+            waiting, unreachable = waiting_for(self._actor_row(i), (each or {}).get(i, stage))
+            out.append(
+                Late(self.topo.procs[i].role(), label, node_id == self.driver_node, waiting,
+                     unreachable)
+            )  # fmt: skip
+        return deadline_error(self.options.startup_timeout, stage, out)
+
+    def _actor_row(self, i: int) -> dict | None:
+        """Process ``i``'s row of the GCS actor table (None when unknown or unreadable)."""
+        if i >= len(self.actors):
+            return None
+        try:
+            from ray._private import state
+
+            return state.actors(actor_id=self.actors[i]._actor_id.hex()) or None
+        except Exception:  # noqa: BLE001 - only a detail of the message
+            return None
 
     def _startup_get(self, refs: list, stage: str) -> list:
         """One answer per actor, in order, before the start-up deadline; signals end the
@@ -461,8 +477,16 @@ class Attempt:
             if lost_deadline is not None and time.monotonic() > lost_deadline:
                 raise ProcessLost(f"a peer of {lost_text} was lost")
             if ready != workers and time.monotonic() > self.deadline:
-                late = sorted({ps.index for ps in topo.procs for w in ps.workers if w not in ready})
-                raise self._startup_error(late, "building the workers' nets")
+                each: dict[int, list] = {}
+                for ps in topo.procs:
+                    for w in ps.workers:
+                        if w not in ready:
+                            each.setdefault(ps.index, []).append(w)
+                raise self._startup_error(
+                    sorted(each), "building the workers' nets",
+                    {i: "building the net of worker(s) "
+                        + ", ".join(f"{g}.{j}" for g, j in ws) for i, ws in each.items()},
+                )  # fmt: skip
             while handled < len(self.signals.caught):
                 sig = self.signals.caught[handled]
                 handled += 1

@@ -68,8 +68,28 @@ def _gone(exc: BaseException) -> bool:
     return isinstance(exc, kinds) or is_loss(exc)
 
 
+def _late_error(nodes, late, timeout: float) -> SingaError:
+    """The start-up deadline passed with the checks of ``late`` not back: each named with
+    what can be told of it (:func:`~singa_builtins.engines.ray.startup.check_waiting_for`)."""
+    import ray
+    from singa_builtins.engines.ray.startup import Late, check_waiting_for, deadline_error
+
+    try:
+        own = ray.get_runtime_context().get_node_id()
+        rows = {n["NodeID"]: n for n in ray.nodes()}
+    except Exception:  # noqa: BLE001 - only details of the message
+        own, rows = "", {}
+    late_ids = {n.id for n in late}
+    own_answered = bool(own) and own not in late_ids and any(n.id == own for n in nodes)
+    out = []
+    for n in late:
+        waiting, cut = check_waiting_for(rows.get(n.id), n.id == own, own_answered)
+        out.append(Late("", n.label(), n.id == own, waiting, cut))
+    return deadline_error(timeout, "the nodes' start-up check", out)
+
+
 def check_nodes(
-    nodes, deadline: float, signals=None, on_signal=None, suspect=frozenset()
+    nodes, deadline: float, signals=None, on_signal=None, suspect=frozenset(), timeout=0.0
 ) -> tuple[dict[str, dict], list]:
     """(node id -> :func:`node_facts` of every node that answered, the nodes found gone).
     Every node must answer before ``deadline`` (``time.monotonic()``) with the driver's
@@ -93,14 +113,7 @@ def check_nodes(
                 gone.append(refs.pop(r))
                 pending.remove(r)
         if pending and time.monotonic() > deadline:
-            late = ", ".join(refs[r].label() for r in pending)
-            raise SingaError(
-                f"node(s) {late} did not run the start-up check within the start-up deadline",
-                where="--startup-timeout",
-                help="the node and this machine must reach each other on the cluster's ports "
-                "(firewall? the address the node gave with --node-ip-address?); its logs are in "
-                "/tmp/ray/session_latest/logs there; --startup-timeout SECONDS to wait longer",
-            )
+            raise _late_error(nodes, [refs[r] for r in pending], timeout)
     out, mine = {}, versions()
     for ref, node in refs.items():
         try:
