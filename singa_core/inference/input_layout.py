@@ -105,6 +105,10 @@ def conform(
     per = tuple(int(v) for v in x.shape[1:])
     if per == s:
         return x
+    if per and _squeezed(per) == _squeezed(s):
+        # only axes of size 1 differ; (1, 28, 28) for a (1, 28, 28) model too: one sample
+        # of (28, 28) or of (1, 28, 28) without its batch axis hold the same values
+        return x.reshape(x.shape[0], *s)
     if s and tuple(x.shape) == s:
         raise SingaError(
             f"input has shape {_shape(x.shape)}: one sample without the batch axis",
@@ -118,8 +122,6 @@ def conform(
             where=where,
             help=f"pass {option} to have it transposed, or give x.transpose(0, 3, 1, 2)",
         )
-    if per and _squeezed(per) == _squeezed(s):
-        return x.reshape(x.shape[0], *s)  # only axes of size 1 differ
     size = math.prod(s)
     if per and math.prod(per) == size:
         what = (

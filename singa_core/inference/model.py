@@ -10,13 +10,16 @@
 ``predict`` takes raw samples exactly as the data layer reads them from records and applies
 the data layer's own preprocessing (mean/std, mean file), then runs the deploy net
 (:mod:`singa_core.netbuilder.deploy`) forward with phase ``kDeploy``: no dropout, the test
-crops. The net is built once for ``batch`` rows (default :data:`BATCH`) and shares the
+crops. The net is built for ``batch`` rows (default :data:`BATCH`) and shares the
 checkpoint's arrays (no copies, no gradients, no updater). Any number of rows works: they
-run ``batch`` at a time, the last pass padded. Every pass has the same shape because BLAS
-picks its kernels by the matrix sizes (a single row, or a small product, is multiplied by
-other kernels that round differently): so a row's prediction is bit-identical whatever
-the number of rows it came with. A model built with ``batch=1`` answers single samples
-fastest, with rows consistent among themselves.
+run ``batch`` at a time; a pass of fewer rows (one sample, the rest of a batch) runs on a
+net built for the next power of two of them (1, 2, 4, ... rows; built once, sharing the
+same arrays), so a few rows cost what those rows cost. BLAS picks its kernels by the
+matrix sizes and rounds differently with each, so a row's prediction may then differ in
+the last bits (float32 rounding, ~1e-7 relative) with the number of rows it came with;
+``fixed_passes=True`` runs every pass at ``batch`` rows (the last one padded) and makes it
+bit-identical whatever that number. A recurrent model (a sampling net) always runs its
+``batch`` rows: each row carries its own state.
 """
 
 from __future__ import annotations
@@ -99,6 +102,7 @@ class Model:
         source=(),
         batch: int = BATCH,
         device=None,
+        fixed_passes: bool = False,
     ) -> None:
         # where the deploy net computes (a Device or a spec: "cpu", "cuda:0"); predictions
         # come back to the host. A model trained on a GPU needs none to predict.
@@ -123,6 +127,8 @@ class Model:
                 help="the rows of one forward pass, e.g. 64",
             )
         self.batch = int(batch)
+        self.fixed_passes = bool(fixed_passes)
+        self._small: dict[int, NeuralNet] = {}  # rows -> the net of a short pass
         self._given_shape = tuple(sample_shape) if sample_shape else None
         self._built: NeuralNet | None = None
         probe = self.net
@@ -239,20 +245,34 @@ class Model:
                 help=f"build it for more rows: job.model(batch={n})",
             )
         out = np.empty((n, self.num_outputs), dtype=DTYPE)
-        pad = None
         for start in range(0, n, b):
             chunk = x[start : start + b]
             rows = chunk.shape[0]
-            if rows < b:  # see the module text: every pass has the same shape
-                if pad is None:
-                    pad = np.zeros((b, *self.sample_shape), dtype=DTYPE)
+            size = self.pass_rows(rows)
+            if rows < size:  # padded to the pass's rows (see the module text)
+                pad = np.zeros((size, *self.sample_shape), dtype=DTYPE)
                 pad[:rows] = chunk
                 chunk = pad
-            out[start : start + rows] = self._forward(chunk)[:rows]
+            out[start : start + rows] = self._forward(chunk, self._net_of(size))[:rows]
         return out
 
-    def _forward(self, chunk: np.ndarray) -> np.ndarray:
-        net = self.net
+    def pass_rows(self, rows: int) -> int:
+        """The rows of the pass that predicts ``rows`` (at most :attr:`batch`) rows: the
+        next power of two, or :attr:`batch` with ``fixed_passes`` or recurrent state."""
+        if rows >= self.batch or self.fixed_passes or self.carriers:
+            return self.batch
+        return min(self.batch, 1 << (rows - 1).bit_length())
+
+    def _net_of(self, rows: int) -> NeuralNet:
+        if rows == self.batch:
+            return self.net
+        net = self._small.get(rows)
+        if net is None:
+            net = self._small[rows] = self._create(rows)
+        return net
+
+    def _forward(self, chunk: np.ndarray, net: NeuralNet | None = None) -> np.ndarray:
+        net = self.net if net is None else net
         net.by_name[self.input_name].feed(chunk)
         phase = kDeploy | kForward
         for layer in net.layers:

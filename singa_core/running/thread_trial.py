@@ -91,10 +91,12 @@ def choose_for_model(model, x) -> tuple[int, str]:
     import numpy as np
 
     rows = min(len(x), model.batch)
-    chunk = np.zeros((model.batch, *model.sample_shape), dtype=np.float32)
+    size = model.pass_rows(rows)  # the pass predict will run (fewer rows: a smaller net)
+    chunk = np.zeros((size, *model.sample_shape), dtype=np.float32)
     chunk[:rows] = x[:rows]
+    net = model._net_of(size)
     try:
-        return timed_choice(lambda: model._forward(chunk), usable_cpus())
+        return timed_choice(lambda: model._forward(chunk, net), usable_cpus())
     finally:
         if model.carriers:
             model.reset_state()

@@ -62,9 +62,16 @@ def test_rows_and_batches(trained):
     model = model_of(folder)
     many = np.tile(x, (34, 1))[:10_000]
     big = model.predict(many)
+    # a few rows run on a net of their own size (the next power of two): equal up to
+    # float32 rounding; with fixed_passes every pass has `batch` rows: bit-identical
+    fixed = model_of(folder, fixed_passes=True)
+    assert np.array_equal(fixed.predict(many), big)
     for n in (1, 7, 300):
-        assert np.array_equal(model.predict(x[:n]), big[:n])
-    assert np.array_equal(model.predict(x[::-1])[::-1], big[:300])
+        assert np.array_equal(fixed.predict(x[:n]), big[:n])
+        np.testing.assert_allclose(model.predict(x[:n]), big[:n], rtol=1e-5, atol=1e-6)
+    assert [model.pass_rows(n) for n in (1, 2, 3, 7, 33, 64, 65)] == [1, 2, 4, 8, 64, 64, 64]
+    assert fixed.pass_rows(1) == 64
+    assert np.array_equal(fixed.predict(x[::-1])[::-1], big[:300])
     one = model_of(folder, batch=1)
     assert np.allclose(one.predict(x[:5]), big[:5], atol=1e-6)
     classes = model.predict_classes(x, top_k=2)
