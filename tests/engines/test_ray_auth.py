@@ -267,6 +267,7 @@ def test_insecure_is_an_option_of_cluster_engines_only(tmp_path):
 
 
 # -- with real clusters ------------------------------------------------------------------------
+@pytest.mark.slow  # Ray clusters in a private namespace: minutes, not seconds
 def test_token_authentication_with_real_clusters_in_a_private_network_namespace():
     run_checks_in_private_network("tests/engines/ray_auth_checks.py", "-q -s")
 
