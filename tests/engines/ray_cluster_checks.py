@@ -694,3 +694,49 @@ def test_losing_a_whole_node_stops_the_job_within_10_s(cluster, tmp_path):
     assert re.search(lost, err), err
     assert "newest complete checkpoint is" in err and "Traceback" not in err, err
     assert_nothing_left()
+
+
+def _raylet_killed_run(cluster, tmp_path: Path, *args: str) -> tuple:
+    """A node added for the run, its raylet killed with -9 after checkpoint 50 (the agents
+    beside it then publish its last log lines to every driver): (process, stdout, stderr,
+    workspace). The dead node's other processes are removed afterwards."""
+    node = cluster.add_node(num_cpus=1, object_store_memory=STORE)
+    cluster.wait_for_nodes()
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    conf, ws = _blobs_job(tmp_path, steps=100000, checkpoint_freq=50)
+    raylet = node.all_processes["raylet"][0].process.pid
+
+    def kill_raylet(note: str) -> None:
+        assert node.node_id[:12] in note, note  # a process of the job runs there
+        os.kill(raylet, signal.SIGKILL)
+
+    proc = _start(cluster, conf, "--placement", "spread", *args)  # a process on every node
+    try:
+        out, err, elapsed = act_and_wait(proc, lambda: _wait_for_note(proc, ws, 50), kill_raylet)
+    finally:
+        cluster.remove_node(node, allow_graceful=False)
+    print(f"stopped {elapsed:.1f} s after the raylet was killed")
+    assert proc.returncode == 2, err
+    assert re.search(r"process \d \([^)]*\) on node 127\.0\.0\.1 \(Ray node \w+\) was lost", err)
+    assert "Traceback" not in out + err, err
+    return proc, out, err, ws
+
+
+def test_rays_report_of_a_killed_raylet_goes_to_the_workspace_log(cluster, tmp_path):
+    """Ray's agents publish a killed raylet's last 20 log lines (its state dump) to every
+    driver, which prints them before singa's message: singa puts them in
+    WORKSPACE/ray-driver.log with one line on the terminal; ray_log=terminal shows them."""
+    dump = "Last 20 lines of the Raylet logs"
+    _, out, err, ws = _raylet_killed_run(cluster, tmp_path / "file")
+    assert dump not in out + err and "(raylet)" not in out + err, out[-3000:] + err[-3000:]
+    log = ws / "ray-driver.log"
+    pointer = [x for x in err.splitlines() if x.startswith("ray: Ray reported: ")]
+    assert pointer and all(f"(full report in {log})" in x for x in pointer), err
+    assert any("Raylet is terminated" in x for x in pointer), err
+    assert dump in log.read_text() and "[state-dump]" in log.read_text()
+    print(*pointer, sep="\n")
+    _, out, err, ws = _raylet_killed_run(
+        cluster, tmp_path / "terminal", "--engine-option", "ray_log=terminal"
+    )
+    assert dump in out + err and "ray: Ray reported" not in err, out[-3000:] + err[-3000:]
+    assert not (ws / "ray-driver.log").exists()

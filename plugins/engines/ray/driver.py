@@ -82,7 +82,13 @@ class Driver:
 
     def run(self) -> TrainResult:
         engine, restarts, suspect = self.engine, 0, frozenset()
-        with Runtime(self.options.address, insecure=self.options.insecure) as runtime:
+        from pathlib import Path
+
+        from singa_builtins.engines.ray.driverlog import LOG_NAME, RayReports
+
+        reports = RayReports(Path(engine.prepared.workspace) / LOG_NAME, self.options.ray_log)
+        with Runtime(self.options.address, insecure=self.options.insecure,
+                     reports=reports) as runtime:  # fmt: skip
             while True:
                 try:
                     return Attempt(engine, runtime, suspect).run()

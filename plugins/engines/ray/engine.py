@@ -17,8 +17,11 @@ Without ``--address`` (or ``RAY_ADDRESS``) a private one-node runtime is started
 down; ``--address HOST:PORT`` or ``auto`` joins a cluster made with ``ray start``.
 ``--max-restarts N`` restarts a job that lost a process or node from its newest checkpoint.
 Engine option ``cpus_per_worker`` (``--engine-option cpus_per_worker=0.5``) sets the CPUs a
-worker thread asks for (default 1). Never chosen automatically: ``--engine ray``. Importing
-this module does not import Ray. Parts: :mod:`singa_builtins.engines.ray`.
+worker thread asks for (default 1); ``ray_log=terminal`` lets Ray print what it publishes
+to drivers (a dead raylet's last log lines) on the terminal instead of
+``WORKSPACE/ray-driver.log`` (:mod:`~singa_builtins.engines.ray.driverlog`). Never chosen
+automatically: ``--engine ray``. Importing this module does not import Ray. Parts:
+:mod:`singa_builtins.engines.ray`.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ class RayOptions:
     cpus_per_worker: float = 1.0
     insecure: bool = False  # join a cluster that checks no tokens
     startup_timeout: float = 60.0  # seconds
+    ray_log: str = "file"  # Ray's own reports: WORKSPACE/ray-driver.log, or the terminal
 
 
 def _number(options, name, kind, minimum, where, example=None):
@@ -86,6 +90,7 @@ class RayEngine(SharedMemoryEngine):
         "cpus_per_worker",
         "insecure",
         "startup_timeout",
+        "ray_log",
     )
 
     @classmethod
@@ -127,6 +132,16 @@ class RayEngine(SharedMemoryEngine):
             )
         if "insecure" in options:
             o.insecure = _flag(options, "insecure", "--insecure")
+        if "ray_log" in options:
+            o.ray_log = str(options["ray_log"]).strip().lower()
+            if o.ray_log not in ("file", "terminal"):
+                raise SingaError(
+                    f"ray-log is {options['ray_log']!r}",
+                    where="--engine-option ray_log=",
+                    help="ray_log=file (default: what Ray publishes to drivers, such as a dead "
+                    "raylet's last log lines, goes to WORKSPACE/ray-driver.log with one line "
+                    "here) or ray_log=terminal (Ray prints it here as it comes)",
+                )
         self.ray_options = o
 
     def process_blas_threads(self, request) -> int:

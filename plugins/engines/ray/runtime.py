@@ -8,7 +8,9 @@ the job first asks the cluster's GCS whether it answers and checks tokens
 (:mod:`singa_builtins.engines.ray.auth`: a clean error within seconds naming what is
 missing; a cluster without token authentication only with ``--insecure``), then joins it as
 a driver and leaves it running. Either way usage statistics are off and no dashboard is
-started: Ray talks only to the cluster's own nodes.
+started: Ray talks only to the cluster's own nodes. What Ray publishes to drivers (a dead
+raylet's last log lines, ...) goes to the workspace's ray-driver.log with a one-line
+pointer on the terminal (:mod:`singa_builtins.engines.ray.driverlog`).
 
 Signals: while the runtime is up, SIGINT/SIGTERM to the ``singa`` process are collected in
 ``Runtime.signals`` (the driver turns them into a stop request). The private runtime's
@@ -78,7 +80,7 @@ class Node:
 class Runtime:
     """The Ray runtime of one ``singa`` command (a context manager)."""
 
-    def __init__(self, address: str | None, *, insecure: bool = False) -> None:
+    def __init__(self, address: str | None, *, insecure: bool = False, reports=None) -> None:
         text = str(address) if address else os.environ.get("RAY_ADDRESS") or None
         self.address = None if text == "local" else text  # Ray's word for a new runtime
         self.private = self.address is None
@@ -86,6 +88,7 @@ class Runtime:
         self._owned = False
         self._token = PrivateToken()  # the private runtime's own token, in the environment
         self.signals = SignalCatcher()  # SIGINT/SIGTERM while the runtime is up
+        self.reports = reports  # a driverlog.RayReports: Ray's published errors to a file
 
     def describe(self) -> str:
         if self.private:
@@ -131,6 +134,8 @@ class Runtime:
                 raise self._init_error(exc) from None
             # after ray.init, which installs its own SIGTERM handler in this process
             self.signals.install()
+            if self.reports is not None:  # after ray.init, which sets Ray's printing up
+                self.reports.install()
         finally:
             if blocked is not None:
                 signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
@@ -173,6 +178,8 @@ class Runtime:
                 self._owned = False
                 ray.shutdown()  # the private runtime: kills the processes ray.init started
         finally:
+            if self.reports is not None:
+                self.reports.restore()
             try:
                 self._token.restore()  # the user's RAY_AUTH_* again (private runtime)
             finally:
