@@ -67,6 +67,7 @@ def test_without_ray_the_engine_is_listed_and_asking_for_it_says_how_to_install(
         (["--engine", "ray", "--max-restarts", "-1"], "max-restarts is '-1'"),
         (["--engine", "ray", "--engine-option", "cpus_per_worker=0"], "cpus-per-worker is '0'"),
         (["--engine", "ray", "--engine-option", "cpus"], "is not KEY=VALUE"),
+        (["--engine", "ray", "--engine-option", "ray_log=loud"], "ray-log is 'loud'"),
         (["--engine", "shm", "--address", "auto"], "engine 'shm' has no option address"),
     ],
 )
