@@ -68,8 +68,12 @@ def command_groups() -> dict[str, list[frozenset[str]]]:
 
 
 def commands() -> dict[str, set[str]]:
-    """Command -> every spelling of its options."""
-    return {cmd: set().union(*groups) for cmd, groups in command_groups().items()}
+    """Command -> every spelling of its options (``singa submit JOB.conf`` also takes every
+    option of ``singa train``)."""
+    out = {cmd: set().union(*groups) for cmd, groups in command_groups().items()}
+    if "submit" in out and "train" in out:
+        out["submit"] |= out["train"]
+    return out
 
 
 def mentions(path: Path):
