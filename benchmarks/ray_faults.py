@@ -1,10 +1,11 @@
 """Faults on emulated machines during a run of the Ray engine: how every run ends.
 
-    python benchmarks/ray_faults.py [--quick] [--kills 10] [--halts 5]
-        [--max-restarts 0 1] [--placement spread] [--steps 40] [--checkpoint-freq 10]
-        [--seed 7]
+    python benchmarks/ray_faults.py [--quick] [--kills 10] [--halts 5] [--gcs-kills 2]
+        [--start-failures 2] [--max-restarts 0 1] [--placement spread] [--steps 40]
+        [--checkpoint-freq 10] [--seed 7]
 
-Three machines, each with its own network, PID and mount namespaces on a bridge in a
+Three machines (and a fourth outside the cluster, for the private runtime's failed starts),
+each with its own network, PID and mount namespaces on a bridge in a
 namespace of its own (tests/engines/emulated_machines.py; nothing is added to the root
 network namespace; needs root, unshare, nsenter, ip and tc), made into a Ray cluster by the
 README's "## Two or more machines" block (token authentication on): machine 0 is the head
@@ -22,9 +23,23 @@ Once the first checkpoint is written, a fault hits the first non-head machine th
 placed a process on:
 
 * a raylet kill: SIGKILL to that machine's raylet (found in its PID namespace);
-* a machine halt: SIGKILL to its PID namespace's PID 1 (every process on it dies at once).
+* a machine halt: SIGKILL to its PID namespace's PID 1 (every process on it dies at once);
+* a GCS kill: SIGKILL to the head machine's ``gcs_server`` (the fault hits the head, not a
+  member): located when the message names the head's GCS address ("lost the head node (its
+  GCS at HEAD_IP:6379)"); ok within 30 s. Afterwards the whole cluster is made again (every
+  machine halted, re-created, the README's block run again): Ray keeps no cluster without
+  its GCS.
 
-Each fault runs ``--kills`` / ``--halts`` times per ``--max-restarts`` value. Recorded per
+Each fault runs ``--kills`` / ``--halts`` / ``--gcs-kills`` times per ``--max-restarts``
+value. Then ``--start-failures`` times each, a private runtime whose start fails: on the
+fourth machine, ``singa train --engine ray`` (a small MLP, no ``--address``) while a node
+under extreme load is emulated: the moment the runtime's raylet exists, its raylet ("start:
+raylet": Ray waits 30 s and raises a bare ``Exception: The current node timed out during
+startup``) or its GCS ("start: gcs") is stopped with SIGSTOP. Recorded: the exit, a
+traceback, whether the message is located ("--engine ray: error: cannot start a private
+Ray runtime"), the seconds, and the processes left on that machine once the command has
+ended (``left``: Ray's, since nothing else runs there; they are then killed by pid); ok is
+exit 2, located, no traceback and nothing left. Recorded per
 run: the exit code, whether a Python traceback appeared, the first line of the message (the
 error, or the restart note), whether it is located (names the lost process's role and
 number and the machine's address), whether an exit-2 message names the workspace's newest
@@ -53,6 +68,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -71,7 +87,8 @@ from tests.engines.emulated_machines import (  # noqa: E402
     start_ray,
 )
 
-HEAD, MEMBERS = 0, (1, 2)
+HEAD, MEMBERS, SPARE = 0, (1, 2), 3  # SPARE: outside the cluster, for the failed starts
+HEAD_LOSS_WITHIN = 30.0  # seconds: the issue's bound for a GCS kill
 EQUAL_WITHIN = 1e-5  # relative: the largest |a - b| / max|b| over the Params
 RESTART_NOTE = re.compile(r"restarting from the checkpoint of step (\d+)")
 ROLE = re.compile(r"(?:worker|server)\S* process \d+")  # "worker process 2", "server process 4"
@@ -223,7 +240,15 @@ def one_run(cluster, recipe, args, kind: str, restarts: int, tmp: Path, n: int) 
             )
             result["victim"] = victim
             address = cluster.address(victim)
-            if kind == "raylet kill":
+            if kind == "gcs kill":
+                victim = result["victim"] = HEAD
+                address = f"{cluster.address(HEAD)}:{recipe.port()}"
+                gcs = cluster.find(HEAD, "gcs_server")
+                if len(gcs) != 1:
+                    result["error"] = f"{len(gcs)} gcs_server processes on the head"
+                    return result
+                os.kill(gcs[0], signal.SIGKILL)
+            elif kind == "raylet kill":
                 raylets = cluster.find(victim, "raylet")
                 if len(raylets) != 1:
                     result["error"] = f"{len(raylets)} raylets on machine {victim}"
@@ -260,7 +285,11 @@ def one_run(cluster, recipe, args, kind: str, restarts: int, tmp: Path, n: int) 
         traceback="Traceback" in text,
         message=message,
         names_machine=address in message,
-        located=address in message and bool(ROLE.search(message)),
+        located=(
+            f"lost the head node (its GCS at {address})" in message
+            if kind == "gcs kill"
+            else address in message and bool(ROLE.search(message))
+        ),
         names_checkpoint=names_newest_checkpoint(stderr, ws) if p.returncode else None,
         restarted=m is not None,
         left=sorted(segments_left(before, node_ids(text))),
@@ -279,6 +308,7 @@ def one_run(cluster, recipe, args, kind: str, restarts: int, tmp: Path, n: int) 
         not result["traceback"]
         and not result["left"]
         and not result["hung"]
+        and (kind != "gcs kill" or result["seconds"] < HEAD_LOSS_WITHIN)
         and (
             (p.returncode == 2 and result["located"] and result["names_checkpoint"])
             or (result["restarted"] and result["finished"] and bool(result["equal"]))
@@ -287,6 +317,79 @@ def one_run(cluster, recipe, args, kind: str, restarts: int, tmp: Path, n: int) 
     shutil.rmtree(ws, ignore_errors=True)
     shutil.rmtree(snapshot, ignore_errors=True)
     return result
+
+
+def start_failure_run(cluster, kind: str, tmp: Path, n: int, timeout: float) -> dict:
+    """A private runtime whose start fails on the spare machine: its raylet or GCS stopped
+    (SIGSTOP) the moment the raylet exists; how the command ends and what it leaves."""
+    from singa_core.testing import blobs_csv, mlp_job
+
+    stopped = {"start: raylet": "raylet", "start: gcs": "gcs_server"}[kind]
+    work = tmp / f"start{n}"
+    work.mkdir()
+    conf = work / "job.conf"
+    conf.write_text(mlp_job(blobs_csv(work / "blobs.csv"), steps=50))
+    result = {"fault": kind, "restarts": 0, "victim": SPARE, "restart_step": None}
+    done, seen = threading.Event(), []
+
+    def stop_at_start() -> None:
+        while not done.is_set():
+            if cluster.find(SPARE, "raylet"):
+                for pid in cluster.find(SPARE, stopped):
+                    os.kill(pid, signal.SIGSTOP)
+                    seen.append(pid)
+                return
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=stop_at_start, daemon=True)
+    watcher.start()
+    t0 = time.monotonic()
+    try:
+        res = cluster.run(SPARE, f"singa train {conf} --engine ray --workspace {work / 'ws'}",
+                          env={"RAY_USAGE_STATS_ENABLED": "0"}, timeout=timeout)  # fmt: skip
+    finally:
+        done.set()
+        watcher.join()
+    seconds = time.monotonic() - t0
+    pid1 = cluster.pid1(SPARE)
+    left = {p: os.path.basename(c[0]) + (" " + c[1] if len(c) > 1 else "")
+            for p, c in cluster.processes(SPARE).items() if p != pid1}  # fmt: skip
+    for pid in left:  # by pid, on that machine only
+        os.kill(pid, signal.SIGKILL)
+    message = message_line(res.stderr)
+    result.update(
+        exit=res.returncode,
+        traceback="Traceback" in res.stdout + res.stderr,
+        message=message if seen else f"({stopped} never seen) {message}",
+        located="--engine ray: error: cannot start a private Ray runtime" in message,
+        names_checkpoint=None,
+        restarted=False,
+        finished=False,
+        equal=None,
+        rel_diff=None,
+        left=sorted(f"{p} {c[:60]}" for p, c in left.items()),
+        hung=res.timed_out,
+        seconds=seconds,
+    )
+    result["ok"] = (
+        bool(seen) and res.returncode == 2 and result["located"] and not result["traceback"]
+        and not left and not res.timed_out
+    )  # fmt: skip
+    shutil.rmtree(work, ignore_errors=True)
+    return result
+
+
+def rebuild(cluster, recipe) -> None:
+    """Every machine of the cluster halted, re-created and made a cluster again by the
+    README's block (after the head's GCS was killed)."""
+    for i in (HEAD, *MEMBERS):
+        cluster.halt(i)
+        cluster.start(i)
+    start_ray(cluster, recipe, head=HEAD, others=MEMBERS)
+    want = sorted(cluster.address(i) for i in (HEAD, *MEMBERS))
+    nodes = wait_for_nodes(cluster, recipe, want)
+    if nodes != want:
+        raise SystemExit(f"the cluster was not made again: live nodes {nodes}")
 
 
 def restore(cluster, recipe, victim: int) -> None:
@@ -304,7 +407,7 @@ YES = {True: "yes", False: "no", None: "-"}
 
 
 def row(n: int, r: dict) -> str:
-    head = f"{n:3d} {r['fault']:12s} {r['restarts']:8d}"
+    head = f"{n:3d} {r['fault']:13s} {r['restarts']:8d}"
     if "error" in r:
         return f"{head}  not run: {r['error']}"
     equal = YES[r["equal"]]
@@ -330,7 +433,7 @@ def row(n: int, r: dict) -> str:
 def summary(plan: list, results: list[dict]) -> None:
     print("\nsummary")
     print(
-        "fault        restarts  runs  exit codes         tracebacks  located  names ckpt  "
+        "fault         restarts  runs  exit codes         tracebacks  located  names ckpt  "
         "left  restarted  finished  equal to resume (largest rel. diff)  ok"
     )
     for kind, restarts in dict.fromkeys(plan):
@@ -338,6 +441,8 @@ def summary(plan: list, results: list[dict]) -> None:
         done = [r for r in rs if "error" not in r]
         codes = ", ".join(f"{c}: {k}x" for c, k in sorted(Counter(r["exit"] for r in done).items()))
         stopped = [r for r in done if r["exit"] == 2]
+        if kind.startswith("start: "):  # a failed start: located among all runs, no ckpt
+            stopped = done
         resumed = [r for r in done if r["restarted"] and r["finished"]]
         diffs = [r["rel_diff"] for r in resumed if r["rel_diff"] is not None]
         equal = (
@@ -347,11 +452,15 @@ def summary(plan: list, results: list[dict]) -> None:
             else "-"
         )
         print(
-            f"{kind:12s} {restarts:8d} {len(rs):5d}  {codes or '-':18s} "
+            f"{kind:13s} {restarts:8d} {len(rs):5d}  {codes or '-':18s} "
             f"{sum(r['traceback'] for r in done):10d} "
             f"{sum(r['located'] for r in stopped):4d}/{len(stopped):<3d} "
-            f"{sum(bool(r['names_checkpoint']) for r in stopped):7d}/{len(stopped):<3d} "
-            f"{sum(bool(r['left']) for r in done):5d} "
+            + (
+                f"{sum(bool(r['names_checkpoint']) for r in stopped):7d}/{len(stopped):<3d} "
+                if not kind.startswith("start: ")
+                else f"{'-':>11s} "
+            )
+            + f"{sum(bool(r['left']) for r in done):5d} "
             + (
                 f"{sum(r['restarted'] for r in done):10d} {sum(r['finished'] for r in done):9d}"
                 if restarts
@@ -363,9 +472,10 @@ def summary(plan: list, results: list[dict]) -> None:
     ok = sum(r.get("ok", False) for r in results)
     print(
         f"\nacceptance: {ok} of {len(results)} runs ended in exit 2 with a located message "
-        "naming the newest checkpoint, or in a restart that finished equal to a resume from "
+        "naming the newest checkpoint (a GCS kill: the head, within "
+        f"{HEAD_LOSS_WITHIN:g} s), or in a restart that finished equal to a resume from "
         f"its checkpoint (within {EQUAL_WITHIN:g} relative), without a traceback or a "
-        "segment left"
+        "segment left; a failed private start: exit 2, located, no Ray process left"
     )
 
 
@@ -379,10 +489,14 @@ def main() -> None:
     ap.add_argument("--checkpoint-freq", type=int, default=10)
     ap.add_argument("--seed", type=int, default=7, help="singa train --seed of every run")
     ap.add_argument("--timeout", type=float, default=300, help="seconds from a fault to the end")
-    ap.add_argument("--quick", action="store_true", help="one kill and one halt")
+    ap.add_argument("--gcs-kills", type=int, default=2,
+                    help="kills of the head's gcs_server per --max-restarts value")  # fmt: skip
+    ap.add_argument("--start-failures", type=int, default=2,
+                    help="failed private starts, each of raylet and GCS stopped")  # fmt: skip
+    ap.add_argument("--quick", action="store_true", help="one of each fault")
     args = ap.parse_args()
     if args.quick:
-        args.kills, args.halts = 1, 1
+        args.kills, args.halts, args.gcs_kills, args.start_failures = 1, 1, 1, 1
     known = placements()
     if args.placement not in known:
         raise SystemExit(f"--placement {args.placement}: singa train takes {known}")
@@ -394,33 +508,46 @@ def main() -> None:
     plan = [
         (kind, restarts)
         for restarts in args.max_restarts
-        for kind, count in (("raylet kill", args.kills), ("halt", args.halts))
+        for kind, count in (
+            ("raylet kill", args.kills), ("halt", args.halts), ("gcs kill", args.gcs_kills)
+        )
         for _ in range(count)
-    ]
+    ] + [
+        (kind, 0) for kind in ("start: raylet", "start: gcs") for _ in range(args.start_failures)
+    ]  # fmt: skip
     results = []
     t_all = time.monotonic()
     try:
-        with EmulatedCluster(3) as cluster:
+        with EmulatedCluster(4) as cluster:
             t0 = time.monotonic()
             start_ray(cluster, recipe, head=HEAD, others=MEMBERS)
             print(
                 f"3 emulated machines ({', '.join(cluster.address(i) for i in range(3))}; the "
-                f"first is the head), Ray by the README's block in {time.monotonic() - t0:.1f} "
+                f"first is the head; {cluster.address(SPARE)} outside, for the failed "
+                f"private starts), Ray by the README's block in {time.monotonic() - t0:.1f} "
                 f"s; {args.steps} steps, a checkpoint every {args.checkpoint_freq}, --seed "
                 f"{args.seed}, --placement {args.placement}; --max-restarts 0: Downpour 2x2; "
                 "--max-restarts N > 0: 1 synchronous group of 2 workers (then a resume from "
                 "the restart's checkpoint)\n"
             )
             print(
-                "  # fault        restarts  exit traceback located  ckpt  left restarted "
+                "  # fault         restarts  exit traceback located  ckpt  left restarted "
                 "finished equal to resume  ok   secs  on  message",
                 flush=True,
             )
             for n, (kind, restarts) in enumerate(plan, 1):
+                if kind.startswith("start: "):
+                    r = start_failure_run(cluster, kind, tmp, n, args.timeout)
+                    results.append(r)
+                    print(row(n, r), flush=True)
+                    continue
                 r = one_run(cluster, recipe, args, kind, restarts, tmp, n)
                 results.append(r)
                 print(row(n, r), flush=True)
-                restore(cluster, recipe, r["victim"] or MEMBERS[0])
+                if kind == "gcs kill":
+                    rebuild(cluster, recipe)
+                else:
+                    restore(cluster, recipe, r["victim"] or MEMBERS[0])
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     summary(plan, results)

@@ -17,7 +17,9 @@ Signals: while the runtime is up, SIGINT/SIGTERM to the ``singa`` process are co
 processes (GCS, raylet, the actors' worker processes) start with SIGINT/SIGTERM blocked: a
 signal to the whole process group (``kill -TERM -PGID``, systemd, Slurm, ``timeout``,
 Ctrl-C) reaches only the driver, which stops the job with a checkpoint and then shuts the
-runtime down by handle (``ray.shutdown`` kills the processes ``ray.init`` started).
+runtime down by handle (``ray.shutdown`` kills the processes ``ray.init`` started; what it
+leaves, such as the autoscaler monitor after a failed start, is ended by pid:
+:func:`end_leftovers`, which walks /proc from this process).
 """
 
 from __future__ import annotations
@@ -27,9 +29,12 @@ import logging
 import os
 import signal
 import sys
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from singa_builtins.engines.ray.auth import PrivateToken, check_cluster
+from singa_builtins.engines.ray.headwatch import _descendants as descendants
 from singa_builtins.engines.shm.launcher import SignalCatcher
 
 from singa_core.contracts.resources import usable_cpus
@@ -66,6 +71,68 @@ def _block_stop_signals():
         return None
 
 
+def process_tree(before: set[int]) -> dict[int, str]:
+    """pid -> start time of this process's descendants that were not there ``before``
+    (taken before ``ray.shutdown``, while Ray's agents are still children of its raylet:
+    once the raylet is gone they are nobody's descendants)."""
+    return {p: t for p in descendants(os.getpid()) if p not in before and (t := _started(p))}
+
+
+def end_leftovers(before: set[int], tree: dict[int, str] | None = None,
+                  grace: float = 2.0) -> list[int]:  # fmt: skip
+    """End what a private runtime's ``ray.shutdown`` left: the processes of ``tree`` (see
+    :func:`process_tree`) and the descendants of this process not there ``before``
+    ray.init that still run (after a failed start Ray's autoscaler monitor outlived this
+    process; a runtime-env agent outlives its raylet when that is killed); SIGTERM, then
+    SIGKILL after ``grace`` seconds; by pid, a pid of ``tree`` only while its start time is
+    the one recorded. Their pids."""
+    left = dict(tree or {})
+    left.update(process_tree(before))
+    left = {p: t for p, t in left.items() if _started(p) == t}
+    for pid in left:
+        _signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(_running(p) for p in left):
+        time.sleep(0.05)
+    for pid, started in left.items():
+        if _running(pid) and _started(pid) == started:
+            _signal(pid, signal.SIGKILL)
+    for pid in left:  # reap this process's own children among them
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except (ChildProcessError, OSError):
+            pass
+    return sorted(left)
+
+
+def _started(pid: int) -> str:
+    """``pid``'s start time (clock ticks after boot, from /proc), "" when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except OSError:
+        pass
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    try:
+        os.waitpid(pid, os.WNOHANG)  # a child of this process that has ended: reaped
+    except (ChildProcessError, OSError):
+        pass
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 @dataclass(frozen=True)
 class Node:
     id: str  # Ray node id (hex)
@@ -86,6 +153,7 @@ class Runtime:
         self.private = self.address is None
         self.insecure = insecure  # --insecure: join a cluster that checks no tokens
         self._owned = False
+        self._before: set[int] = set()  # this process's descendants before ray.init
         self._token = PrivateToken()  # the private runtime's own token, in the environment
         self.signals = SignalCatcher()  # SIGINT/SIGTERM while the runtime is up
         self.reports = reports  # a driverlog.RayReports: Ray's published errors to a file
@@ -116,6 +184,7 @@ class Runtime:
         # blocked they never see a signal sent to the process group (only the driver acts
         # on it); a signal that arrives meanwhile waits and is then collected
         blocked = _block_stop_signals()
+        self._before = set(descendants(os.getpid())) if self.private else set()
         try:
             try:
                 if self.private:
@@ -124,6 +193,7 @@ class Runtime:
                 else:
                     ray.init(address=self.address, **kwargs)
             except Exception as exc:  # any class: Ray raises bare Exceptions at start-up too
+                tree = process_tree(self._before) if self.private else {}
                 try:
                     ray.shutdown()  # whatever ray.init had started (a no-op when nothing)
                 except Exception:  # noqa: BLE001 - the original error is what to report
@@ -131,6 +201,7 @@ class Runtime:
                 finally:
                     if self.private:
                         self._token.restore()
+                        end_leftovers(self._before, tree)
                 raise self._init_error(exc) from None
             # after ray.init, which installs its own SIGTERM handler in this process
             self.signals.install()
@@ -176,7 +247,10 @@ class Runtime:
                 import ray
 
                 self._owned = False
+                tree = process_tree(self._before) if self.private else {}
                 ray.shutdown()  # the private runtime: kills the processes ray.init started
+                if self.private:
+                    end_leftovers(self._before, tree)
         finally:
             if self.reports is not None:
                 self.reports.restore()
