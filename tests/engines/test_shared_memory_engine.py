@@ -215,13 +215,13 @@ def test_killed_process_stops_the_job_and_resume_works(tmp_path, victim, role):
         kids.extend(_children(proc.pid))
         assert len(kids) == 4, kids
 
-    _, err, elapsed = act_and_wait(
+    # within the wait's 30 s (no tighter bound on the time: under load it says nothing)
+    _, err, _ = act_and_wait(
         proc, at_checkpoint_100, lambda _: os.kill(kids[victim], signal.SIGKILL), timeout=30
     )
     assert proc.returncode not in (0, None)
     assert f"{role}" in err and "died (SIGKILL)" in err, err
     assert "--resume" in err
-    assert elapsed < 10
     assert _shm_entries() <= before
     for k in kids:
         assert not Path(f"/proc/{k}").exists() or "Z" in Path(f"/proc/{k}/stat").read_text()
