@@ -356,7 +356,9 @@ def start_failure_run(cluster, kind: str, tmp: Path, n: int, timeout: float) -> 
             for p, c in cluster.processes(SPARE).items() if p != pid1}  # fmt: skip
     for pid in left:  # by pid, on that machine only
         os.kill(pid, signal.SIGKILL)
-    message = message_line(res.stderr)
+    # "--engine ray: error: ..." (message_line takes "error:" after one word only)
+    errors = [x.strip() for x in res.stderr.splitlines() if ": error: " in x]
+    message = errors[0] if errors else message_line(res.stderr)
     result.update(
         exit=res.returncode,
         traceback="Traceback" in res.stdout + res.stderr,
