@@ -136,8 +136,6 @@ def _write_images(sources: list[Path], out: Path, log, pixel_sum: np.ndarray | N
 def _write_mean(mean: np.ndarray, out: Path, log) -> None:
     record = common_pb2.RecordProto(shape=[_CHANNELS, _SIDE, _SIDE], data=mean.tolist())
     store = get_host().get("store", "kvfile")()
-    # plain 0.3 tuple: kRGBImage's meanfile reader parses the tuple itself
-    store.checksums = False
     store.open(str(out), KCREATE)
     try:
         store.write(b"mean", record.SerializeToString())

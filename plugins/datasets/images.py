@@ -471,8 +471,6 @@ class ImagesConverter(DatasetConverter):
     @staticmethod
     def _write_mean(mean, shape, path, backend) -> None:
         store = get_host().get("store", backend)()
-        if backend == "kvfile":  # a plain 0.3 tuple: kRGBImage's meanfile parses it itself
-            store.checksums = False
         store.open(str(path), KCREATE)
         try:
             rec = common_pb2.RecordProto(shape=list(shape), data=mean.tolist())

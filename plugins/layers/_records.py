@@ -165,23 +165,38 @@ def bad_record_maker(layer: Layer, src):
 _LEN = struct.Struct("<Q")
 
 
+_CHECKED = 1 << 63  # a checksummed kvfile tuple (see singa_builtins.stores.kvfile)
+
+
 def _single_kvfile_value(buf: bytes) -> bytes | None:
-    """The first value if ``buf`` is exactly a chain of kvfile tuples, else None."""
+    """The first value if ``buf`` is exactly a chain of kvfile tuples (0.3's plain ones or
+    singa's checksummed ones), else None; a checksummed tuple whose CRC-32 does not match
+    raises ValueError."""
+    import zlib
+
     size, off, first = len(buf), 0, None
     while off < size:
         if size - off < 16:
             return None
         (klen,) = _LEN.unpack_from(buf, off)
+        checked = bool(klen & _CHECKED)
+        klen &= ~_CHECKED
         ke = off + 8 + klen
         if ke + 8 > size:
             return None
         (vlen,) = _LEN.unpack_from(buf, ke)
         ve = ke + 8 + vlen
-        if vlen == 0 or ve > size:
+        end = ve + (4 if checked else 0)
+        if vlen == 0 or end > size:
             return None
+        if checked and zlib.crc32(buf[off:ve]) != int.from_bytes(buf[ve:end], "little"):
+            raise ValueError(
+                f"its record at byte offset {off} fails its checksum: its bytes changed "
+                "after it was written"
+            )
         if first is None:
             first = buf[ke + 8 : ve]
-        off = ve
+        off = end
     return first
 
 
