@@ -786,8 +786,9 @@ def time_command(
         host = _host()
         cfg = load_job(job, override or [])
         prepared = prepare_job(cfg, host, seed=seed, device=device)
-        for line in prepared.device_lines():
-            print(line)
+        if any(d.kind != "cpu" for d in prepared.devices):  # on stderr: --json stays JSON
+            for line in prepared.device_lines():
+                print(line, file=sys.stderr)
         # as `singa train` chooses: job.conf, else the environment, else timed (1 or all)
         if needs_choice(prepared.job) and kTrain in prepared.nets:
             n, why = choose_for_net(prepared.nets[kTrain], kTrain)
