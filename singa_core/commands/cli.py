@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import sys
 
-from singa_core.commands import jobs as _jobs_commands
 from singa_core.commands.startup import quiet_interrupts
 
 with quiet_interrupts():  # Ctrl-C while the command line loads: "interrupted", exit 130
@@ -19,6 +18,7 @@ with quiet_interrupts():  # Ctrl-C while the command line loads: "interrupted", 
     import typer
     from typer.core import TyperCommand, TyperGroup
 
+    from singa_core.commands import jobs as _jobs_commands
     from singa_core.contracts.errors import USER_ERROR_EXIT, SingaError
     from singa_core.contracts.version import __version__
 
