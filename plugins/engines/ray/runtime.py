@@ -73,21 +73,36 @@ def _block_stop_signals():
 
 def process_tree(before: set[int]) -> dict[int, str]:
     """pid -> start time of this process's descendants that were not there ``before``
-    (taken before ``ray.shutdown``, while Ray's agents are still children of its raylet:
-    once the raylet is gone they are nobody's descendants)."""
+    (right after ``ray.init``: the processes it started, the roots of :func:`ray_tree`)."""
     return {p: t for p in descendants(os.getpid()) if p not in before and (t := _started(p))}
 
 
-def end_leftovers(before: set[int], tree: dict[int, str] | None = None,
+def ray_tree(roots: dict[int, str]) -> dict[int, str]:
+    """pid -> start time of the ``roots`` that still run (same start time) and of all their
+    descendants now: what the private runtime runs (Ray's agents and the actors' workers
+    are its raylet's children). Taken before ``ray.shutdown``: once the raylet is gone its
+    agents are nobody's descendants. Processes this program started itself after
+    ``ray.init`` are not in it."""
+    out = {}
+    for root, started in roots.items():
+        if _started(root) != started:
+            continue
+        out[root] = started
+        for pid in descendants(root):
+            if t := _started(pid):
+                out[pid] = t
+    return out
+
+
+def end_leftovers(tree: dict[int, str], roots: dict[int, str] | None = None,
                   grace: float = 2.0) -> list[int]:  # fmt: skip
     """End what a private runtime's ``ray.shutdown`` left: the processes of ``tree`` (see
-    :func:`process_tree`) and the descendants of this process not there ``before``
-    ray.init that still run (after a failed start Ray's autoscaler monitor outlived this
-    process; a runtime-env agent outlives its raylet when that is killed); SIGTERM, then
-    SIGKILL after ``grace`` seconds; by pid, a pid of ``tree`` only while its start time is
-    the one recorded. Their pids."""
-    left = dict(tree or {})
-    left.update(process_tree(before))
+    :func:`ray_tree`) and of ``ray_tree(roots)`` that still run (after a failed start Ray's
+    autoscaler monitor outlived this process; a runtime-env agent outlives its raylet when
+    that is killed); SIGTERM, then SIGKILL after ``grace`` seconds; by pid, and only while
+    a pid's start time is the one recorded. Their pids."""
+    left = dict(tree)
+    left.update(ray_tree(roots or {}))
     left = {p: t for p, t in left.items() if _started(p) == t}
     for pid in left:
         _signal(pid, signal.SIGTERM)
@@ -154,6 +169,7 @@ class Runtime:
         self.insecure = insecure  # --insecure: join a cluster that checks no tokens
         self._owned = False
         self._before: set[int] = set()  # this process's descendants before ray.init
+        self._roots: dict[int, str] = {}  # the processes ray.init started (private runtime)
         self._token = PrivateToken()  # the private runtime's own token, in the environment
         self.signals = SignalCatcher()  # SIGINT/SIGTERM while the runtime is up
         self.reports = reports  # a driverlog.RayReports: Ray's published errors to a file
@@ -193,7 +209,7 @@ class Runtime:
                 else:
                     ray.init(address=self.address, **kwargs)
             except Exception as exc:  # any class: Ray raises bare Exceptions at start-up too
-                tree = process_tree(self._before) if self.private else {}
+                tree = process_tree(self._before) if self.private else {}  # ray.init's
                 try:
                     ray.shutdown()  # whatever ray.init had started (a no-op when nothing)
                 except Exception:  # noqa: BLE001 - the original error is what to report
@@ -201,8 +217,10 @@ class Runtime:
                 finally:
                     if self.private:
                         self._token.restore()
-                        end_leftovers(self._before, tree)
+                        end_leftovers(ray_tree(tree), tree)
                 raise self._init_error(exc) from None
+            if self.private:
+                self._roots = process_tree(self._before)
             # after ray.init, which installs its own SIGTERM handler in this process
             self.signals.install()
             if self.reports is not None:  # after ray.init, which sets Ray's printing up
@@ -247,10 +265,10 @@ class Runtime:
                 import ray
 
                 self._owned = False
-                tree = process_tree(self._before) if self.private else {}
+                tree = ray_tree(self._roots) if self.private else {}
                 ray.shutdown()  # the private runtime: kills the processes ray.init started
                 if self.private:
-                    end_leftovers(self._before, tree)
+                    end_leftovers(tree, self._roots)
         finally:
             if self.reports is not None:
                 self.reports.restore()
