@@ -499,6 +499,7 @@ class Job:
         reporter = self._reporter(prepared.workspace / "metrics.jsonl")
         eng = self._engine(prepared, reporter)
         if not self._before_training(prepared):
+            self._cut_torn_metrics_line(prepared)  # a resume with nothing left repairs it too
             return RunResult(
                 final_step=prepared.start_step,
                 checkpoint=str(prepared.resume[1][0]) if prepared.resume else None,
@@ -594,6 +595,21 @@ class Job:
             prepared.workspace / "metrics.jsonl", step, prepared.resume_meta.get("evaluated", ())
         )
         return True
+
+    def _cut_torn_metrics_line(self, prepared) -> None:
+        from singa_core.running.reporting import cut_torn_line
+
+        path = prepared.workspace / "metrics.jsonl"
+        try:
+            torn = cut_torn_line(path) if path.is_file() else 0
+        except OSError:
+            return  # a run with nothing to train reports nothing about a file it cannot fix
+        if torn:
+            print(
+                f"note: cut a torn last line ({torn} bytes) from {path}, left by a run that "
+                "stopped while writing it",
+                file=self.err,
+            )
 
     def _announce(self, prepared, eng) -> None:
         from singa_core.contracts.version import __version__

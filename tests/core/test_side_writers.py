@@ -182,3 +182,16 @@ def test_write_failure_quotes_the_folder_of_its_own_filesystem(tmp_path):
     err = write_failure(folder, OSError(28, "No space left on device"), "TensorBoard event file")
     assert "free on its filesystem" in err.message
     shutil.rmtree(folder)
+
+
+def test_a_resume_with_nothing_left_to_train_cuts_the_torn_line_too(tmp_path):
+    conf, ws = job_conf(tmp_path, steps=20, checkpoint_freq=10)
+    Job.from_file(conf, seed=1, quiet=True, tensorboard=False).train()
+    with open(ws / "metrics.jsonl", "a") as fh:
+        fh.write('{"phase": "train", "st')
+    result = Job.from_file(conf, seed=1, quiet=True, tensorboard=False).train(resume=True)
+    assert result.trained is False
+    text = (ws / "metrics.jsonl").read_text()
+    assert text.endswith("\n") and not text.endswith('"st\n')
+    for line in text.splitlines():  # every line is a whole record again
+        json.loads(line)
