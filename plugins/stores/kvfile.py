@@ -37,9 +37,10 @@ from __future__ import annotations
 
 import os
 import struct
+import warnings
 import zlib
 
-from singa_core.errors import SingaError
+from singa_core.errors import SingaError, SingaWarning
 from singa_core.running.fileio import AtomicFile
 
 from ._files import _IndexedFileStore, as_bytes, map_file
@@ -75,6 +76,7 @@ class KVFileStore(_IndexedFileStore):
         super().__init__()
         self._keys: set[bytes] = set()
         self.checksums = os.environ.get("SINGA_KVFILE_CHECKSUMS", "1").strip() != "0"
+        self._warned_unchecked = False  # one SingaWarning per store for 0.3's plain tuples
 
     # ------------------------------------------------------------------ opening
     def _open_read(self, path: str) -> None:
@@ -157,6 +159,15 @@ class KVFileStore(_IndexedFileStore):
     def _record(self, off: int) -> tuple[bytes, bytes, int]:
         ks, ke, vs, ve, end = self._parse(self._buf, self._size, off, self.path)
         buf = self._buf
+        if end == ve and not self._warned_unchecked:  # 0.3's plain tuple: nothing to check
+            self._warned_unchecked = True
+            warnings.warn(
+                f"{self.path}: its records carry no checksum (written by SINGA 0.3, or with "
+                "SINGA_KVFILE_CHECKSUMS=0): damage inside a record is not detected; "
+                "re-create it with singa data (or a singa converter) to add checksums",
+                SingaWarning,
+                stacklevel=2,
+            )
         if end != ve:
             (stored,) = _CRC.unpack_from(buf, ve)
             if zlib.crc32(buf[off:ve]) != stored:

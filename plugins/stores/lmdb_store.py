@@ -23,8 +23,9 @@ import os
 import shutil
 import tempfile
 import threading
+import warnings
 
-from singa_core.errors import SingaError
+from singa_core.errors import SingaError, SingaWarning
 from singa_core.running.fileio import fsync_dir
 from singa_core.store import KAPPEND, KCREATE, KREAD, Store
 
@@ -132,6 +133,12 @@ class LMDBStore(Store):
             )
         # a truncated data file would be a SIGBUS once mapped: its size is checked first
         check_data_file(os.path.join(path, "data.mdb") if subdir else path)
+        warnings.warn(
+            f"{path}: LMDB records carry no checksum (Caffe's format): the database's size "
+            "and header are checked, but damage inside a record is not detected",
+            SingaWarning,
+            stacklevel=2,
+        )
         try:
             self._env, self._shared = _open_shared(lmdb, path, subdir)
             self._txn = self._env.begin(buffers=False)

@@ -1043,7 +1043,10 @@ _jobs_commands.register(app)
 
 
 def main() -> None:
+    from singa_core.contracts.errors import show_singa_warnings
     from singa_core.jobconf.legacy import translate_argv
+
+    show_singa_warnings()  # a SingaWarning is one `warning:` line
 
     args, notes = translate_argv(sys.argv[1:])  # SINGA 0.3's -conf, -singa_conf, ...
     for note in notes:

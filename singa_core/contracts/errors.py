@@ -94,3 +94,27 @@ def did_you_mean(name: str, candidates: Iterable[str], n: int = 3) -> str | None
     if not close:
         return None
     return "did you mean " + " or ".join(f'"{c}"' for c in close) + "?"
+
+
+class SingaWarning(UserWarning):
+    """Something the user should know that does not stop the job (a store whose records
+    carry no checksum, ...). The ``singa`` command prints each as one ``warning:`` line
+    (once per message); from Python it is an ordinary warning."""
+
+
+def show_singa_warnings() -> None:
+    """Print :class:`SingaWarning` as one ``warning: MESSAGE`` line on stderr (once per
+    message), other warnings as Python does; for the ``singa`` command and its processes."""
+    import sys
+    import warnings
+
+    original = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if isinstance(category, type) and issubclass(category, SingaWarning):
+            print(f"warning: {message}", file=file or sys.stderr, flush=True)
+        else:
+            original(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+
