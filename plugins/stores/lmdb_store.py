@@ -148,6 +148,11 @@ class LMDBStore(Store):
             raise self._damaged(exc, f"cannot open LMDB database {path}") from None
 
     def _open_write(self, lmdb, path: str, mode: int) -> None:
+        if os.path.islink(path) and os.path.isdir(path):
+            # a link to a database folder: write through it (the link stays, its target
+            # gets the new database), as singa's writers do for files
+            path = os.path.realpath(path)
+            self.path = path
         parent = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(parent):
             raise SingaError(

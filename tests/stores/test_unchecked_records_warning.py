@@ -80,3 +80,29 @@ def test_the_command_prints_one_warning_line(tmp_path, small_job):
     assert res.returncode == 0, res.stderr
     lines = [x for x in res.stderr.splitlines() if x.startswith("warning: ")]
     assert len(lines) == 1 and "records carry no checksum" in lines[0], res.stderr
+
+
+def test_an_lmdb_database_behind_a_link_is_written_through_it(tmp_path):
+    pytest.importorskip("lmdb", reason="needs the lmdb extra")
+    target = tmp_path / "real_db"
+    link = tmp_path / "db"
+    for path in (target,):
+        store = get_host().get("store", "lmdb")()
+        store.open(str(path), KCREATE)
+        store.write(b"old", b"1")
+        store.close()
+    link.symlink_to(target)
+    store = get_host().get("store", "lmdb")()
+    store.open(str(link), KCREATE)
+    store.write(b"new", b"2")
+    store.close()
+    assert link.is_symlink() and link.resolve() == target.resolve()
+    reader = get_host().get("store", "lmdb")()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SingaWarning)
+        reader.open(str(link), KREAD)
+        keys = []
+        while (rec := reader.read()) is not None:
+            keys.append(rec[0])
+        reader.close()
+    assert keys == [b"new"]
