@@ -178,14 +178,10 @@ def _link_distribution(dist: metadata.Distribution, site: Path) -> None:
             target.symlink_to(source)
 
 
-def plain_venv(root: Path, *, also: tuple[str, ...] = ("setuptools", "pytest")) -> PlainVenv:
-    """A new virtualenv in ``root`` where singa-classic is installed as a user's plain ``pip
-    install singa-classic`` installs it: its runtime dependencies (this environment's copies,
-    linked in: the tests never use the network), then singa-classic built from a copy of the
-    checkout (a wheel, not editable), resolved by pip against what is there. ``also`` are
-    installed the same way beforehand: the build backend (``--no-build-isolation``) and
-    pytest (what a plugin's ``[test]`` extra would fetch); grpcio-tools is never among them.
-    """
+def linked_venv(root: Path, requirements: list[str]) -> PlainVenv:
+    """A new virtualenv in ``root`` (no pip) holding singa-classic's runtime dependencies
+    and everything ``requirements`` need, linked from this environment (never downloaded);
+    singa-classic itself is not installed yet."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
     site = Path(
         subprocess.run(
@@ -196,9 +192,20 @@ def plain_venv(root: Path, *, also: tuple[str, ...] = ("setuptools", "pytest")) 
     )  # fmt: skip
     core = metadata.distribution("singa-classic")
     runtime = [r for r in core.requires or () if "extra ==" not in r]
-    for dist in _closure(runtime + list(also)):
+    for dist in _closure(runtime + list(requirements)):
         _link_distribution(dist, site)
-    venv = PlainVenv(root, site)
+    return PlainVenv(root, site)
+
+
+def plain_venv(root: Path, *, also: tuple[str, ...] = ("setuptools", "pytest")) -> PlainVenv:
+    """A new virtualenv in ``root`` where singa-classic is installed as a user's plain ``pip
+    install singa-classic`` installs it: its runtime dependencies (this environment's copies,
+    linked in: the tests never use the network), then singa-classic built from a copy of the
+    checkout (a wheel, not editable), resolved by pip against what is there. ``also`` are
+    installed the same way beforehand: the build backend (``--no-build-isolation``) and
+    pytest (what a plugin's ``[test]`` extra would fetch); grpcio-tools is never among them.
+    """
+    venv = linked_venv(root, list(also))
     source = root.parent / "singa-classic-src"  # a copy: the build never writes in the checkout
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
     for folder in ("singa_core", "plugins", "proto"):

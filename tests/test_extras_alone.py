@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from plugin_package import PlainVenv, _closure, _link_distribution
+from plugin_package import PlainVenv, _closure, linked_venv
 
 from singa_core.testing import blobs_csv, mlp_job
 from tests.conftest import REPO
@@ -50,22 +50,8 @@ def wheel(tmp_path_factory) -> Path:
 
 
 def venv_with(extra: str, wheel: Path, root: Path) -> PlainVenv:
-    """A venv with singa-classic[extra] (and setuptools, which the build needs)."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
-    site = Path(
-        subprocess.run(
-            [str(root / "bin" / "python"), "-c",
-             "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-            capture_output=True, text=True, check=True,
-        ).stdout.strip()
-    )  # fmt: skip
-    from importlib import metadata
-
-    core = metadata.distribution("singa-classic")
-    runtime = [r for r in core.requires or () if "extra ==" not in r]
-    for dist in _closure(runtime + list(EXTRAS[extra])):
-        _link_distribution(dist, site)
-    venv = PlainVenv(root, site)
+    """A venv with singa-classic[extra] and exactly what that extra brings."""
+    venv = linked_venv(root, list(EXTRAS[extra]))
     res = venv.pip_install(f"{wheel}[{extra}]")
     assert res.returncode == 0, res.stdout + res.stderr
     return venv

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from singa_builtins.engines.ray.headwatch import _descendants
+from singa_builtins.engines.ray.headwatch import descendants
 from singa_builtins.engines.ray.runtime import _running, end_leftovers, process_tree, ray_tree
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
@@ -36,7 +36,7 @@ AGENT = (
 def test_an_orphaned_process_of_the_tree_is_ended_and_earlier_ones_are_kept():
     earlier = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
-        before = set(_descendants(os.getpid()))
+        before = set(descendants(os.getpid()))
         raylet = subprocess.Popen([sys.executable, "-c", AGENT], stdout=subprocess.PIPE, text=True)
         agent = int(raylet.stdout.readline())
         roots = process_tree(before)  # what "ray.init" started
@@ -47,7 +47,7 @@ def test_an_orphaned_process_of_the_tree_is_ended_and_earlier_ones_are_kept():
         assert set(tree) == {raylet.pid, agent}
         raylet.kill()  # as a kill -9 of the raylet: its agent is orphaned
         raylet.wait()
-        assert agent not in _descendants(os.getpid()) and _running(agent)
+        assert agent not in descendants(os.getpid()) and _running(agent)
         t0 = time.monotonic()
         ended = end_leftovers(tree, roots, grace=0.5)
         assert agent in ended and later.pid not in ended
@@ -63,5 +63,5 @@ def test_an_orphaned_process_of_the_tree_is_ended_and_earlier_ones_are_kept():
     finally:
         earlier.kill()
         earlier.wait()
-        for pid in _descendants(os.getpid()):
+        for pid in descendants(os.getpid()):
             os.kill(pid, signal.SIGKILL)

@@ -79,7 +79,7 @@ def head_lost(address: str, down: float, workspace, *, private: bool, restarts: 
     print(head_lost_message(address, down, workspace, private, restarts), file=sys.stderr)
     sys.stderr.flush()
     if private:
-        for pid in _descendants(os.getpid()):
+        for pid in descendants(os.getpid()):
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
@@ -87,7 +87,8 @@ def head_lost(address: str, down: float, workspace, *, private: bool, restarts: 
     os._exit(2)
 
 
-def _descendants(root: int) -> list[int]:
+def descendants(root: int) -> list[int]:
+    """The pids of every process below ``root`` (from /proc)."""
     children: dict[int, list[int]] = {}
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():

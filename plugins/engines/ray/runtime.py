@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from singa_builtins.engines.ray.auth import PrivateToken, check_cluster
-from singa_builtins.engines.ray.headwatch import _descendants as descendants
+from singa_builtins.engines.ray.headwatch import descendants
 from singa_builtins.engines.shm.launcher import SignalCatcher
 
 from singa_core.contracts.resources import usable_cpus
