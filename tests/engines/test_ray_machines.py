@@ -445,12 +445,18 @@ def test_f_a_killed_gcs_on_the_head_ends_the_job_within_30_s(setup):
     60 s and aborted with exit 1, naming nothing)."""
     s = setup
     c = s.cluster
-    if c.address(MEMBER) not in s.nodes():  # halted by e (or c1): a fresh machine 1 joins
-        c.halt(MEMBER)
-        c.start(MEMBER)
-        join(c, s.recipe, MEMBER, HEAD)
-    nodes = s.wait_nodes([s.head_ip, c.address(MEMBER)])
-    assert nodes == [s.head_ip, c.address(MEMBER)], nodes
+    # a fresh machine 1 joins: the one e (or c1) halted may still be listed alive, until the
+    # head has missed enough of its health checks (~30 s), under the same address
+    c.halt(MEMBER)
+    c.start(MEMBER)
+    join(c, s.recipe, MEMBER, HEAD)
+    want, deadline = {s.head_ip, c.address(MEMBER)}, time.monotonic() + 120
+    while True:  # one live node per machine: the halted incarnation marked dead
+        ids = _node_ids(s)
+        if (len(ids) == 2 and set(ids.values()) == want) or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert len(ids) == 2 and set(ids.values()) == want, ids
     (gcs,) = c.find(HEAD, "gcs_server")
     line, ws = s.train_line(FAULT_STEPS, checkpoint_freq=10)
     out_path, err_path = s.tmp / f"out{s.runs}", s.tmp / f"err{s.runs}"
