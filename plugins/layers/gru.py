@@ -162,8 +162,8 @@ class GRULayer(NeuronLayer):
         x = g.reshape(inputs[0], (self.vdim,), f"{self.name}/x")
         if len(inputs) > 1:  # an unrolled copy: the previous step's output
             h = inputs[1]
-        else:  # the carried state: a graph input (zeros unless fed) and output
-            h = g.state(f"{self.name}/state", (self.hdim,))
+        else:  # the carried state: a graph input (zeros start a sequence) and output
+            h = g.state(f"{self.name}/state", (self.hdim,), batch_of=x)
         w = [g.param(q) for q in self.params]
 
         def affine(src, k: int, name: str) -> str:  # src · P_kᵀ

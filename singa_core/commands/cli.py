@@ -946,9 +946,7 @@ def predict(
                     help="name it FILE.jsonl, FILE.csv or FILE.npz",
                 )
         run = Job.from_file(job, override, workspace=workspace)
-        model = run.model(
-            checkpoint, sample_shape=tuple(sample_shape or ()) or None, device=device
-        )
+        model = run.model(checkpoint, sample_shape=tuple(sample_shape or ()) or None, device=device)
         if not 1 <= top_k <= model.num_outputs:
             raise SingaError(
                 f"--top-k {top_k}: the model has {model.num_outputs} outputs",
@@ -1007,6 +1005,18 @@ def export(
     ] = None,
     workspace: WorkspaceOpt = None,
     sample_shape: SampleShapeOpt = None,
+    onnx_state: Annotated[
+        str | None,
+        typer.Option(
+            "--onnx-state",
+            metavar="required|optional",
+            help="ONNX only: the form of a recurrent layer's state input '<layer>/state' "
+            "(char-rnn's GRU); required: a plain input the caller always feeds, zeros to "
+            "start (runs in onnxruntime, onnx's ReferenceEvaluator and onnx2torch); "
+            "optional: zeros when not fed (onnxruntime, ReferenceEvaluator; not "
+            "onnx2torch) (default: required)",
+        ),
+    ] = None,
 ) -> None:
     """Export a trained model: ONNX (the deploy net, preprocessing included) or
     safetensors (the Params, with the job.conf in the metadata)."""
@@ -1017,12 +1027,24 @@ def export(
     try:
         output_target(out, "export")  # never a device, FIFO or folder (before any work)
         fmt = export_format(out, fmt)
+        if onnx_state is not None and fmt != "onnx":
+            raise SingaError(
+                f"--onnx-state applies to --format onnx, not {fmt}",
+                where="--onnx-state",
+                help="leave it out",
+            )
+        if onnx_state not in (None, "required", "optional"):
+            raise SingaError(
+                f"--onnx-state {onnx_state}: the state's form is required or optional",
+                where="--onnx-state",
+                help="give --onnx-state required (the default) or --onnx-state optional",
+            )
         run = Job.from_file(job, override, workspace=workspace)
         if fmt == "onnx":
             from singa_core.inference.onnx_export import export_onnx
 
             model = run.model(checkpoint, sample_shape=tuple(sample_shape or ()) or None)
-            summary = export_onnx(model, out)
+            summary = export_onnx(model, out, onnx_state or "required")
         else:
             from singa_core.inference.safetensors_export import export_safetensors
 

@@ -6,8 +6,19 @@ The graph takes ``input``, float32 ``(N, *sample_shape)`` raw samples exactly as
 loss). ``N`` is dynamic; opset 17; the model passes ``onnx.checker``.
 
 A recurrent layer that carries its state between calls (a GRU in a sampling net) adds a
-graph input ``<layer>/state`` (zeros when not fed) and a graph output ``<layer>/state_out``:
-feed one call's ``state_out`` as the next call's ``state`` to go on as ``predict`` does.
+graph input ``<layer>/state`` and a graph output ``<layer>/state_out``, both float32
+``(N, hidden)``: feed one call's ``state_out`` as the next call's ``state`` to go on as
+``predict`` does. The state is a real graph input, never also an initializer (onnxruntime
+warns about such an input, and onnx2torch freezes it into a constant). Its form
+(``state_form``, ``singa export --onnx-state``):
+
+* ``required`` (the default): a plain tensor input the caller always feeds; zeros
+  ``(N, hidden)`` start a sequence. onnx.checker, onnxruntime, onnx's ReferenceEvaluator
+  and onnx2torch (the state is the converted module's second argument) all run it.
+* ``optional``: an ``optional(tensor(float))`` input with zeros as its default
+  (OptionalHasElement, then an If that gives the fed tensor or zeros): onnxruntime runs it
+  with the state left out of the feed, ReferenceEvaluator with ``None`` fed for it;
+  onnx2torch 1.5 has no converter for the Optional operators.
 
 Each layer adds its own part through :meth:`Layer.to_onnx(g, inputs)` (the optional export
 method of the Layer contract): ``g`` is an :class:`OnnxGraph`, ``inputs`` the names of its
@@ -25,6 +36,8 @@ import numpy as np
 from singa_core.contracts.errors import SingaError
 
 OPSET = 17
+# how a recurrent layer's incoming state is a graph input (see the module docstring)
+STATE_FORMS = ("required", "optional")
 
 
 def _onnx():
@@ -43,15 +56,19 @@ def _onnx():
 class OnnxGraph:
     """What a layer's ``to_onnx`` builds with: nodes, initializers and tensor shapes.
 
-    ``shape(name)``: a tensor's shape without the batch dimension, as singa has it."""
+    ``shape(name)``: a tensor's shape without the batch dimension, as singa has it;
+    ``state_form``: one of :data:`STATE_FORMS`, how :meth:`state` makes a graph input."""
 
-    def __init__(self) -> None:
-        _, self._helper, self._numpy_helper = _onnx()
+    def __init__(self, state_form: str = "required") -> None:
+        if state_form not in STATE_FORMS:
+            raise ValueError(f"state_form {state_form!r}: one of {', '.join(STATE_FORMS)}")
+        self.state_form = state_form
+        self._onnx, self._helper, self._numpy_helper = _onnx()
         self.nodes: list = []
         self.initializers: list = []
         self._names: set[str] = set()
         self._shapes: dict[str, tuple[int, ...]] = {}
-        # recurrent state: (graph input, shape) with zeros as its default, (graph output, shape)
+        # recurrent state: (graph input, shape), (graph output, shape); shapes without N
         self.state_inputs: list[tuple[str, tuple[int, ...]]] = []
         self.state_outputs: list[tuple[str, tuple[int, ...]]] = []
 
@@ -95,16 +112,50 @@ class OnnxGraph:
         target = self.const([0, *[int(s) for s in shape]], f"{hint}/shape", np.int64)
         return self.add("Reshape", [x, target], name=hint)
 
-    def state(self, name: str, shape) -> str:
-        """A recurrent layer's incoming state: the graph input ``name`` (``(N, *shape)``),
-        zeros unless the caller feeds it (an initializer of shape ``(1, *shape)`` is its
-        default, broadcast over the batch)."""
+    def state(self, name: str, shape, batch_of: str = "input") -> str:
+        """A recurrent layer's incoming state, the graph input ``name`` (``(N, *shape)``);
+        returns the tensor the layer reads it from. ``required`` form: the input itself,
+        which the caller always feeds (zeros to start). ``optional`` form: the input, or
+        zeros ``(N, *shape)`` when the caller gives none (``N``: the batch of the tensor
+        ``batch_of``). Never an initializer of that name."""
+        shape = tuple(int(s) for s in shape)
         self._names.add(name)
-        self.state_inputs.append((name, tuple(int(s) for s in shape)))
-        self.initializers.append(
-            self._numpy_helper.from_array(np.zeros((1, *shape), dtype=np.float32), name)
+        self.state_inputs.append((name, shape))
+        if self.state_form == "required":
+            return name
+        helper, float32 = self._helper, self._onnx.TensorProto.FLOAT
+        batch = self.add("Shape", [batch_of], name=f"{name}/batch", start=0, end=1)
+        dims = self.const(list(shape), f"{name}/dims", np.int64)
+        full = self.add("Concat", [batch, dims], name=f"{name}/shape", axis=0)
+        given = self.add("OptionalHasElement", [name], name=f"{name}/given")
+
+        def branch(op: str, src: str, hint: str, **attrs):
+            out = self.fresh(f"{name}/{hint}")
+            node = helper.make_node(
+                op, [src], [out], name=self.fresh(f"node/{name}/{hint}"), **attrs
+            )
+            result = helper.make_tensor_value_info(out, float32, [None, *shape])
+            return helper.make_graph([node], self.fresh(f"{name}/{hint}/graph"), [], [result])
+
+        zero = self._numpy_helper.from_array(np.zeros(1, dtype=np.float32))
+        return self.add(
+            "If",
+            [given],
+            name=f"{name}/or_zeros",
+            then_branch=branch("OptionalGetElement", name, "fed"),
+            else_branch=branch("ConstantOfShape", full, "zeros", value=zero),
         )
-        return name
+
+    def state_input_infos(self) -> list:
+        """The graph inputs of the recurrent states, ``(N, *shape)`` in ``state_form``."""
+        helper, float32 = self._helper, self._onnx.TensorProto.FLOAT
+        infos = []
+        for name, shape in self.state_inputs:
+            tensor = helper.make_tensor_type_proto(float32, ["N", *shape])
+            if self.state_form == "optional":
+                tensor = helper.make_optional_type_proto(tensor)
+            infos.append(helper.make_value_info(name, tensor))
+        return infos
 
     def state_out(self, name: str, tensor: str, shape) -> None:
         """Make ``tensor`` (a recurrent layer's new state) the graph output ``name``."""
@@ -141,10 +192,19 @@ def _export_layer(layer, g: OnnxGraph, inputs: list[str]) -> str:
     return out  # a name, or a list of names (one per part, for kSlice)
 
 
-def build_graph(net, input_layer: str, output_layer: str, sample_shape, *, name="singa"):
-    """The ONNX ModelProto of a set-up deploy ``net``."""
+def build_graph(
+    net,
+    input_layer: str,
+    output_layer: str,
+    sample_shape,
+    *,
+    name="singa",
+    state_form: str = "required",
+):
+    """The ONNX ModelProto of a set-up deploy ``net`` (``state_form``: one of
+    :data:`STATE_FORMS`, the form of a recurrent layer's state input)."""
     onnx, helper, _ = _onnx()
-    g = OnnxGraph()
+    g = OnnxGraph(state_form)
     g._names.update({"input", "output"})
     g.set_shape("input", sample_shape)
     tensors: dict[str, str] = {}
@@ -171,10 +231,7 @@ def build_graph(net, input_layer: str, output_layer: str, sample_shape, *, name=
                 "input", onnx.TensorProto.FLOAT, ["N", *map(int, sample_shape)]
             )
         ]
-        + [
-            helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, [None, *s])
-            for n, s in g.state_inputs
-        ],
+        + g.state_input_infos(),
         [helper.make_tensor_value_info("output", onnx.TensorProto.FLOAT, ["N", out_dim])]
         + [
             helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, ["N", *s])
@@ -190,8 +247,9 @@ def build_graph(net, input_layer: str, output_layer: str, sample_shape, *, name=
     return model
 
 
-def export_onnx(model, out: str | Path) -> str:
-    """Write the ONNX graph of ``model`` (:class:`singa_core.inference.model.Model`)."""
+def export_onnx(model, out: str | Path, state_form: str = "required") -> str:
+    """Write the ONNX graph of ``model`` (:class:`singa_core.inference.model.Model`);
+    ``state_form``: how a recurrent layer's state is a graph input (:data:`STATE_FORMS`)."""
     from singa_core.running.fileio import atomic_write_bytes
 
     net = model.net
@@ -201,10 +259,28 @@ def export_onnx(model, out: str | Path) -> str:
         model.plan.output,
         model.sample_shape,
         name=model.plan.job.name or "singa",
+        state_form=state_form,
     )
     atomic_write_bytes(out, proto.SerializeToString(), "ONNX model")
+    states = "".join(
+        f"; state '{i.name}' (N, {', '.join(map(str, shape))}) -> '{o.name}'"
+        for i, o, shape in _states(proto)
+    )
+    if states:
+        states += (
+            " (feed zeros to start)"
+            if state_form == "required"
+            else " (optional: zeros when not fed)"
+        )
     return (
         f"wrote {out}: input 'input' (N, {', '.join(map(str, model.sample_shape))}) -> "
-        f"output 'output' (N, {model.num_outputs}); opset {OPSET}; "
+        f"output 'output' (N, {model.num_outputs}){states}; opset {OPSET}; "
         f"{len(proto.graph.node)} nodes"
     )
+
+
+def _states(proto):
+    """(state input, state output, shape without N) of each recurrent state in ``proto``:
+    the graph inputs after ``input`` and outputs after ``output``, in the same order."""
+    for i, o in zip(proto.graph.input[1:], proto.graph.output[1:], strict=True):
+        yield i, o, [d.dim_value for d in o.type.tensor_type.shape.dim[1:]]

@@ -3,7 +3,8 @@
 :func:`check_onnx_export` builds the layer over sources holding the given arrays (in the
 deploy phase: no gradients, ``forward`` as when predicting), runs its ``forward``, builds an
 ONNX graph from its ``to_onnx`` alone (one graph input per source, the batch dimension
-dynamic), runs that graph in onnxruntime on the same arrays and compares::
+dynamic, and one per recurrent state it asks for with ``g.state``, fed zeros as ``forward``
+starts from), runs that graph in onnxruntime on the same arrays and compares::
 
     from singa_core.testing import check_onnx_export
     check_onnx_export(SwishLayer, 'name: "s" type: kSwish', [np.random.randn(4, 8)])
@@ -79,7 +80,8 @@ def check_onnx_export(
         [
             helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, ["N", *s.data.shape[1:]])
             for n, s in zip(names, srcs, strict=True)
-        ],
+        ]
+        + g.state_input_infos(),  # a recurrent layer's state: zeros, as forward starts
         [
             helper.make_tensor_value_info(
                 "output", onnx.TensorProto.FLOAT, ["N", *expected.shape[1:]]
@@ -91,7 +93,10 @@ def check_onnx_export(
     model.ir_version = min(model.ir_version, 10)
     onnx.checker.check_model(model)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    got = session.run(["output"], {n: s.data for n, s in zip(names, srcs, strict=True)})[0]
+    feed = {n: s.data for n, s in zip(names, srcs, strict=True)}
+    batch = len(srcs[0].data)
+    feed.update({n: np.zeros((batch, *shape), np.float32) for n, shape in g.state_inputs})
+    got = session.run(["output"], feed)[0]
     assert got.shape == expected.shape or got.size == expected.size, (
         f"{layer.name}: the export gives shape {got.shape}, forward {expected.shape}"
     )
