@@ -92,13 +92,14 @@ class ConvolutionBase(NeuronLayer):
 
         self._out2d = self._out.reshape(nf, oh * ow * b)
         self._gout2d = self._gout.reshape(nf, oh * ow * b)
+        charge_memory(self, "scratch", (oh * ow * b,), what="ones for the bias gradient")
         self._ones = self.xp.ones(oh * ow * b, dtype=DTYPE)
         self._gw_tmp: np.ndarray | None = None
         self._rows = win.sh == 1 and c * win.kw >= ROW_COLUMNS_MIN_K
         if self._rows:
             self._setup_rows()
         else:
-            self._setup_im2col()
+            self._setup_im2col(srcs[0].data, srcs[0].grad_for(self) is not None)
 
     # -- row columns (vertical stride 1) ------------------------------------------------
     def _setup_rows(self) -> None:
@@ -112,8 +113,11 @@ class ConvolutionBase(NeuronLayer):
         run = ow * b  # columns of one output row
         self._blocks = [self._xcol2d[:, i * run : (i + oh) * run] for i in range(win.kh)]
         # the weight (and its gradient) regrouped as (kh, F, C·kw), one 2-D block per row
-        self._wrows = self.xp.empty((win.kh, nf, c * win.kw), dtype=DTYPE)
-        self._gwrows = self.xp.empty((win.kh, nf, c * win.kw), dtype=DTYPE)
+        rows = (win.kh, nf, c * win.kw)
+        charge_memory(self, "scratch", rows, what="weight rows")
+        self._wrows = self.xp.empty(rows, dtype=DTYPE)
+        charge_memory(self, "scratch", rows, what="weight gradient rows", training_only=True)
+        self._gwrows = self.xp.empty(rows, dtype=DTYPE)
         # for each kernel column j: the output columns that read real (unpadded) input,
         # and the input columns they read
         self._colmap = []
@@ -187,17 +191,25 @@ class ConvolutionBase(NeuronLayer):
                 col[:, j] = 0.0
 
     # -- general path: full im2col (vertical stride > 1) -------------------------------
-    def _setup_im2col(self) -> None:
+    def _setup_im2col(self, x: np.ndarray, src_grad: bool) -> None:
         win, c, h, w, b = self.win, self.channels, self.height, self.width, self.batchsize
         oh, ow = self.out_h, self.out_w
         hp, wp = h + 2 * win.ph, w + 2 * win.pw
         self._padded = win.ph > 0 or win.pw > 0
-        # padded input (borders stay zero) and padded input gradient, both CHWN
-        if self._padded:
-            charge_memory(self, "scratch", (2, c, hp, wp, b), what="padded input buffers")
+        # the input as a contiguous CHWN array: padded (borders stay zero), or a copy of a
+        # source that is not batch-innermost (an input layer's NCHW data); and the padded
+        # input gradient, written by backward alone, where the source takes a gradient
+        self._xp = self._gxp = None
+        if self._padded or not as_chwn(x, b, c, h, w).flags.c_contiguous:
+            what = "padded input" if self._padded else "input in CHWN order"
+            charge_memory(self, "scratch", (c, hp, wp, b), what=what)
+            self._xp = self.xp.zeros((c, hp, wp, b), dtype=DTYPE)
+        if self._padded and src_grad:
+            charge_memory(
+                self, "scratch", (c, hp, wp, b), what="padded input gradient", training_only=True
+            )
+            self._gxp = self.xp.zeros((c, hp, wp, b), dtype=DTYPE)
         charge_memory(self, "scratch", (c, win.kh, win.kw, oh, ow, b), what="column buffer")
-        self._xp = self.xp.zeros((c, hp, wp, b), dtype=DTYPE) if self._padded else None
-        self._gxp = self.xp.zeros((c, hp, wp, b), dtype=DTYPE) if self._padded else None
         self._col = self.xp.empty((c, win.kh, win.kw, oh, ow, b), dtype=DTYPE)
         self._col2d = self._col.reshape(c * win.kh * win.kw, oh * ow * b)
         self._slices = [(i, j, window_slice(win, i, j, oh, ow)) for i, j in win.positions]
@@ -222,6 +234,8 @@ class ConvolutionBase(NeuronLayer):
     def _col2im(self, buf: np.ndarray) -> None:
         """Sum the column gradients (in ``self._col``) into the source gradient ``buf``."""
         target = as_chwn(buf, self.batchsize, self.channels, self.height, self.width)
+        if self._padded and self._gxp is None:  # a source that took no gradient at set-up
+            self._gxp = self.xp.zeros(self._xp.shape, dtype=DTYPE)
         gxp = self._gxp if self._padded else target
         col = self._col
         gxp.fill(0.0)

@@ -23,6 +23,7 @@ extra) the same computation runs as compiled one-pass kernels (``_pool_kernels.p
 from __future__ import annotations
 
 import numpy as np
+from singa_builtins.layers._pool_kernels import JIT_BYTES, JIT_NOTE
 from singa_builtins.layers._pool_kernels import kernels as pool_kernels
 from singa_builtins.layers._window import (
     as_chwn,
@@ -34,6 +35,7 @@ from singa_builtins.layers._window import (
 )
 
 from singa_core.contracts.memory import charge as charge_memory
+from singa_core.contracts.memory import charge_once
 from singa_core.layer import NeuronLayer, kTrain
 from singa_core.param import DTYPE
 from singa_core.schema import job_pb2
@@ -65,10 +67,6 @@ class PoolingBase(NeuronLayer):
         self._padded = win.ph > 0 or win.pw > 0
         fill = -np.inf if self.method == MAX else 0.0
         hp, wp = h + 2 * win.ph, w + 2 * win.pw
-        if self._padded:
-            charge_memory(self, "scratch", (2, c, hp, wp, b), what="padded input buffers")
-        self._xp = self.xp.full((c, hp, wp, b), fill, dtype=DTYPE) if self._padded else None
-        self._gxp = self.xp.zeros((c, hp, wp, b), dtype=DTYPE) if self._padded else None
         self._slices = [window_slice(win, i, j, oh, ow) for i, j in win.positions]
         if len(self._slices) > 255:
             raise self.error(
@@ -76,16 +74,48 @@ class PoolingBase(NeuronLayer):
                 f"supported (got {win.kh}x{win.kw})",
                 field="pooling_conf",
             )
-        self._mask = self.xp.empty((c, oh, ow, b), dtype=bool)
-        self._argmax = self.xp.zeros((c, oh, ow, b), dtype=np.uint8)
-        self._kmask = self.xp.empty((c, oh, ow, b), dtype=np.uint8)
+        # compiled one-pass kernels on the host, or None (the numpy path; any device)
+        self._kernels = pool_kernels() if self.device.is_host else None
+        if self._kernels is not None:  # their first call loads numba's compiler
+            charge_once(self, "numba-jit", JIT_BYTES, row="numba's JIT compiler", note=JIT_NOTE)
         # non-overlapping windows (stride >= kernel), and whether they cover the input
         self._tiles = win.sh >= win.kh and win.sw >= win.kw
         self._covers = self._tiles and oh * win.sh == hp and ow * win.sw == wp
-        self._scaled = self.xp.empty((c, oh, ow, b), dtype=DTYPE)
+        # the work buffers of the path this layer runs, and only those; all but the padded
+        # input are written by training passes alone (see singa_core.contracts.memory)
+        self._xp = self._gxp = None
+        if self._padded:
+            charge_memory(self, "scratch", (c, hp, wp, b), what="padded input")
+            self._xp = self.xp.full((c, hp, wp, b), fill, dtype=DTYPE)
+            src_grad = srcs[0].grad_for(self) is not None
+            self._gxp = self._buffer(
+                (c, hp, wp, b), DTYPE, "padded input gradient", src_grad, zero=True
+            )
+        out = (c, oh, ow, b)
+        numpy_path = self._kernels is None
+        # the offset of each output's maximum, recorded by a training forward
+        self._argmax = self._buffer(out, np.uint8, "argmax", self.method == MAX, zero=True)
+        # numpy path: max's comparison masks (forward and backward), and backward's scaled
+        # gradient where windows overlap or average
+        self._mask = self._buffer(out, bool, "max mask", numpy_path and self.method == MAX)
+        self._kmask = self._buffer(out, np.uint8, "max offsets", numpy_path and self.method == MAX)
+        scaled = numpy_path and not (self._tiles and self.method == MAX)
+        self._scaled = self._buffer(out, DTYPE, "scaled gradient", scaled)
         self._inv_count = DTYPE(1.0 / (win.kh * win.kw))
-        # compiled one-pass kernels on the host, or None (the numpy path; any device)
-        self._kernels = pool_kernels() if self.device.is_host else None
+
+    def _buffer(self, shape, dtype, what: str, needed: bool = True, zero: bool = False):
+        """A training-only work buffer (charged first), or None where not ``needed``."""
+        if not needed:
+            return None
+        charge_memory(
+            self,
+            "scratch",
+            shape,
+            itemsize=np.dtype(dtype).itemsize,
+            what=what,
+            training_only=True,
+        )
+        return (self.xp.zeros if zero else self.xp.empty)(shape, dtype=dtype)
 
     def _input_chwn(self, x: np.ndarray) -> np.ndarray:
         xc = as_chwn(x, self.batchsize, self.channels, self.height, self.width)
@@ -148,6 +178,8 @@ class PoolingBase(NeuronLayer):
         if buf is None:
             return
         target = as_chwn(buf, self.batchsize, self.channels, self.height, self.width)
+        if self._padded and self._gxp is None:  # a source that took no gradient at set-up
+            self._gxp = self.xp.zeros(self._xp.shape, dtype=DTYPE)
         gxp = self._gxp if self._padded else target
         g, tmp, fast, win = self._gout, self._scaled, self._kernels, self.win
         if fast is not None:

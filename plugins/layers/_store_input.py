@@ -39,6 +39,7 @@ import numpy as np
 from singa_builtins.layers._prefetch import PrefetchingInput
 from singa_builtins.layers._records import key_text, open_store, seek_store_cursor, store_cursor
 
+from singa_core.contracts.memory import charge as charge_memory
 from singa_core.errors import SingaError
 from singa_core.layer import InputLayer, kDeploy
 from singa_core.param import DTYPE
@@ -109,9 +110,22 @@ class StoreInputLayer(PrefetchingInput, InputLayer):
         self.encoded = bool(sc.encoded)
         # prefetching: as configured; by default where decoding is the cost (encoded images)
         self._init_prefetch(sc.prefetching if sc.HasField("prefetching") else self.encoded)
+        self._charge_reading()
         self.prepare_parsing()
         if self.ctx.phase:  # inside a net: its phase says how records will be read
             self._check_first_record(self.has_label and not (self.ctx.phase & kDeploy))
+
+    def _charge_reading(self) -> None:
+        """Charge the memory reading takes beyond the layer's buffers: the pages of the
+        store's file its reader keeps mapped (a store that says so: ``resident_bytes()``),
+        and the batches the prefetch thread holds (its queue and the one it makes)."""
+        resident = getattr(self.store, "resident_bytes", None)
+        if resident is not None:
+            what = "store pages read (memory-mapped)"
+            charge_memory(self, "scratch", (int(resident()),), itemsize=1, what=what)
+        if self.prefetching:  # the records and their labels of each batch in flight
+            batches = (self.prefetch_depth + 1, self.batchsize, self.rowlen + 1)
+            charge_memory(self, "scratch", batches, what="prefetched batches")
 
     def prepare_parsing(self) -> None:
         """Subclass hook: set up parsing state once the batch size and shape are known."""

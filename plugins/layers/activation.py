@@ -22,6 +22,7 @@ from singa_builtins.layers.relu import relu_backward, relu_forward
 from singa_builtins.layers.sigmoid import sigmoid_backward, sigmoid_forward
 from singa_builtins.layers.stanh import stanh_backward, stanh_forward, stanh_onnx
 
+from singa_core.contracts.memory import charge as charge_memory
 from singa_core.layer import NeuronLayer
 from singa_core.param import DTYPE
 from singa_core.schema import job_pb2
@@ -67,6 +68,14 @@ class ActivationLayer(NeuronLayer):
             self.grad = buf if buf is not None else np.zeros_like(src.data)
         else:
             self.alloc_like(src.data)
+        charge_memory(
+            self,
+            "scratch",
+            self.data.shape,
+            itemsize=np.dtype(scratch_dtype).itemsize,
+            what="backward's work buffer",
+            training_only=True,
+        )
         self._scratch = np.empty_like(self.data, dtype=scratch_dtype)
 
     def to_onnx(self, g, inputs):

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from singa_core.layer import NeuronLayer, kTrain
+from singa_core.contracts.memory import charge as charge_memory
+from singa_core.layer import NeuronLayer, kTrain, zeros_laid_out_like
 from singa_core.param import DTYPE
 
 
@@ -32,12 +33,16 @@ class DropoutLayer(NeuronLayer):
         self._scale = DTYPE(1.0 / (1.0 - ratio))
         shape = srcs[0].data.shape
         self.alloc_like(srcs[0].data)
-        self.mask = np.zeros_like(self.data)
+        # written by training forwards alone (a test pass copies its input through)
+        charge_memory(self, "scratch", shape, what="mask", training_only=True)
+        self.mask = zeros_laid_out_like(self.data, xp=self.xp)
         # uniform draws go into a contiguous buffer laid out like the data (the generator
         # fills contiguous arrays only); _u is that buffer seen in NCHW order
         perm = np.argsort([-s for s in self.data.strides], kind="stable")
+        charge_memory(self, "scratch", shape, what="uniform draws", training_only=True)
         self._u_base = self.xp.empty([shape[i] for i in perm], dtype=DTYPE)
         self._u = self._u_base.transpose(tuple(int(i) for i in np.argsort(perm)))
+        charge_memory(self, "scratch", shape, itemsize=1, what="keep mask", training_only=True)
         self._keepmask = np.empty_like(self.data, dtype=bool)
         self._masked = False  # whether the last forward applied a mask
         self._u_host = None  # the host buffer of the draws on a device

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from singa_core.contracts.memory import charge as charge_memory
 from singa_core.layer import NeuronLayer
 from singa_core.param import DTYPE
 
@@ -99,6 +100,7 @@ class LRNLayer(NeuronLayer):
         self._k = DTYPE(knorm)
         self._c = DTYPE(2.0 * alpha * beta / n)
         self.alloc_like(x)
+        charge_memory(self, "scratch", (3, *self.data.shape), what="norm, its power, work buffer")
         self._norm = np.empty_like(self.data)  # knorm + (alpha/n)·window sum of x²
         self._powb = np.empty_like(self.data)  # norm**beta
         self._tmp = np.empty_like(self.data)  # scratch

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from singa_core.contracts.memory import charge as charge_memory
 from singa_core.layer import NeuronLayer
 
 
@@ -27,6 +28,7 @@ class ReLULayer(NeuronLayer):
     def setup(self, srcs):
         self.expect_srcs(srcs)
         self.alloc_like(srcs[0].data)
+        charge_memory(self, "scratch", self.data.shape, itemsize=1, what="mask", training_only=True)
         self._mask = np.empty_like(self.data, dtype=bool)
 
     def to_onnx(self, g, inputs):

@@ -35,6 +35,7 @@ from singa_builtins.layers._records import (
     store_cursor,
 )
 
+from singa_core.contracts.memory import charge as charge_memory
 from singa_core.errors import SingaError
 from singa_core.layer import InputLayer
 from singa_core.schema import common_pb2
@@ -78,6 +79,10 @@ class ShardDataLayer(InputLayer):
             )
         self._skipped = False
         self.store = open_store(self, self.backend, self.path, KREAD, field)
+        resident = getattr(self.store, "resident_bytes", None)
+        if resident is not None:  # the pages of the file its reader keeps mapped
+            what = "store pages read (memory-mapped)"
+            charge_memory(self, "scratch", (int(resident()),), itemsize=1, what=what)
         n = self.batchsize
         self._wrappers = [common_pb2.Record() for _ in range(n)]
         self._plain = [common_pb2.RecordProto() for _ in range(n)]

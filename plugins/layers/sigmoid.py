@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from singa_core.contracts.memory import charge as charge_memory
 from singa_core.layer import NeuronLayer
 
 
@@ -29,6 +30,9 @@ class SigmoidLayer(NeuronLayer):
     def setup(self, srcs):
         self.expect_srcs(srcs)
         self.alloc_like(srcs[0].data)
+        charge_memory(
+            self, "scratch", self.data.shape, what="backward's work buffer", training_only=True
+        )
         self._scratch = np.empty_like(self.data)
 
     def to_onnx(self, g, inputs):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 from singa_builtins.layers import CUDNN_ALIAS_NOTE
 
+from singa_core.contracts.memory import charge as charge_memory
 from singa_core.layer import LossLayer
 from singa_core.param import DTYPE
 from singa_core.schema import job_pb2
@@ -68,6 +69,7 @@ class SoftmaxLossLayer(LossLayer):
         self._pmax = self.xp.empty(B, dtype=DTYPE)
         self._hitrow = self.xp.empty(B, dtype=bool)
         self._cols = self.xp.arange(D, dtype=np.int64)
+        charge_memory(self, "scratch", (3, B, D), itemsize=1, what="top-k comparison masks")
         self._above = self.xp.empty((B, D), dtype=bool)
         self._tie = self.xp.empty((B, D), dtype=bool)
         self._later = self.xp.empty((B, D), dtype=bool)

@@ -42,12 +42,25 @@ def as_bytes(data, what: str) -> bytes:
     raise TypeError(f"store {what} must be bytes or str, got {type(data).__name__}")
 
 
+#: the most bytes behind the read position whose pages a reader keeps mapped: every time
+#: reading has moved this far past them, the pages already read are released
+#: (``madvise(MADV_DONTNEED)``: they stay in the page cache, out of the process's resident
+#: set), so a run that cycles through a large store does not come to hold the whole file
+READ_WINDOW = 2 << 20
+#: what a page fault on a file mapping maps at once beyond the page it needs (Linux's
+#: fault-around, 64 KiB by default)
+_FAULT_AROUND = 64 << 10
+_DONTNEED = getattr(mmap, "MADV_DONTNEED", None)  # None: not on this system
+
+
 class _IndexedFileStore(Store):
     """A store of consecutive records in one file.
 
     Reading maps the file and indexes record offsets lazily, as records are read or sought
-    past, so ``position()``/``seek(i)``/``count()`` work in records. Writing (kCreate,
-    kAppend) goes to an :class:`AtomicFile` that ``close()`` renames into place.
+    past, so ``position()``/``seek(i)``/``count()`` work in records. The pages read are
+    released behind the read position (:data:`READ_WINDOW`), and after a seek or a count,
+    which may have touched the whole file. Writing (kCreate, kAppend) goes to an
+    :class:`AtomicFile` that ``close()`` renames into place.
 
     Subclasses define the format: ``_open_read``/``_open_create``/``_open_append`` (which set
     ``path``, and ``_buf``/``_mm``/``_size`` or ``_out``), ``_record(off)`` (the record at
@@ -68,6 +81,7 @@ class _IndexedFileStore(Store):
         self._off = 0  # byte offset of the next record
         self._index = 0  # index of the next record
         self._offsets = [0]  # _offsets[i]: byte offset of record i, for the records seen so far
+        self._kept = 0  # page-aligned offset: the mapped pages before it have been released
         self._out: AtomicFile | None = None
 
     # ------------------------------------------------------------------ opening
@@ -119,13 +133,36 @@ class _IndexedFileStore(Store):
         self._index += 1
         if self._index == len(self._offsets):
             self._offsets.append(nxt)
+        if nxt - self._kept >= READ_WINDOW:
+            self._release_pages(self._kept, nxt)
         return key, value
+
+    def resident_bytes(self) -> int:
+        """The most memory of the mapped file that reading keeps resident: the pages of
+        :data:`READ_WINDOW` bytes (or the whole file, when smaller) and a fault's neighbours."""
+        if self._mm is None:
+            return 0
+        return self._size if _DONTNEED is None else min(self._size, READ_WINDOW + _FAULT_AROUND)
+
+    def _release_pages(self, start: int, end: int) -> None:
+        """Release the whole pages of the mapping in ``[start, end)`` (``start`` is
+        page-aligned; the page holding ``end`` is kept) and keep what follows."""
+        end -= end % mmap.PAGESIZE
+        if self._mm is not None and end > start and _DONTNEED is not None:
+            self._mm.madvise(_DONTNEED, start, end - start)
+        self._kept = max(start, end)
+
+    def _release_all(self) -> None:
+        """Release every mapped page (after a jump that may have touched any of them)."""
+        self._release_pages(0, self._size)
+        self._kept = self._off - self._off % mmap.PAGESIZE
 
     def seek_to_first(self) -> None:
         if self._mode != KREAD:
             raise self._wrong_mode("rewind")
         self._off = 0
         self._index = 0
+        self._release_all()
 
     def position(self) -> int:
         return self._index
@@ -150,6 +187,7 @@ class _IndexedFileStore(Store):
             )
         self._off = self._offsets[position]
         self._index = position
+        self._release_all()
 
     def _index_until(self, position: int | None) -> None:
         """Extend the offset index up to ``position`` (or the end of the file)."""
@@ -166,6 +204,7 @@ class _IndexedFileStore(Store):
         if self._mode != KREAD:
             raise self._wrong_mode("count")
         self._index_until(None)
+        self._release_all()
         return len(self._offsets) - 1
 
     # ------------------------------------------------------------------ writing
@@ -207,7 +246,7 @@ class _IndexedFileStore(Store):
             self._mm.close()
         self._mm = None
         self._buf = b""
-        self._size = self._off = self._index = 0
+        self._size = self._off = self._index = self._kept = 0
         self._offsets = [0]
         self._mode = None
 

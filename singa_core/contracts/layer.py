@@ -56,6 +56,20 @@ class LayerContext:
     device: Device = field(default_factory=default_device)
 
 
+def zeros_laid_out_like(src, dtype=DTYPE, xp=None):
+    """Zeros of ``src``'s shape laid out in memory like ``src`` (its axes in the order of
+    their strides, as ``np.zeros_like`` keeps them), made by ``xp.zeros`` (``xp``: the array
+    module of ``src``'s device, default numpy): on the host the kernel gives the memory pages
+    only when they are first written, where ``np.zeros_like`` writes every byte at once (a
+    test net's gradient, never written, then takes no memory)."""
+    xp = np if xp is None else xp
+    if src.flags.c_contiguous or src.ndim < 2:
+        return xp.zeros(src.shape, dtype=dtype)
+    order = sorted(range(src.ndim), key=lambda i: -abs(src.strides[i]))  # outermost first
+    buf = xp.zeros(tuple(src.shape[i] for i in order), dtype=dtype)
+    return buf.transpose(tuple(int(i) for i in np.argsort(order)))
+
+
 class Layer:
     """Base class and contract of layer plugins.
 
@@ -235,8 +249,8 @@ class Layer:
         if array_module(src) is not self.xp:  # a source on another device
             self.alloc(src.shape, grad=grad)
             return
-        self.data = np.zeros_like(src, dtype=DTYPE)
-        self.grad = np.zeros_like(self.data) if grad else None
+        self.data = zeros_laid_out_like(src, xp=self.xp)
+        self.grad = zeros_laid_out_like(src, xp=self.xp) if grad else None
 
     def draw(self, out, method: str = "random") -> None:
         """Fill ``out`` (float32) with draws of the layer's generator ``self.ctx.rng``

@@ -15,11 +15,27 @@ this process's cgroup still allows (a container's or scheduler's limit minus its
 ``SINGA_MEMORY_AVAILABLE`` (bytes, or with a K/M/G/T suffix: ``512M``) when set; on a system
 without either, nothing is checked.
 
-A layer that allocates large work buffers of its own charges them with :func:`charge` as
-``"scratch"`` (the convolutions' column buffers, padded inputs) and its buffers outside the
-helpers as ``"data"``/``"grad"`` (the spatial layers' batch-innermost outputs). Small scratch
-arrays are not in the estimate; a ``MemoryError`` they raise is still reported as a located
-error by the net. This is the contract for layer plugins: charge before allocating.
+A layer that allocates work buffers of its own charges them with :func:`charge` as
+``"scratch"`` (the convolutions' column buffers, padded inputs, pooling's argmax, an
+activation's mask, the store pages an input layer's reader keeps mapped) and its buffers
+outside the helpers as ``"data"``/``"grad"`` (the spatial layers' batch-innermost outputs).
+Arrays of a few values (a batch of labels, per-row sums) are not in the estimate; a
+``MemoryError`` they raise is still reported as a located error by the net. This is the
+contract for layer plugins: charge before allocating.
+
+**Only what is written takes memory.** A buffer that only a training pass writes — every
+gradient, a backward pass's work buffers, what a training forward records for backward
+(pooling's argmax) — is charged with ``training_only`` (the default for ``"grad"``). A net
+that never trains (a test or validation net: its phase lacks kTrain) allocates such a
+buffer on the host zeroed or uninitialised (``np.zeros``/``np.empty``: the kernel gives
+memory pages only when they are first written) and never writes it, so it is kept apart
+(:attr:`MemoryEstimate.unwritten`), out of the total, and the table says how much. Such a
+buffer must not be written at set-up either (``np.zeros_like`` writes every byte;
+:meth:`Layer.alloc_like` lays out zeros it does not touch). A GPU's allocator hands out
+memory whether it is written or not: there every charge counts.
+
+Memory a process takes once, however many layers need it (numba's JIT compiler, when
+pooling runs the compiled kernels), is charged with :func:`charge_once`: a row of its own.
 """
 
 from __future__ import annotations
@@ -33,6 +49,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from singa_core.contracts.errors import SingaError
+from singa_core.schema import job_pb2
 
 ENV_AVAILABLE = "SINGA_MEMORY_AVAILABLE"
 #: the device memory available to a job on a GPU (or the stand-in), when its own free
@@ -135,6 +152,10 @@ class MemoryEstimate:
         self.updater_slots = updater_slots  # history arrays per trained Param (momentum...)
         self.rows: dict[tuple[str, str], LayerMemory] = {}
         self.total = 0
+        # bytes of training-only buffers in nets that never train: allocated, never written
+        self.unwritten = 0
+        self.once: set[str] = set()  # keys charged by charge_once
+        self.notes: list[str] = []  # what the rows charge_once made are, under the table
         # arrays on devices other than the host: bytes per device, and each device's free
         # memory when the estimate started (None: unknown), with its source
         self.device_totals: dict[str, int] = {}
@@ -221,8 +242,9 @@ class MemoryEstimate:
     def table(self) -> list[str]:
         """Per layer and kind, then the total and what is available (for --dry-run)."""
         lines = [
-            "memory estimate (allocated at set-up; scratch: the large work buffers layers "
-            "declare, e.g. convolution columns):"
+            "memory estimate (allocated at set-up and written while running; scratch: the "
+            "work buffers layers declare, e.g. convolution columns, the store pages a reader "
+            "keeps mapped, and the rows in parentheses):"
         ]
         w = max([len(f"{r.phase} {r.layer}") for r in self.rows.values()] + [5])
         lines.append(
@@ -241,6 +263,13 @@ class MemoryEstimate:
             else "available memory unknown"
         )
         lines.append(f"  total {format_bytes(self.total)} ({self.total:,} bytes); {avail}")
+        lines.extend(f"  {note}" for note in self.notes)
+        if self.unwritten:
+            lines.append(
+                f"  not in the total: {format_bytes(self.unwritten)} of gradients and other "
+                "training-only buffers of the nets that never train (test, validation), "
+                "allocated but never written, so never given memory"
+            )
         for name, n in self.device_totals.items():
             limit, source = self.device_limits.get(name, (None, ""))
             free = (
@@ -268,9 +297,27 @@ def estimating(estimate: MemoryEstimate | None, phase: str) -> Iterator[None]:
         _active.reset(token)
 
 
-def charge(layer, kind: str, shape: Sequence[int], *, itemsize: int = 4, what: str = "") -> None:
-    """Charge an array of ``shape`` that ``layer`` is about to allocate to the active
-    estimate (nothing when none is active); located at the layer's config."""
+def never_trains(layer) -> bool:
+    """Whether ``layer`` is in a net that never runs a training pass (a test or validation
+    net); False where its phase is unknown (0: a layer built outside a net)."""
+    phase = int(getattr(getattr(layer, "ctx", None), "phase", 0) or 0)
+    return bool(phase) and not phase & job_pb2.kTrain
+
+
+def charge(
+    layer,
+    kind: str,
+    shape: Sequence[int],
+    *,
+    itemsize: int = 4,
+    what: str = "",
+    training_only: bool | None = None,
+) -> None:
+    """Charge an array of ``shape`` (elements of ``itemsize`` bytes) that ``layer`` is about
+    to allocate to the active estimate (nothing when none is active); located at the
+    layer's config. ``training_only`` (default: ``kind == "grad"``): only a training pass
+    writes it, so in a net that never trains it is counted apart, as never written (see the
+    module docstring)."""
     active = _active.get()
     if active is None:
         return
@@ -281,8 +328,10 @@ def charge(layer, kind: str, shape: Sequence[int], *, itemsize: int = 4, what: s
         shape = (estimate.updater_slots, *shape)
     n = nbytes(shape, itemsize)
     dims = "x".join(str(int(s)) for s in shape) or "scalar"
+    dims += " float32" if itemsize == 4 else f" of {itemsize} byte{'s' * (itemsize > 1)}"
     device = getattr(getattr(layer, "ctx", None), "device", None)
-    if device is not None and not device.is_host:  # a GPU's memory, not the host's
+    if device is not None and not device.is_host:  # a GPU's memory, not the host's: its
+        # allocator hands out memory whether it is written or not, so all of it is charged
         estimate.charge_device(
             device,
             phase,
@@ -290,14 +339,30 @@ def charge(layer, kind: str, shape: Sequence[int], *, itemsize: int = 4, what: s
             kind,
             n,
             where=layer.ctx.locate(None),
-            what=f"{what or kind} ({dims} float32)",
+            what=f"{what or kind} ({dims})",
         )
         return
+    if (kind == "grad" if training_only is None else training_only) and never_trains(layer):
+        estimate.unwritten += n  # allocated on the host, never written: no memory pages
+        return
     estimate.charge(
-        phase,
-        layer.name,
-        kind,
-        n,
-        where=layer.ctx.locate(None),
-        what=f"{what or kind} ({dims} float32)",
+        phase, layer.name, kind, n, where=layer.ctx.locate(None), what=f"{what or kind} ({dims})"
     )
+
+
+def charge_once(layer, key: str, n: int, *, row: str, note: str) -> None:
+    """Charge ``n`` bytes of memory the process takes once however many layers need it
+    (``key`` names it: numba's JIT compiler for the compiled pooling kernels) to the active
+    estimate, as scratch in a row of its own named ``(row)``, when the first layer asks;
+    later asks of the same ``key`` charge nothing. ``note`` says under the table what the
+    row is and where its number comes from."""
+    active = _active.get()
+    if active is None or n <= 0:
+        return
+    estimate, phase = active
+    if key in estimate.once:
+        return
+    estimate.once.add(key)
+    label = f"({row})"
+    estimate.charge(phase, label, "scratch", n, where=layer.ctx.locate(None), what=row)
+    estimate.notes.append(f"{label}: {note}")

@@ -36,7 +36,7 @@ def test_test_net_params_are_not_counted_again_and_checkpoint_pieces_fit_the_par
     assert rows["kTest ip1"][2] == "0 B" and rows["kTest ip2"][2] == "0 B"
     largest = w1  # ip1's weight (64x4) and ip2's (3x64) are the largest arrays
     assert max(w1, 3 * 64 * 4) == largest
-    assert rows["train (checkpoint write)"][4] == format_bytes(3 * largest + (1 << 20))
+    assert rows["train (checkpoint write)"][4] == format_bytes(largest + (1 << 20))
     # the params column's total is the training net's Params alone
     params_total = _total_row(res.output)[2]
     assert params_total == format_bytes(2 * (w1 + b1 + 3 * 64 * 4 + 3 * 4))
