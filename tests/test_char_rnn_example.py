@@ -61,6 +61,7 @@ def trained(texts, tmp_path_factory):
     return ws
 
 
+@pytest.mark.slow
 def test_char_rnn_learns(trained, texts):
     test = metrics(trained, "test")
     assert test[0]["step"] == 0 and test[0]["loss"] == pytest.approx(np.log(65), abs=0.05)
@@ -115,6 +116,7 @@ def test_sampling_carries_the_hidden_state(trained, texts):
     assert len(set(expected)) > 5  # a trained model writes more than one repeated letter
 
 
+@pytest.mark.slow
 def test_bptt_resume_continues_exactly(texts, tmp_path):
     whole, parts = tmp_path / "whole", tmp_path / "parts"
     common = ["--seed", "3"]

@@ -43,6 +43,7 @@ def params(ws, step):
     return {r.name: r.value for r in ck.read_params(ws / "checkpoint" / f"step{step}-worker0")}
 
 
+@pytest.mark.slow
 def test_hybrid_partitioning_trains_like_the_whole_net(stores, tmp_path):
     whole, hybrid = tmp_path / "whole", tmp_path / "hybrid"
     proc = run_singa("train", str(EXAMPLE / "job.conf"), "--seed", "0", *overrides(stores, whole))
@@ -78,6 +79,7 @@ def test_hybrid_partitioning_trains_like_the_whole_net(stores, tmp_path):
     assert not np.allclose(a["0#w4"], params(whole, 0)["0#w4"])
 
 
+@pytest.mark.slow
 def test_the_hybrid_job_with_its_workers_on_two_devices(stores, tmp_path):
     """SINGA 0.3's cudnn_hybrid.conf: worker 0 of the group on a GPU, worker 1 on the CPU,
     the batch split between them. Here worker 0 is on the stand-in device (CI has no GPU):
@@ -104,6 +106,7 @@ def test_the_hybrid_job_with_its_workers_on_two_devices(stores, tmp_path):
         np.testing.assert_allclose(b[k], a[k], rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.slow
 def test_cudnn_hybrid_conf_is_hybrid_conf_on_a_gpu_and_the_cpu(stores, tmp_path):
     """examples/cifar10/cudnn_hybrid.conf (0.3's): gpu 0 for worker 0, the cuDNN types. With
     worker 0 on the stand-in (--device standin,cpu) it trains as hybrid.conf on the CPU;

@@ -267,6 +267,7 @@ def test_the_net_builder_puts_transfers_on_edges_between_devices(small_job):
 
 
 # -- workers on a device exchanging with servers on the host (shm; ray the same way) -------------
+@pytest.mark.slow
 def test_shm_workers_on_a_device_train_as_on_the_cpu(small_job, tmp_path):
     """The shm engine's worker on the stand-in device: its Params are device copies refreshed
     from the server's segment when collected, its gradients go to the host segment; the

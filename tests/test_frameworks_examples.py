@@ -21,6 +21,7 @@ def run(name, stores, ws, steps):
     return args
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["sandblaster", "allreduce"])
 def test_synchronous_frameworks_run_and_learn(name, mnist_stores, tmp_path):
     ws = tmp_path / name
@@ -30,6 +31,7 @@ def test_synchronous_frameworks_run_and_learn(name, mnist_stores, tmp_path):
     assert len(losses) >= 3 and losses[-1] < losses[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["downpour", "hogwild"])
 def test_asynchronous_frameworks_reach_the_expected_accuracy(name, mnist_stores, tmp_path):
     ws = tmp_path / name
@@ -42,6 +44,7 @@ def test_asynchronous_frameworks_reach_the_expected_accuracy(name, mnist_stores,
     assert accuracy >= 0.84, proc.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "engine"), [("inmemory-sandblaster", "inprocess"), ("inmemory-downpour", "shm")]
 )

@@ -134,6 +134,7 @@ CLASH_WARNING = (
 )
 
 
+@pytest.mark.slow
 def test_a_job_without_plugin_types_runs_and_warns_about_the_clash(site, tmp_path):
     conf, ws = _job(tmp_path)
     res = run_singa("train", str(conf), "--seed", "1", env={"PYTHONPATH": str(site)})

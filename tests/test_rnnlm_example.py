@@ -45,6 +45,7 @@ def env_of(installed):
     return {"PYTHONPATH": str(installed[1])}
 
 
+@pytest.mark.slow
 def test_the_package_tests_pass_against_the_installed_copy(installed):
     root, site = installed
     tests = root / EXAMPLE.name / "tests"

@@ -117,4 +117,3 @@ def show_singa_warnings() -> None:
             original(message, category, filename, lineno, file, line)
 
     warnings.showwarning = show
-

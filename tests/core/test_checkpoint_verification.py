@@ -58,6 +58,7 @@ def test_every_checkpoint_has_a_manifest_of_its_files(trained):
     assert list(bp.name) == ["0#w1", "0#b1", "0#w2", "0#b2"]
 
 
+@pytest.mark.slow
 def test_33_damaged_checkpoints_are_each_refused_naming_the_file(trained, tmp_path):
     conf, ws = trained
     src = ws / "checkpoint" / "step20-worker0"

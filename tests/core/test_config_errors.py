@@ -188,6 +188,7 @@ def test_location_index_paths():
     assert str(cfg.locate("neuralnet.layer[0].srclayers[0]")) == "j.conf:2:13"
 
 
+@pytest.mark.slow
 def test_cli_user_error_exit_2_without_traceback(tmp_path, good):
     path = tmp_path / "job.conf"
     path.write_text(good.replace("checkpoint_freq: 0", "checkpoint_frequency: 100"))

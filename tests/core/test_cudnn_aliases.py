@@ -1,6 +1,7 @@
 """cuDNN layer type names run their CPU implementations, with a one-line notice each."""
 
 import numpy as np
+import pytest
 
 from tests.conftest import run_singa
 
@@ -53,6 +54,7 @@ CUDNN = ("kCudnnConv", "kCudnnPool", "kCudnnActivation", "kCudnnSoftmaxLoss")
 CPU = ("kCConvolution", "kCPooling", "kActivation", "kSoftmaxLoss")
 
 
+@pytest.mark.slow
 def test_cudnn_names_train_like_the_cpu_types_with_one_notice_each(tmp_path):
     data = write_data(tmp_path / "d.csv")
     results = {}

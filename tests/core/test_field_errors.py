@@ -85,6 +85,7 @@ def test_a_bad_value_in_the_file_is_reported_at_its_own_line(tmp_path, kind, goo
     assert "Traceback" not in err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind,good,bad,override", CASES, ids=[c[0] for c in CASES])
 def test_a_bad_value_from_the_command_line_is_reported_at_its_o(
     tmp_path, kind, good, bad, override

@@ -135,6 +135,7 @@ def test_a_deeply_nested_config_error_is_short(tmp_path):
     assert "more characters" in res.output
 
 
+@pytest.mark.slow
 def test_the_shm_engine_resumes_without_repeating_an_evaluation(small_job, tmp_path):
     conf, ws = small_job(steps=40, checkpoint_freq=10)
     lines, records = _uninterrupted(conf, tmp_path)  # in-process: the shm engine matches it

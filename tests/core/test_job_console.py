@@ -51,6 +51,7 @@ def _wait(job_id, cond, timeout=120):
     raise AssertionError(f"job {job_id} never reached the condition: {info}")
 
 
+@pytest.mark.slow
 def test_a_job_runs_detached_and_finishes(jobs, small_job):
     conf, ws = small_job(steps=40)
     job_id = _submit(conf)
@@ -65,6 +66,7 @@ def test_a_job_runs_detached_and_finishes(jobs, small_job):
     assert job_id in table and "finished" in table and "40" in table
 
 
+@pytest.mark.slow
 def test_the_runner_has_no_terminal_and_ignores_hangups(jobs, small_job):
     conf, _ = small_job(steps=100000)
     job_id = _submit(conf, "-o", "disp_freq=50")
@@ -86,6 +88,7 @@ def test_the_runner_has_no_terminal_and_ignores_hangups(jobs, small_job):
     assert "continue with --resume" in _singa("logs", job_id).stdout
 
 
+@pytest.mark.slow
 def test_stop_now_kills_without_a_checkpoint(jobs, small_job):
     conf, ws = small_job(steps=100000)
     job_id = _submit(conf)
@@ -95,6 +98,7 @@ def test_stop_now_kills_without_a_checkpoint(jobs, small_job):
     assert info["state"] == "stopped" and "--now" in info["message"]
 
 
+@pytest.mark.slow
 def test_a_runner_killed_with_kill_9_is_failed_not_running(jobs, small_job):
     conf, _ = small_job(steps=100000)
     job_id = _submit(conf)
@@ -135,6 +139,7 @@ def test_mistakes_are_reported_at_submit(jobs, tmp_path):
         assert res.returncode == 2 and "no job 'nosuch'" in res.stderr and "help:" in res.stderr
 
 
+@pytest.mark.slow
 def test_logs_follow_until_the_job_ends(jobs, small_job):
     conf, _ = small_job(steps=60)
     job_id = _submit(conf)

@@ -134,6 +134,7 @@ def train(path, *args):
     return proc
 
 
+@pytest.mark.slow
 def test_data_parallel_group_equals_one_worker_on_the_global_batch(tmp_path):
     one = conf_file(tmp_path, "one.conf", steps=12, momentum=0.9)
     two = conf_file(tmp_path, "two.conf", steps=12, momentum=0.9)
@@ -147,6 +148,7 @@ def test_data_parallel_group_equals_one_worker_on_the_global_batch(tmp_path):
     assert "Train step-0" in proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_model_partition_equals_the_unpartitioned_net(tmp_path):
     """ip1 partitioned on its outputs across 2 workers, started from the unpartitioned
     net's initial values (its rows split between w1 and w1@1): the same training."""

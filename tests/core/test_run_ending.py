@@ -7,6 +7,8 @@ from __future__ import annotations
 import io
 import time
 
+import pytest
+
 from singa_core.running.reporting import Reporter
 from singa_core.testing import blobs_csv, mlp_job, run_job
 
@@ -41,6 +43,7 @@ def test_a_step_already_evaluated_by_the_loop_is_evaluated_once(tmp_path):
     assert [r["step"] for r in run.phase("test")] == [0, 20, 40]
 
 
+@pytest.mark.slow
 def test_an_interrupted_run_is_not_evaluated_at_the_end(tmp_path, monkeypatch):
     import singa_core.running.training as training
 

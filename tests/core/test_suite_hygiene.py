@@ -11,6 +11,7 @@ import textwrap
 from multiprocessing import shared_memory
 from pathlib import Path
 
+import pytest
 from conftest import REPO, missing_extra_reason, own_shm_segments, run_singa, track
 
 MYLAYER = """
@@ -54,6 +55,7 @@ def _pytest(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_a_plugin_the_user_installed_does_not_reach_the_core_tests(tmp_path):
     site = tmp_path / "site"
     _installed_plugin(site)
@@ -73,6 +75,7 @@ def test_a_plugin_the_user_installed_does_not_reach_the_core_tests(tmp_path):
     assert "2 passed" in res.stdout
 
 
+@pytest.mark.slow
 def test_a_missing_extra_skips_its_tests_and_names_the_extra():
     hide = str(REPO / "tests" / "without_extras")  # sitecustomize hiding the modules named
     env = {"PYTHONPATH": hide, "SINGA_TEST_WITHOUT": "grpc_tools,ray"}

@@ -91,6 +91,7 @@ def test_new_run_replaces_the_old_curves(small_job):
     assert acc.Tags()["histograms"] == []  # off by default
 
 
+@pytest.mark.slow
 def test_shm_engine_events_equal_metrics(small_job):
     conf, ws = small_job()
     res = run_singa("train", str(conf), "--seed", "3", "--engine", "shm", "-q", "--histograms")
@@ -168,6 +169,7 @@ SERVE = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_tensorboard_serves_the_scalars(small_job, tmp_path):
     if shutil.which("unshare") is None or os.geteuid() != 0:
         pytest.skip("needs root and unshare for a private network namespace")

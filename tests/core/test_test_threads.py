@@ -53,6 +53,7 @@ def test_num_openblas_threads_in_job_conf_is_kept(trained, tmp_path, monkeypatch
     assert "automatic" not in res.stderr
 
 
+@pytest.mark.slow
 def test_time_and_predict_choose_the_same_way(trained, tmp_path, monkeypatch):
     import numpy as np
 

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from conftest import REPO
 from typer.testing import CliRunner
 
@@ -50,6 +51,7 @@ def test_a_dead_holder_does_not_block(tmp_path):
     WorkspaceLock(ws).acquire().release()
 
 
+@pytest.mark.slow
 def test_second_train_on_a_workspace_exits_2_naming_the_first(small_job):
     conf, ws = small_job(steps=10**6, hidden=64, checkpoint_freq=5)
     cmd = [sys.executable, "-m", "singa_core.commands.cli", "train", str(conf), "--seed", "3"]

@@ -182,6 +182,7 @@ def test_cli(src, tmp_path):
     assert (out / "test_data.bin").stat().st_size == 10000 * (8 + 5 + 8 + 3083 + 4)
 
 
+@pytest.mark.slow
 def test_cli_rejects_a_damaged_file(src, tmp_path):
     folder, out = copies(src, tmp_path)
     bad = folder / "data_batch_2.bin"

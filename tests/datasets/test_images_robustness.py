@@ -39,6 +39,7 @@ def lmdb_out(data_dir, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_lmdb_job_conf_trains(lmdb_out, tmp_path):
     text = (lmdb_out / "job.conf").read_text()
     assert f'mean_file: "{lmdb_out / "mean_lmdb"}"' in text
@@ -52,6 +53,7 @@ def test_lmdb_job_conf_trains(lmdb_out, tmp_path):
     assert "Train step-" in res.stdout or "Test step-" in res.stdout
 
 
+@pytest.mark.slow
 def test_truncated_lmdb_is_a_located_exit_2(lmdb_out, tmp_path):
     out = tmp_path / "out"
     shutil.copytree(lmdb_out, out)

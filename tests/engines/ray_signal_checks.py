@@ -94,6 +94,7 @@ def _run_and_signal(conf, ws, send, *, after_steps=20):
             elif metrics.exists() and metrics.read_text().count('"phase": "train"') >= after_steps:
                 break
             time.sleep(0.02)
+        pids = {str(p) for p in _session(proc.pid)}  # the job's, named in its segments
         send(proc)
         _, err = proc.communicate(timeout=120)
     finally:
@@ -109,7 +110,10 @@ def _run_and_signal(conf, ws, send, *, after_steps=20):
     nodes = set(re.findall(r"\(node (\w{12})\w*, pid \d+\)", err))
     left = {n for n in _segments() - before if n.startswith("singa-ray-")}
     assert {n for n in left if n.split("-")[2] in nodes} == set()
-    assert {n for n in _segments() - before if not n.startswith("singa-ray-")} == set()
+    others = {n for n in _segments() - before if not n.startswith("singa-ray-")}
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # tests beside this one make and drop their own
+        others = {n for n in others if n.startswith("singa-") and n.split("-")[1] in pids}
+    assert others == set()
     return proc.returncode, err
 
 

@@ -45,6 +45,7 @@ def _shm_segments() -> set[str]:
     return own_shm_segments()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", ["group", "one-child"])
 def test_sigterm_to_a_shm_job_checkpoints_exits_143_and_resumes_exactly(tmp_path, target):
     data = write_csv_blobs(tmp_path / "blobs.csv")

@@ -46,6 +46,7 @@ def test_importing_the_plugin_does_not_import_ray():
     assert res.returncode == 0, res.stderr
 
 
+@pytest.mark.slow
 def test_without_ray_the_engine_is_listed_and_asking_for_it_says_how_to_install(tmp_path):
     hide = tmp_path / "hide"
     hide.mkdir()
@@ -177,11 +178,25 @@ def run_checks_in_private_network(module: str, pytest_args: str = "-q") -> None:
     assert " passed" in res.stdout and "skipped" not in res.stdout.splitlines()[-1]
 
 
+# ray_cluster_checks.py in parts, each with a two-node cluster of its own, so that a parallel
+# run (pytest -n) spreads them over its workers: the frameworks' MNIST runs take minutes
+CLUSTER_CHECK_PARTS = {
+    "downpour": "test_frameworks_train_mnist and downpour",
+    "hogwild-allreduce": "test_frameworks_train_mnist and not downpour",
+    "faults": "killed or restarts or sigint or segments or start_up or losing or raylet",
+    "equality": "not test_frameworks_train_mnist and not (killed or restarts or sigint or "
+    "segments or start_up or losing or raylet)",
+}
+
+
 @pytest.mark.slow  # Ray clusters in a private namespace: minutes, not seconds
-def test_on_a_two_node_cluster_in_a_private_network_namespace():
-    run_checks_in_private_network("tests/engines/ray_cluster_checks.py", "-q -s")
+@pytest.mark.parametrize("part", list(CLUSTER_CHECK_PARTS))
+def test_on_a_two_node_cluster_in_a_private_network_namespace(part):
+    where = CLUSTER_CHECK_PARTS[part]
+    run_checks_in_private_network("tests/engines/ray_cluster_checks.py", f"-q -s -k '{where}'")
 
 
+@pytest.mark.slow
 def test_the_heads_loss_is_located_within_30_s():
     run_checks_in_private_network("tests/engines/ray_head_checks.py", "-q -s")
 

@@ -84,7 +84,9 @@ from tests.engines.emulated_machines import (
     step_ms,
 )
 
-pytestmark = pytest.mark.slow
+# with pytest -n, on one worker (--dist loadgroup, as the README runs them):
+# one set of emulated machines, its checks in order
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("emulated-machines")]
 
 HEAD, MEMBER, OUTSIDER = 0, 1, 2
 STEPS = 30  # steps of the runs that finish

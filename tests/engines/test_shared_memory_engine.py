@@ -54,6 +54,7 @@ def _last_test_accuracy(ws: Path) -> float:
     return tests[-1]["accuracy"]
 
 
+@pytest.mark.slow
 def test_one_worker_one_server_matches_inprocess(tmp_path):
     conf, ws = _job(tmp_path, checkpoint_freq=30)
     shm_ws = tmp_path / "ws-shm"
@@ -82,6 +83,7 @@ def test_one_worker_one_server_matches_inprocess(tmp_path):
     assert _shm_entries() <= before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "cluster",
     [
@@ -105,6 +107,7 @@ def test_async_frameworks_train(tmp_path, cluster):
     assert _shm_entries() <= before
 
 
+@pytest.mark.slow
 def test_groups_read_different_data(tmp_path):
     """random_skip desynchronises groups: the two groups' gradients differ, so 2 groups
     do not end where 1 group does (and both still learn)."""
@@ -199,6 +202,7 @@ def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 60) -> None:
 LONG = ("cluster.nworker_groups=2", "cluster.nservers_per_group=2", SEPARATE)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("victim", "role"),
     [(1, "worker process 1 (group 1, workers 0)"), (2, "server process 2 (server group 0")],
@@ -237,6 +241,7 @@ def test_killed_process_stops_the_job_and_resume_works(tmp_path, victim, role):
     assert _shm_entries() <= before
 
 
+@pytest.mark.slow
 def test_sigint_checkpoints_and_exits_130(tmp_path):
     conf, ws = _job(tmp_path, steps=100000, checkpoint_freq=100)
     before = _shm_entries()
@@ -261,6 +266,7 @@ def _final(ws: Path, step: int) -> dict:
     return {r.name: r.value for r in read_params(ws / "checkpoint" / f"step{step}-worker0")}
 
 
+@pytest.mark.slow
 def test_two_synchronous_workers_equal_one_on_the_global_batch(tmp_path):
     """Data parallelism in separate processes: a group of 2 workers (each half of every
     batch, gradients summed by the servers) ends where 1 worker on the whole batch does."""
@@ -283,6 +289,7 @@ def test_two_synchronous_workers_equal_one_on_the_global_batch(tmp_path):
         np.testing.assert_allclose(b[name], a[name], rtol=2e-5, atol=2e-6, err_msg=name)
 
 
+@pytest.mark.slow
 def test_model_partitioned_group_across_processes_equals_the_whole_net(tmp_path):
     """ip1 split on its outputs between 2 worker processes (features and gradients cross
     through the bridges' shared memory), from the whole net's initial values."""
@@ -300,6 +307,7 @@ def test_model_partitioned_group_across_processes_equals_the_whole_net(tmp_path)
     partitioned.assert_equals_the_whole_net(_final(ws, 10), _final(model_ws, 10))
 
 
+@pytest.mark.slow
 def test_partitioned_group_resumes_exactly(tmp_path):
     """A group of 2 worker processes: every partition's data cursor is in the checkpoint,
     so stopping at step 4 and resuming ends exactly where an uninterrupted run does."""

@@ -115,6 +115,7 @@ def _out_names(d):
 
 
 # -- predict: arguments ----------------------------------------------------------------------
+@pytest.mark.slow
 @fuzz_settings(40)
 @given(data=st.data())
 def test_predict_arguments(model, data):
@@ -215,6 +216,7 @@ def input_files(draw):
     return suffix, data
 
 
+@pytest.mark.slow
 @fuzz_settings(80)
 @given(files=st.lists(input_files(), min_size=1, max_size=3), output=st.booleans())
 def test_predict_input_files(model, files, output):

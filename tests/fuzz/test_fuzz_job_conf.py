@@ -77,6 +77,7 @@ def _dry_run(root, data: bytes, target: str) -> None:
     count(target)
 
 
+@pytest.mark.slow
 def test_every_example_conf_passes_unmutated(in_root):
     """The baseline the mutations start from (the rbm stages need earlier stages' files)."""
     for conf in CONFS:
@@ -91,6 +92,7 @@ def test_byte_mutations_of_example_confs(in_root, data):
     _dry_run(in_root, mutated, "job.conf bytes")
 
 
+@pytest.mark.slow
 @fuzz_settings(45)
 @given(data=st.data())
 def test_structure_mutations_of_example_confs(in_root, data):

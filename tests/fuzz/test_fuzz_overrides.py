@@ -75,6 +75,7 @@ def small_conf(tmp_path_factory):
     write_counts()
 
 
+@pytest.mark.slow
 @fuzz_settings(100)
 @given(overrides=st.lists(OVERRIDES, min_size=1, max_size=3))
 def test_override_strings(small_conf, monkeypatch, overrides):

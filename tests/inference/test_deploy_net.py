@@ -183,6 +183,7 @@ def test_dry_run_prints_the_deploy_net(trained):
     assert "out Nx3" in res.stdout and "dropped: acc, out" in res.stdout
 
 
+@pytest.mark.slow
 def test_predict_command_outputs(trained, tmp_path):
     folder, x, y = trained
     np.save(tmp_path / "x.npy", x[:6])
@@ -241,6 +242,7 @@ def test_predict_errors_exit_2_without_traceback(trained, tmp_path, extra, where
     assert "Traceback" not in res.stderr
 
 
+@pytest.mark.slow
 def test_predict_reads_images_and_says_how_to_fit_them(tmp_path):
     from PIL import Image
 

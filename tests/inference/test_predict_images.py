@@ -13,6 +13,7 @@ from conftest import run_singa
 from singa_core import Job
 
 
+@pytest.mark.slow
 def test_image_folder_to_named_predictions(tmp_path):
     Image = pytest.importorskip("PIL.Image")
     rng = np.random.default_rng(0)

@@ -63,6 +63,7 @@ def test_bad_arrays_are_refused_by_row(trained, array, message):
     assert "help:" in res.stderr and "Traceback" not in res.stderr and "(nan)" not in res.stdout
 
 
+@pytest.mark.slow
 def test_nan_in_an_npz_member_and_an_empty_csv(trained):
     conf, tmp = trained
     np.savez(tmp / "b.npz", ok=np.ones((1, 4)), odd=np.array([[0, 0, np.nan, 0]]))

@@ -159,6 +159,7 @@ def test_singa_predict_names_rows_by_path_and_prints_the_range_warning(blobs_mod
     assert "help:" in res.stderr and "Traceback" not in res.stderr
 
 
+@pytest.mark.slow
 def test_resize_notes_a_colour_image_made_grey(blobs_model, tmp_path):
     """The blobs model takes 4 values: a 2x2 one-channel image. A colour PNG is refused
     without --resize and converted with it, with a note saying so."""

@@ -350,6 +350,7 @@ def test_caffe_mean_binaryproto_job_learns(mnist_lmdbs, tmp_path):
     assert acc >= 0.75, acc
 
 
+@pytest.mark.slow
 def test_encoded_png_lmdb_trains_the_same(data_dir, tmp_path):
     """The same 640 MNIST images as raw and as PNG-encoded Datums: identical training."""
     pixels, labels = mnist_split(data_dir, "train")

@@ -23,6 +23,7 @@ def process_main(index: int, shared, ctrl) -> None:
     from singa_core.errors import show_singa_warnings
 
     show_singa_warnings()  # as the singa process prints them (one `warning:` line)
+
     # the launcher started this process with SIGINT/SIGTERM blocked (a signal during
     # start-up waits here instead of killing it or printing a traceback); from now on a
     # signal, to the process group or to this process alone, is a stop request for the
