@@ -135,6 +135,47 @@ def pytest_addoption(parser):
     )
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """``pytest -n N`` (pytest-xdist) hands tests out a file at a time (``--dist loadfile``)
+    unless told otherwise: a module's checks that share one costly fixture (a wheel, a set
+    of emulated machines) build it once, and run in their order. (``--dist loadgroup``
+    would do it per mark, but xdist 3.8 cannot tag the test ids of pytest 9.)"""
+    if getattr(config.option, "numprocesses", None) and config.option.dist == "no":
+        config.option.dist = "loadfile"
+
+
+def pytest_collection_modifyitems(config, items):
+    """On a pytest -n worker (every worker collects the same order, which the scheduler
+    follows): the files holding slow tests first, each file's tests in their own order, so
+    that the long ones do not start last while the other workers have run out of work."""
+    if not hasattr(config, "workerinput"):
+        return
+    heavy = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in heavy)  # stable: the order within a file kept
+
+
+#: a test not marked slow that takes longer than this is named at the end of the run, so the
+#: quick subset (``-m "not slow"``) stays quick
+UNMARKED_SLOW_S = 5.0
+_unmarked_slow: list[tuple[float, str]] = []
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" and report.duration > UNMARKED_SLOW_S:
+        if "slow" not in report.keywords:
+            _unmarked_slow.append((report.duration, report.nodeid))
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _unmarked_slow:
+        terminalreporter.section("tests to mark slow")
+        for took, nodeid in sorted(_unmarked_slow, reverse=True):
+            terminalreporter.write_line(
+                f"{took:.1f} s {nodeid}: over {UNMARKED_SLOW_S:.0f} s without @pytest.mark.slow"
+            )
+
+
 def pytest_configure(config):
     if config.getoption("--fuzz-long"):
         os.environ["SINGA_FUZZ_LONG"] = "1"  # read by tests/fuzz/fuzzing.py at import

@@ -23,9 +23,9 @@ from plugin_package import PlainVenv, _closure, linked_venv
 from singa_core.testing import blobs_csv, mlp_job
 from tests.conftest import REPO
 
-# with pytest -n, on one worker (--dist loadgroup, as the README runs them):
+# with pytest -n, on one worker (a file at a time: tests/conftest.py):
 # one wheel built for all of them
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("extras-alone")]
+pytestmark = pytest.mark.slow
 
 EXTRAS = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
 FEATURES = sorted(e for e in EXTRAS if e != "test")

@@ -178,22 +178,42 @@ def run_checks_in_private_network(module: str, pytest_args: str = "-q") -> None:
     assert " passed" in res.stdout and "skipped" not in res.stdout.splitlines()[-1]
 
 
-# ray_cluster_checks.py in parts, each with a two-node cluster of its own, so that a parallel
-# run (pytest -n) spreads them over its workers: the frameworks' MNIST runs take minutes
+# ray_cluster_checks.py in parts, each run by a test module of its own
+# (tests/engines/test_ray_cluster_<part>.py) with a two-node cluster of its own, so that
+# pytest -n (a file at a time) spreads them over its workers: each takes minutes
 CLUSTER_CHECK_PARTS = {
     "downpour": "test_frameworks_train_mnist and downpour",
-    "hogwild-allreduce": "test_frameworks_train_mnist and not downpour",
+    "hogwild": "test_frameworks_train_mnist and not downpour",
     "faults": "killed or restarts or sigint or segments or start_up or losing or raylet",
     "equality": "not test_frameworks_train_mnist and not (killed or restarts or sigint or "
     "segments or start_up or losing or raylet)",
 }
 
 
-@pytest.mark.slow  # Ray clusters in a private namespace: minutes, not seconds
-@pytest.mark.parametrize("part", list(CLUSTER_CHECK_PARTS))
-def test_on_a_two_node_cluster_in_a_private_network_namespace(part):
+def run_cluster_checks(part: str) -> None:
+    """The checks of ray_cluster_checks.py that ``part`` selects, in a private network."""
     where = CLUSTER_CHECK_PARTS[part]
     run_checks_in_private_network("tests/engines/ray_cluster_checks.py", f"-q -s -k '{where}'")
+
+
+@pytest.mark.slow  # five collections of the checks
+def test_the_cluster_check_parts_select_every_check_once():
+    """The parts together are the whole of ray_cluster_checks.py, none twice."""
+    ids = []
+    for where in CLUSTER_CHECK_PARTS.values():
+        res = subprocess.run(
+            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+             "tests/engines/ray_cluster_checks.py", "-k", where],
+            cwd=REPO, capture_output=True, text=True,
+        )  # fmt: skip
+        ids += [x for x in res.stdout.splitlines() if "::" in x]
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+         "tests/engines/ray_cluster_checks.py"],
+        cwd=REPO, capture_output=True, text=True,
+    )  # fmt: skip
+    every = [x for x in res.stdout.splitlines() if "::" in x]
+    assert every and sorted(ids) == sorted(every), (ids, every)
 
 
 @pytest.mark.slow

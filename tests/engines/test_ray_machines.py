@@ -84,9 +84,9 @@ from tests.engines.emulated_machines import (
     step_ms,
 )
 
-# with pytest -n, on one worker (--dist loadgroup, as the README runs them):
+# with pytest -n, on one worker (a file at a time: tests/conftest.py):
 # one set of emulated machines, its checks in order
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("emulated-machines")]
+pytestmark = pytest.mark.slow
 
 HEAD, MEMBER, OUTSIDER = 0, 1, 2
 STEPS = 30  # steps of the runs that finish
