@@ -143,6 +143,9 @@ def pytest_cmdline_main(config):
     would do it per mark, but xdist 3.8 cannot tag the test ids of pytest 9.)"""
     if getattr(config.option, "numprocesses", None) and config.option.dist == "no":
         config.option.dist = "loadfile"
+        # in the order of pytest_collection_modifyitems below, not xdist's (files with the
+        # most tests first, which put the one-test Ray modules, minutes each, last)
+        config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(config, items):
