@@ -143,19 +143,6 @@ def pytest_cmdline_main(config):
     would do it per mark, but xdist 3.8 cannot tag the test ids of pytest 9.)"""
     if getattr(config.option, "numprocesses", None) and config.option.dist == "no":
         config.option.dist = "loadfile"
-        # in the order of pytest_collection_modifyitems below, not xdist's (files with the
-        # most tests first, which put the one-test Ray modules, minutes each, last)
-        config.option.loadscopereorder = False
-
-
-def pytest_collection_modifyitems(config, items):
-    """On a pytest -n worker (every worker collects the same order, which the scheduler
-    follows): the files holding slow tests first, each file's tests in their own order, so
-    that the long ones do not start last while the other workers have run out of work."""
-    if not hasattr(config, "workerinput"):
-        return
-    heavy = {item.path for item in items if item.get_closest_marker("slow") is not None}
-    items.sort(key=lambda item: item.path not in heavy)  # stable: the order within a file kept
 
 
 #: a test not marked slow that takes longer than this is named at the end of the run, so the
