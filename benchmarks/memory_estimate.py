@@ -39,16 +39,17 @@ import sys
 import tempfile
 
 from _common import REPO, load_average, print_machine_facts
-from peak_memory import NETS, singa_command
+from peak_memory import NETS, run_reporting, singa_command
 
 # when the process exits, write its VmHWM (kB) and the names of the modules it has loaded,
-# in the order they were loaded, as JSON to the file descriptor FD
+# in the order they were loaded, as JSON to the file descriptor given as the first argument
 _REPORT = """
 import atexit, json, os, sys
 def _report():
     with open('/proc/self/status') as f:
         kb = [line.split()[1] for line in f if line.startswith('VmHWM:')][0]
-    os.write(FD, json.dumps({'kb': int(kb), 'modules': list(sys.modules)}).encode())
+    os.write(fd, json.dumps({'kb': int(kb), 'modules': list(sys.modules)}).encode())
+fd = int(sys.argv.pop(1))
 atexit.register(_report)
 """
 
@@ -109,21 +110,9 @@ POOLING = {"lenet": "max", "cifar10": "max,avg"}
 def run_peak(args: list[str], env: dict) -> tuple[float, list[str]]:
     """Run ``python -m MODULE ARGS...`` or ``python -c CODE ARGS...`` (``args``) to its end:
     its peak resident set in MiB and the modules it had loaded."""
-    read, write = os.pipe()
-    report = _REPORT.replace("FD", str(write))
-    code = report + (_RUN_MODULE if args[0] == "-m" else args[1])
-    cmd = [sys.executable, "-c", code, *args[1 if args[0] == "-m" else 2 :]]
-    proc = subprocess.Popen(
-        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, pass_fds=(write,)
-    )
-    os.close(write)
-    _, err = proc.communicate()
-    with os.fdopen(read, "rb") as f:
-        raw = f.read().decode().strip()
-    if proc.returncode != 0 or not raw:
-        text = err.decode(errors="replace")[-2000:]
-        raise SystemExit(f"{' '.join(args[:4])[:200]} ... failed ({proc.returncode}):\n{text}")
-    found = json.loads(raw)
+    code = _REPORT + (_RUN_MODULE if args[0] == "-m" else args[1])
+    rest = args[1 if args[0] == "-m" else 2 :]
+    found = json.loads(run_reporting(code, rest, env, " ".join(args[:4])))
     return found["kb"] / 1024.0, found["modules"]
 
 

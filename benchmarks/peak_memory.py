@@ -106,20 +106,28 @@ runpy.run_module(module, run_name='__main__', alter_sys=True)
 """
 
 
-def peak_mib(module_args: list[str], env: dict) -> float:
-    """Run ``python -m MODULE ARGS...`` to its end; its peak resident set in MiB."""
+def run_reporting(code: str, args: list[str], env: dict, label: str) -> str:
+    """Run ``python -c CODE FD ARGS...`` to its end (FD: the write end of a pipe, passed as
+    ``sys.argv[1]``); what the process wrote there at its exit. A failed run (or an empty
+    report) ends the benchmark, naming ``label`` and the process's last stderr."""
     read, write = os.pipe()
-    cmd = [sys.executable, "-c", _REPORT_HWM, str(write), *module_args]
+    cmd = [sys.executable, "-c", code, str(write), *args]
     proc = subprocess.Popen(
         cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, pass_fds=(write,)
     )
     os.close(write)
     _, err = proc.communicate()
     with os.fdopen(read, "rb") as f:
-        kb = f.read().decode().strip()
-    if proc.returncode != 0 or not kb:
+        raw = f.read().decode().strip()
+    if proc.returncode != 0 or not raw:
         text = err.decode(errors="replace")[-2000:]
-        raise SystemExit(f"{' '.join(module_args[:4])} ... failed ({proc.returncode}):\n{text}")
+        raise SystemExit(f"{label[:200]} ... failed ({proc.returncode}):\n{text}")
+    return raw
+
+
+def peak_mib(module_args: list[str], env: dict) -> float:
+    """Run ``python -m MODULE ARGS...`` to its end; its peak resident set in MiB."""
+    kb = run_reporting(_REPORT_HWM, module_args, env, " ".join(module_args[:4]))
     return int(kb) / 1024.0
 
 
