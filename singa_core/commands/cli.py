@@ -1033,7 +1033,9 @@ def export(
                 where="--onnx-state",
                 help="leave it out",
             )
-        if onnx_state not in (None, "required", "optional"):
+        from singa_core.inference.onnx_export import STATE_FORMS
+
+        if onnx_state is not None and onnx_state not in STATE_FORMS:
             raise SingaError(
                 f"--onnx-state {onnx_state}: the state's form is required or optional",
                 where="--onnx-state",
