@@ -8,6 +8,7 @@ timed in alternating rounds, with their ratio; then `singa time`'s per-layer tab
 net on the GPU. Under 5 minutes with the defaults. Usage:
 
     python benchmarks/gpu.py [--rounds 6] [--steps 20] [--warmup 5] [--nets mlp,lenet,...]
+    python benchmarks/gpu.py --profile char-rnn   # where singa's step spends its time there
 """
 
 from __future__ import annotations
@@ -100,6 +101,27 @@ def nets():
     }
 
 
+def _profile(key, net, steps, warmup) -> None:
+    """The functions singa's step spends its time in on the device (host time: Python,
+    kernel launches, waits for the device), by own time and by cumulative time."""
+    import cProfile
+    import pstats
+
+    title, singa_fn, _, _ = net
+    step = singa_fn()
+    for i in range(warmup):
+        step(i)
+    prof = cProfile.Profile()
+    prof.enable()
+    for i in range(steps):
+        step(warmup + i)
+    prof.disable()
+    print(f"\n== profile: singa {title}, {steps} steps")
+    stats = pstats.Stats(prof, stream=sys.stdout)
+    stats.sort_stats("tottime").print_stats(25)
+    stats.sort_stats("cumulative").print_stats(25)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=6)
@@ -107,7 +129,15 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--device", default="cuda:0")
     ap.add_argument("--nets", default="mlp,lenet,cifar10,char-rnn")
+    ap.add_argument(
+        "--profile", metavar="NETS", help="instead: cProfile singa's steps of these nets"
+    )
     args = ap.parse_args()
+    if args.profile:
+        _common.DEVICE = args.device
+        for key in args.profile.split(","):
+            _profile(key, nets()[key], args.steps, args.warmup)
+        return
     print_machine_facts(1)
     for line in _gpu_facts():
         print(line)

@@ -74,7 +74,7 @@ def test_a_gpu_checkpoint_resumes_on_the_cpu_and_predicts_without_a_gpu(
     for k in a:
         np.testing.assert_allclose(b[k], a[k], rtol=1e-4, atol=1e-6)
     job = Job.from_file(conf, workspace=tmp_path / "ws")
-    x = np.random.default_rng(0).integers(0, 255, (5, 28, 28)).astype(np.float32)
+    x = np.random.default_rng(0).integers(0, 255, (5, 784)).astype(np.float32)
     np.testing.assert_allclose(
         job.model(device="cuda:0").predict(x), job.model().predict(x), rtol=1e-4, atol=1e-6
     )
@@ -83,7 +83,7 @@ def test_a_gpu_checkpoint_resumes_on_the_cpu_and_predicts_without_a_gpu(
 @pytest.mark.slow
 def test_the_mnist_example_reaches_its_cpu_accuracy_on_the_gpu(gpu, mnist_stores, tmp_path):
     conf = _mnist(mnist_stores, tmp_path, "job.conf")
-    result = _train(conf, tmp_path / "ws", "cuda:0", 1000, test_steps=100)
+    result = _train(conf, tmp_path / "ws", "cuda:0", 1000, test_steps=100, test_freq=1000)
     acc = result.metrics["test"]["accuracy"]
     print(f"MNIST MLP, 1000 steps on cuda:0: test accuracy {acc:.4f}")
     assert acc >= 0.85

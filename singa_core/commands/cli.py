@@ -128,6 +128,7 @@ WorkspaceOpt = Annotated[str | None, typer.Option(metavar="DIR", help="override 
 DeviceOpt = Annotated[
     str | None,
     typer.Option(
+        "--device",  # named: typer 0.27 takes a metavar equal to the name for the name
         metavar="DEVICE",
         help="where every worker computes: cpu, cuda, cuda:N (needs singa-classic[gpu]) or "
         "standin (the CPU through the stand-in device module, for checking plugins); "

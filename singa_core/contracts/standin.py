@@ -10,8 +10,10 @@ CuPy's rules, computed by numpy on the host:
 * mixing a numpy array into an operation on device arrays is a ``TypeError`` (numpy
   functions and ufuncs reach the stand-in through NEP-13/NEP-18 dispatch, as they reach
   CuPy, so ``np.dot(device_x, host_w)`` fails here exactly where it would on a GPU);
-* everything else (views, ``out=`` arguments, in-place operators, indexing, reductions to
-  0-d arrays, ``float(x)``) behaves as numpy does, over the same memory.
+* indexing one element and reductions give 0-d device arrays, not numpy scalars, as CuPy
+  does: ``np.float32(x[i])`` is refused, ``float(x[i])`` is the explicit read;
+* everything else (views, ``out=`` arguments, in-place operators) behaves as numpy does,
+  over the same memory.
 
 A layer that passes its checks on the stand-in (``singa train --device standin``, or the
 author's kit under ``using_device(standin_device())``) keeps its arrays on the device. It is
@@ -234,6 +236,8 @@ for _name, _uf in {"neg": np.negative, "pos": np.positive, "abs": np.absolute,
 def _wrap(x):
     if isinstance(x, np.ndarray):
         return StandinArray(x)
+    if isinstance(x, np.generic):  # CuPy gives 0-d device arrays where numpy gives scalars
+        return StandinArray(np.asarray(x))
     if isinstance(x, tuple):
         return tuple(_wrap(v) for v in x)
     if isinstance(x, list):

@@ -254,7 +254,7 @@ class GradientChecker:
             )
             for j in idx:
                 pos = np.unravel_index(j, arr.shape)  # arr may be a strided view
-                x0 = arr[pos]
+                x0 = F32(float(arr[pos]))  # an explicit read: a 0-d device array on a GPU
                 if (
                     is_input
                     and self.kink_range >= 0

@@ -63,3 +63,22 @@ def test_help_reads_like_a_well_kept_cli(command, monkeypatch):
 def test_no_stale_snapshots():
     stored = {p.stem for p in SNAPSHOTS.glob("*.txt")}
     assert stored <= {"singa", *COMMANDS}, stored - {"singa", *COMMANDS}
+
+
+def _commands(group, path=()):
+    for name, cmd in sorted(getattr(group, "commands", {}).items()):
+        yield (*path, name), cmd
+        yield from _commands(cmd, (*path, name))
+
+
+def test_every_option_is_spelled_as_its_help_says():
+    """Options are lower-case --words (typer 0.27 turned an option declared only by a
+    metavar equal to its upper-cased name into `--DEVICE`, so `--device` was refused)."""
+    wrong = [
+        (" ".join(path), opt)
+        for path, cmd in _commands(typer.main.get_command(app))
+        for param in cmd.params
+        for opt in getattr(param, "opts", []) + getattr(param, "secondary_opts", [])
+        if opt.startswith("--") and opt != opt.lower()
+    ]
+    assert not wrong, wrong

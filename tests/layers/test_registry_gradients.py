@@ -24,13 +24,21 @@ import tests.layers
 from singa_core.plugin_host.host import get_host
 from singa_core.testing import GradCase
 
+#: the case modules that skipped at import (an optional extra missing), with the reason: their
+#: types' cases are absent, and the other types' cases still run
+SKIPPED_MODULES: dict[str, str] = {}
+
 
 def _collect_cases() -> dict[str, object]:
     cases: dict[str, object] = {}
     for info in pkgutil.iter_modules(tests.layers.__path__):
         if not info.name.startswith("test_layer_"):
             continue
-        module = importlib.import_module(f"tests.layers.{info.name}")
+        try:
+            module = importlib.import_module(f"tests.layers.{info.name}")
+        except pytest.skip.Exception as skipped:  # e.g. importorskip("lmdb")
+            SKIPPED_MODULES[info.name] = str(skipped.msg)
+            continue
         for name, make in getattr(module, "GRADIENT_CASES", {}).items():
             assert name not in cases, f"two gradient cases for {name}"
             cases[name] = make
@@ -52,6 +60,11 @@ def _builtin_layer_types() -> dict[str, type]:
 def test_every_registered_layer_has_a_case():
     registered = _builtin_layer_types()
     missing = sorted(set(registered) - set(CASES))
+    if missing and SKIPPED_MODULES:
+        pytest.skip(
+            f"no case for {missing}: case modules skipped here "
+            + "; ".join(f"{m}: {why}" for m, why in sorted(SKIPPED_MODULES.items()))
+        )
     assert not missing, f"built-in layer types without a gradient case: {missing}"
     stale = sorted(set(CASES) - set(registered))
     assert not stale, f"gradient cases for types that are not registered: {stale}"
