@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -133,6 +134,12 @@ def pytest_addoption(parser):
         action="store_true",
         help="run the fuzz tests (tests/fuzz) 100 times longer; same as SINGA_FUZZ_LONG=1",
     )
+    parser.addoption(
+        "--store-file-durations",
+        action="store_true",
+        help="store each test file's duration in this run in tests/file_durations.json "
+        "(the order pytest -n hands files out in; other files' figures are kept)",
+    )
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -143,18 +150,49 @@ def pytest_cmdline_main(config):
     would do it per mark, but xdist 3.8 cannot tag the test ids of pytest 9.)"""
     if getattr(config.option, "numprocesses", None) and config.option.dist == "no":
         config.option.dist = "loadfile"
+        config.option.loadscopereorder = False  # the files in the order sorted below
+
+
+#: seconds each test file took in a whole run on 2 cores under ``-n auto`` (setup, call and
+#: teardown of its tests), the order in which pytest -n hands the files out; refresh with
+#: ``python -m pytest -n auto --store-file-durations`` after adding a heavy test
+FILE_DURATIONS = Path(__file__).with_name("file_durations.json")
+
+
+def _expected_seconds(items) -> dict:
+    """Each file's expected duration: the stored figure, else an estimate from its marks
+    (a slow test a few seconds, any other a few hundredths)."""
+    import json
+
+    stored = json.loads(FILE_DURATIONS.read_text()) if FILE_DURATIONS.exists() else {}
+    guess: dict = {}
+    for item in items:
+        slow = item.get_closest_marker("slow") is not None
+        guess[item.path] = guess.get(item.path, 0.0) + (5.0 if slow else 0.05)
+    root = Path(__file__).parent.parent
+    out = {}
+    for path, estimate in guess.items():
+        try:
+            key = path.relative_to(root).as_posix()
+        except ValueError:
+            key = str(path)
+        out[path] = stored.get(key, estimate)
+    return out
 
 
 def pytest_collection_modifyitems(config, items):
-    """On a pytest -n worker (every worker collects the same order): the files holding slow
-    tests first, each file's tests in their own order. xdist then hands the files out by
-    their number of tests, most first, keeping this order among equals: of the one-test
-    files, the Ray modules (minutes each) start before the quick ones. This is the order
-    the README's time was measured with (21:35; without it 2-4 minutes more)."""
+    """On a pytest -n worker (every worker collects the same order): the files longest
+    first, each file's tests in their own order; xdist hands them out in this order
+    (pytest_cmdline_main turns its own reordering off). Longest first keeps the end of the
+    run to short files, so neither worker waits long for the other; with the files by
+    number of tests (xdist's order) the one-test Ray modules, minutes each, came last."""
     if not hasattr(config, "workerinput"):
         return
-    heavy = {item.path for item in items if item.get_closest_marker("slow") is not None}
-    items.sort(key=lambda item: item.path not in heavy)  # stable: the order within a file kept
+    seconds = _expected_seconds(items)
+    items.sort(key=lambda item: -seconds[item.path])  # stable: the order within a file kept
+
+
+_file_seconds: dict[str, float] = {}
 
 
 #: a test not marked slow that takes longer than this is named at the end of the run, so the
@@ -164,12 +202,27 @@ _unmarked_slow: list[tuple[float, str]] = []
 
 
 def pytest_runtest_logreport(report):
+    path = report.nodeid.split("::")[0]
+    _file_seconds[path] = _file_seconds.get(path, 0.0) + report.duration
     if report.when == "call" and report.duration > UNMARKED_SLOW_S:
         if "slow" not in report.keywords:
             _unmarked_slow.append((report.duration, report.nodeid))
 
 
-def pytest_terminal_summary(terminalreporter):
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if config.getoption("--store-file-durations") and not hasattr(config, "workerinput"):
+        import json
+
+        known = json.loads(FILE_DURATIONS.read_text()) if FILE_DURATIONS.exists() else {}
+        known.update({k: round(v, 1) for k, v in _file_seconds.items()})  # this run's files
+        ranked = sorted(known.items(), key=lambda kv: -kv[1])
+        text = json.dumps({k: v for k, v in ranked if v >= 0.1}, indent=1) + "\n"
+        tmp = FILE_DURATIONS.with_suffix(".json.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, FILE_DURATIONS)
+        terminalreporter.write_line(
+            f"stored the durations of this run's {len(_file_seconds)} files in {FILE_DURATIONS}"
+        )
     if _unmarked_slow:
         terminalreporter.section("tests to mark slow")
         for took, nodeid in sorted(_unmarked_slow, reverse=True):
@@ -351,8 +404,10 @@ def own_shm_segments() -> set[str]:
 
 
 def run_singa(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: int = 600):
-    """Run the real `singa` command in a subprocess; returns CompletedProcess."""
-    full_env = dict(os.environ)
+    """Run the real `singa` command in a subprocess; returns CompletedProcess. A run still
+    going after ``timeout`` seconds fails the test with the Python stacks of all its
+    processes (see :func:`_stacks_then_kill`)."""
+    full_env = {"PYTHONFAULTHANDLER": "1", **os.environ}
     full_env.update(env or {})
     with subprocess.Popen(
         [sys.executable, "-m", "singa_core.commands.cli", *args],
@@ -366,10 +421,57 @@ def run_singa(*args: str, cwd: Path | None = None, env: dict | None = None, time
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-            raise
+            stacks = _stacks_then_kill(proc)
+            raise AssertionError(
+                f"`singa {' '.join(args)}` was still running after {timeout} s; the stacks "
+                f"of its processes, then its stderr:\n{stacks}"
+            ) from None
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes below ``pid``, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _stacks_then_kill(proc: subprocess.Popen) -> str:
+    """A hung run: SIGABRT to it and every process below it (each Python process prints
+    all its threads' stacks: run_singa sets PYTHONFAULTHANDLER), then SIGKILL to any left;
+    removes the segments the launcher left in /dev/shm; returns the end of what they wrote
+    to stderr."""
+    pids = [*_descendants(proc.pid), proc.pid]
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGABRT)
+    try:
+        _, err = proc.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    if os.path.isdir("/dev/shm"):  # the killed launcher's segments (singa-<its pid>-...)
+        for name in os.listdir("/dev/shm"):
+            if name.startswith(f"singa-{proc.pid}-"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(f"/dev/shm/{name}")
+    return (err or "")[-30000:]
 
 
 def act_and_wait(proc: subprocess.Popen, ready, act, *, timeout: int = 60) -> tuple:

@@ -130,3 +130,52 @@ def test_only_the_tests_own_shm_segments_are_counted():
         for seg in made:
             seg.close()
             seg.unlink()
+
+
+@pytest.mark.slow
+def test_a_hung_run_fails_with_the_stacks_of_all_its_processes(small_job):
+    """run_singa's timeout: a `singa` still running prints the Python stacks of the launcher
+    and of its worker and server processes, and none of them is left running."""
+    conf, _ = small_job(steps=10_000_000)
+    args = ["-o", "cluster.nworker_groups=2", "-o", "cluster.server_worker_separate=true"]
+    with pytest.raises(AssertionError) as info:
+        run_singa("train", str(conf), "--engine", "shm", "-q", *args, timeout=8)
+    text = str(info.value)
+    assert "was still running after 8 s" in text
+    stacks = text.count("Current thread") + text.count("Thread 0x")
+    assert stacks >= 3, text[-3000:]  # the launcher, two worker groups, a server
+    assert "singa_core" in text or "singa_builtins" in text, text[-3000:]
+    assert not own_shm_segments()  # the killed launcher's segments are removed
+
+
+def test_pytest_n_hands_out_the_longest_files_first():
+    """The order of files under pytest -n: the stored durations (tests/file_durations.json)
+    longest first, a file missing there estimated from its marks, each file's own order
+    kept."""
+    import json
+    import types
+
+    import conftest
+
+    stored = json.loads(conftest.FILE_DURATIONS.read_text())
+    ray, small = "tests/engines/test_ray_machines.py", "tests/core/test_fileio.py"
+    assert stored[ray] > 60 and stored.get(small, 0) < 5
+
+    def item(rel, name, slow=False):
+        marker = object() if slow else None
+        return types.SimpleNamespace(
+            path=REPO / rel, name=name, get_closest_marker=lambda _m, marker=marker: marker
+        )
+
+    items = [
+        item(small, "a"),
+        item("tests/not_stored_yet.py", "n1", slow=True),
+        item("tests/not_stored_yet.py", "n2", slow=True),
+        item(ray, "r1"),
+        item(small, "b"),
+        item(ray, "r2"),
+    ]
+    config = types.SimpleNamespace(workerinput={})
+    conftest.pytest_collection_modifyitems(config, items)
+    assert [i.name for i in items] == ["r1", "r2", "n1", "n2", "a", "b"]
+    assert conftest.FILE_DURATIONS.name == "file_durations.json"
