@@ -50,6 +50,7 @@ def _mnist(mnist_stores, tmp_path, name):
     return conf
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["job.conf", "conv.conf"])
 def test_gpu_trajectories_stay_within_1e_4_of_the_cpu(gpu, mnist_stores, tmp_path, name):
     conf = _mnist(mnist_stores, tmp_path, name)
@@ -61,6 +62,7 @@ def test_gpu_trajectories_stay_within_1e_4_of_the_cpu(gpu, mnist_stores, tmp_pat
     assert worst <= 1e-4
 
 
+@pytest.mark.slow
 def test_a_gpu_checkpoint_resumes_on_the_cpu_and_predicts_without_a_gpu(
     gpu, mnist_stores, tmp_path
 ):
@@ -87,3 +89,66 @@ def test_the_mnist_example_reaches_its_cpu_accuracy_on_the_gpu(gpu, mnist_stores
     acc = result.metrics["test"]["accuracy"]
     print(f"MNIST MLP, 1000 steps on cuda:0: test accuracy {acc:.4f}")
     assert acc >= 0.85
+
+
+def _final(ws) -> dict[str, np.ndarray]:
+    from singa_core.running.checkpoint import read_params
+
+    files = sorted((ws / "checkpoint").glob("step*-worker0"))
+    return {r.name: np.array(r.value) for r in read_params(files[-1])}
+
+
+@pytest.mark.slow
+def test_shm_workers_on_the_gpu_train_as_on_the_cpu(gpu, small_job, tmp_path):
+    """The shm engine's worker on cuda:0 (device copies of the server's values, gradients to
+    the host segment) ends where the CPU run ends; then two worker groups in one process
+    share the GPU (gpu: 0 gpu: 0)."""
+    from conftest import run_singa
+
+    conf, _ = small_job(steps=30, dropout=True)
+    out = {}
+    for dev in ("cpu", "cuda:0"):
+        ws = tmp_path / f"ws-{dev}"
+        r = run_singa(
+            "train", str(conf), "--engine", "shm", "--device", dev, "--seed", "4",
+            "--workspace", str(ws), "-o", "checkpoint_freq=30",
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        out[dev] = _final(ws)
+    for k, v in out["cpu"].items():
+        np.testing.assert_allclose(out["cuda:0"][k], v, rtol=1e-4, atol=1e-6, err_msg=k)
+    r = run_singa(
+        "train", str(conf), "--engine", "shm", "--device", "cuda:0", "--seed", "4",
+        "--workspace", str(tmp_path / "two"), "-o", "cluster.nworker_groups=2",
+        "-o", "cluster.nworkers_per_procs=2",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "finished at step 30" in r.stderr
+
+
+@pytest.mark.slow
+def test_cudnn_hybrid_conf_on_the_gpu_and_the_cpu_trains_as_on_the_cpu(gpu, tmp_path):
+    """examples/cifar10/cudnn_hybrid.conf as written (gpu: 0: worker 0 on cuda:0, worker 1
+    on the CPU, the cuDNN types) against hybrid.conf on the CPU alone: the same Params after
+    4 steps. Uses examples/cifar10's stores (.ci/gpu-check converts them)."""
+    from conftest import run_singa
+
+    stores = REPO / "examples" / "cifar10"
+    if not (stores / "train_data.bin").exists():
+        pytest.skip("needs examples/cifar10's stores: singa data cifar10 --out examples/cifar10")
+    out = {}
+    for name in ("cudnn_hybrid.conf", "hybrid.conf"):
+        ws = tmp_path / name
+        sets = {"cluster.workspace": ws, "train_steps": 4, "test_steps": 0,
+                "checkpoint_freq": 4, "num_openblas_threads": 1}  # fmt: skip
+        args = [a for k, v in sets.items() for a in ("-o", f"{k}={v}")]
+        r = run_singa("train", str(stores / name), "--seed", "0", *args)
+        assert r.returncode == 0, r.stderr
+        if name == "cudnn_hybrid.conf":
+            assert "device: worker 0 on cuda:0" in r.stderr, r.stderr
+            assert "device: worker 1 on cpu" in r.stderr, r.stderr
+        out[name] = _final(ws)
+    a, b = out["hybrid.conf"], out["cudnn_hybrid.conf"]
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_allclose(b[k], a[k], rtol=1e-4, atol=1e-6, err_msg=k)
