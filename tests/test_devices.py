@@ -273,8 +273,14 @@ def test_shm_workers_on_a_device_train_as_on_the_cpu(small_job, tmp_path):
     from the server's segment when collected, its gradients go to the host segment; the
     result equals the CPU run's."""
     conf, _ = small_job(steps=30, dropout=True)
+    shm_run_on(conf, tmp_path, "standin", rtol=1e-6, atol=1e-7)
+
+
+def shm_run_on(conf, tmp_path, device: str, *, rtol: float, atol: float) -> None:
+    """``conf`` trained on the shm engine with its worker on ``device`` ends with the Params
+    of the run on the CPU (tests/test_gpu.py uses it for cuda:0)."""
     out = {}
-    for dev in ("cpu", "standin"):
+    for dev in ("cpu", device):
         ws = tmp_path / f"ws-{dev}"
         r = run_singa(
             "train", str(conf), "--engine", "shm", "--device", dev, "--seed", "4",
@@ -283,7 +289,7 @@ def test_shm_workers_on_a_device_train_as_on_the_cpu(small_job, tmp_path):
         assert r.returncode == 0, r.stderr
         out[dev] = _final_params(ws)
     for k, v in out["cpu"].items():
-        np.testing.assert_allclose(out["standin"][k], v, rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(out[device][k], v, rtol=rtol, atol=atol, err_msg=k)
 
 
 def test_several_workers_share_one_device(small_job, tmp_path):

@@ -105,18 +105,10 @@ def test_shm_workers_on_the_gpu_train_as_on_the_cpu(gpu, small_job, tmp_path):
     share the GPU (gpu: 0 gpu: 0)."""
     from conftest import run_singa
 
+    from tests.test_devices import shm_run_on
+
     conf, _ = small_job(steps=30, dropout=True)
-    out = {}
-    for dev in ("cpu", "cuda:0"):
-        ws = tmp_path / f"ws-{dev}"
-        r = run_singa(
-            "train", str(conf), "--engine", "shm", "--device", dev, "--seed", "4",
-            "--workspace", str(ws), "-o", "checkpoint_freq=30",
-        )  # fmt: skip
-        assert r.returncode == 0, r.stderr
-        out[dev] = _final(ws)
-    for k, v in out["cpu"].items():
-        np.testing.assert_allclose(out["cuda:0"][k], v, rtol=1e-4, atol=1e-6, err_msg=k)
+    shm_run_on(conf, tmp_path, "cuda:0", rtol=1e-4, atol=1e-6)
     r = run_singa(
         "train", str(conf), "--engine", "shm", "--device", "cuda:0", "--seed", "4",
         "--workspace", str(tmp_path / "two"), "-o", "cluster.nworker_groups=2",
