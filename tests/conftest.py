@@ -429,32 +429,14 @@ def run_singa(*args: str, cwd: Path | None = None, env: dict | None = None, time
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-def _descendants(pid: int) -> list[int]:
-    """The processes below ``pid``, from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
 def _stacks_then_kill(proc: subprocess.Popen) -> str:
     """A hung run: SIGABRT to it and every process below it (each Python process prints
     all its threads' stacks: run_singa sets PYTHONFAULTHANDLER), then SIGKILL to any left;
     removes the segments the launcher left in /dev/shm; returns the end of what they wrote
     to stderr."""
-    pids = [*_descendants(proc.pid), proc.pid]
+    from singa_builtins.engines.ray.headwatch import descendants  # /proc; needs no Ray
+
+    pids = [*descendants(proc.pid), proc.pid]
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGABRT)
