@@ -101,7 +101,7 @@ def nets():
     }
 
 
-def _profile(key, net, steps, warmup) -> None:
+def _profile(net, steps, warmup) -> None:
     """The functions singa's step spends its time in on the device (host time: Python,
     kernel launches, waits for the device), by own time and by cumulative time."""
     import cProfile
@@ -135,8 +135,9 @@ def main() -> None:
     args = ap.parse_args()
     if args.profile:
         _common.DEVICE = args.device
+        table = nets()
         for key in args.profile.split(","):
-            _profile(key, nets()[key], args.steps, args.warmup)
+            _profile(table[key], args.steps, args.warmup)
         return
     print_machine_facts(1)
     for line in _gpu_facts():
