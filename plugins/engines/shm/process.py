@@ -14,6 +14,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+import time
 import traceback
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -40,6 +41,7 @@ def process_main(index: int, shared, ctrl) -> None:
     set_blas_threads(shared.blas_threads)
     code = 0
     segs = None
+    ctx = None
     try:
         segs, ctx = _setup(shared, ctrl)
         code = _run(index, shared, ctx)
@@ -47,14 +49,41 @@ def process_main(index: int, shared, ctrl) -> None:
         _report(ctrl, f"process {index}", exc)
         code = 1
     finally:
-        # a peer killed while writing to a queue may hold its lock: never wait for the
-        # queues' feeder threads at exit
-        for q in (*shared.worker_queues.values(), *shared.server_queues.values()):
-            q.cancel_join_thread()
+        finished = code == 0 and ctx is not None and not ctx.aborting()
+        close_queues([*shared.worker_queues.values(), *shared.server_queues.values()], finished)
         if segs is not None:
             segs.close()
         ctrl.close()
     sys.exit(code)
+
+
+# how long a process that finished its work waits for its queues' feeder threads to hand
+# their last messages to the pipes (they normally take microseconds)
+FLUSH_SECONDS = 5.0
+
+
+def close_queues(queues, flush: bool) -> None:
+    """Ready the job's queues for this process's exit.
+
+    A queue's ``put`` hands the message to a feeder thread, which takes the queue's
+    inter-process write lock, writes and releases it. A process that exits while its feeder
+    is mid-send (the feeder is a daemon thread, frozen at interpreter shutdown) loses its
+    last messages and leaves that lock held for good: every later ``put`` to the queue, in
+    any process, then blocks, and the job hangs at its end. So a process that finished its
+    work closes the queues and waits, at most FLUSH_SECONDS in all, for the feeders to send
+    what they hold and quit. A process that is aborting does not wait: a peer killed while
+    writing may hold a lock that no one will release.
+    """
+    if flush:
+        deadline = time.monotonic() + FLUSH_SECONDS
+        for q in queues:
+            q.close()  # the feeder (if this process started one) sends what it holds, then quits
+        for q in queues:
+            feeder = getattr(q, "_thread", None)
+            if feeder is not None:
+                feeder.join(timeout=max(0.0, deadline - time.monotonic()))
+    for q in queues:
+        q.cancel_join_thread()  # a feeder still blocked (a dead peer's lock) does not hold the exit
 
 
 def _report(ctrl, role: str, exc: BaseException) -> None:
