@@ -433,13 +433,29 @@ def _stacks_then_kill(proc: subprocess.Popen) -> str:
     """A hung run: SIGABRT to it and every process below it (each Python process prints
     all its threads' stacks: run_singa sets PYTHONFAULTHANDLER), then SIGKILL to any left;
     removes the segments the launcher left in /dev/shm; returns the end of what they wrote
-    to stderr."""
+    to stderr, after the order in which they wrote it.
+
+    All of them are stopped first (SIGSTOP), then each in turn is sent SIGABRT and
+    continued, with a pause for it to write: the stacks come one process after another
+    instead of interleaved, and none of them sees a peer die (and tears down) before its
+    own stacks are taken, so each shows the hang."""
     from singa_builtins.engines.ray.headwatch import descendants  # /proc; needs no Ray
 
     pids = [*descendants(proc.pid), proc.pid]
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)
+    order = []
+    for pid in pids:
+        try:
+            name = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            name = "?"
+        order.append(f"  {pid}: {name[:160]}")
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGABRT)
+            os.kill(pid, signal.SIGCONT)
+        time.sleep(0.5)
     try:
         _, err = proc.communicate(timeout=20)
     except subprocess.TimeoutExpired:
@@ -453,7 +469,8 @@ def _stacks_then_kill(proc: subprocess.Popen) -> str:
             if name.startswith(f"singa-{proc.pid}-"):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(f"/dev/shm/{name}")
-    return (err or "")[-30000:]
+    head = "processes, in the order their stacks follow:\n" + "\n".join(order) + "\n"
+    return head + (err or "")[-30000:]
 
 
 def act_and_wait(proc: subprocess.Popen, ready, act, *, timeout: int = 60) -> tuple:
