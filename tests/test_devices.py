@@ -41,7 +41,7 @@ def _job(conf, ws, device, steps=None, seed=5, checkpoint_freq=0, **kw):
     )
 
 
-def _final_params(ws) -> dict[str, np.ndarray]:
+def final_params(ws) -> dict[str, np.ndarray]:
     files = sorted((ws / "checkpoint").glob("step*-worker0"))
     return {r.name: np.array(r.value) for r in read_params(files[-1])}
 
@@ -161,7 +161,7 @@ def test_mlp_and_lenet_trajectories_on_a_device_equal_the_cpu(mnist_stores, tmp_
             assert all(type(p.value) is standin_device().xp.ndarray for p in net.owner_params), (
                 "a Param left the device"
             )
-        results[dev] = _final_params(ws)
+        results[dev] = final_params(ws)
     # relative to each Param's norm: float32 sums in another order (BLAS on strided views on
     # the CPU, the module's own kernels on a device) differ in the last bits, and 100 steps
     # of training carry that on
@@ -181,7 +181,7 @@ def test_a_device_checkpoint_resumes_on_the_cpu_exactly(small_job, tmp_path):
     _job(conf, ws_a, "cpu", steps=40).train()
     _job(conf, ws_b, "standin", steps=20).train()
     _job(conf, ws_b, "cpu", steps=40).train(resume=True)
-    a, b = _final_params(ws_a), _final_params(ws_b)
+    a, b = final_params(ws_a), final_params(ws_b)
     assert a.keys() == b.keys()
     for k in a:
         np.testing.assert_allclose(b[k], a[k], rtol=1e-6, atol=1e-7)
@@ -287,7 +287,7 @@ def shm_run_on(conf, tmp_path, device: str, *, rtol: float, atol: float) -> None
             "--workspace", str(ws), "-o", "checkpoint_freq=30",
         )  # fmt: skip
         assert r.returncode == 0, r.stderr
-        out[dev] = _final_params(ws)
+        out[dev] = final_params(ws)
     for k, v in out["cpu"].items():
         np.testing.assert_allclose(out[device][k], v, rtol=rtol, atol=atol, err_msg=k)
 

@@ -91,13 +91,6 @@ def test_the_mnist_example_reaches_its_cpu_accuracy_on_the_gpu(gpu, mnist_stores
     assert acc >= 0.85
 
 
-def _final(ws) -> dict[str, np.ndarray]:
-    from singa_core.running.checkpoint import read_params
-
-    files = sorted((ws / "checkpoint").glob("step*-worker0"))
-    return {r.name: np.array(r.value) for r in read_params(files[-1])}
-
-
 @pytest.mark.slow
 def test_shm_workers_on_the_gpu_train_as_on_the_cpu(gpu, small_job, tmp_path):
     """The shm engine's worker on cuda:0 (device copies of the server's values, gradients to
@@ -125,6 +118,8 @@ def test_cudnn_hybrid_conf_on_the_gpu_and_the_cpu_trains_as_on_the_cpu(gpu, tmp_
     4 steps. Uses examples/cifar10's stores (.ci/gpu-check converts them)."""
     from conftest import run_singa
 
+    from tests.test_devices import final_params
+
     stores = REPO / "examples" / "cifar10"
     if not (stores / "train_data.bin").exists():
         pytest.skip("needs examples/cifar10's stores: singa data cifar10 --out examples/cifar10")
@@ -139,7 +134,7 @@ def test_cudnn_hybrid_conf_on_the_gpu_and_the_cpu_trains_as_on_the_cpu(gpu, tmp_
         if name == "cudnn_hybrid.conf":
             assert "device: worker 0 on cuda:0" in r.stderr, r.stderr
             assert "device: worker 1 on cpu" in r.stderr, r.stderr
-        out[name] = _final(ws)
+        out[name] = final_params(ws)
     a, b = out["hybrid.conf"], out["cudnn_hybrid.conf"]
     assert a.keys() == b.keys()
     for k in a:
