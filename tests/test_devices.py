@@ -15,7 +15,7 @@ import types
 import numpy as np
 import pytest
 
-from singa_core.contracts.device import (
+from singa_core.device import (
     CPU,
     open_device,
     parse_device,
@@ -84,14 +84,14 @@ def _fake_cupy(monkeypatch, *, count=1, driver=13000, runtime=13000, fail=None):
     fake = types.ModuleType("cupy")
     fake.cuda = types.SimpleNamespace(runtime=runtime_mod)
     monkeypatch.setitem(sys.modules, "cupy", fake)
-    from singa_core.contracts import device
+    from singa_core import device
 
     monkeypatch.setattr(device, "_opened", {})
 
 
 def test_cuda_without_cupy_names_the_extra_and_the_cpu(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy -> ImportError
-    from singa_core.contracts import device
+    from singa_core import device
 
     monkeypatch.setattr(device, "_opened", {})
     with pytest.raises(SingaError) as info:
@@ -219,7 +219,7 @@ def test_a_bad_device_is_a_located_exit_2(small_job):
 
 # -- a plugin layer without a device path: on the host, with a note ------------------------------
 def test_a_layer_without_a_device_path_runs_on_the_host_with_one_note(tmp_path):
-    from singa_core.contracts.device import using_device
+    from singa_core.device import using_device
     from singa_core.layer import NeuronLayer
     from singa_core.netbuilder.transfer import DeviceTransfer
     from singa_core.testing import SourceLayer, layer_conf

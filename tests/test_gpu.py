@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
 
 @pytest.fixture(scope="module")
 def gpu():
-    from singa_core.contracts.device import open_device
+    from singa_core.device import open_device
 
     return open_device("cuda:0")
 

@@ -22,11 +22,11 @@ from singa_core.blas import (
     faster_thread_count,
     set_blas_threads,
 )
-from singa_core.contracts.device import array_module, to_host
-from singa_core.contracts.names import runtime_param_name
-from singa_core.contracts.resources import usable_cpus
+from singa_core.device import array_module, to_host
 from singa_core.engine import Engine, TrainResult
 from singa_core.layer import kTest, kTrain
+from singa_core.names import runtime_param_name
+from singa_core.resources import usable_cpus
 from singa_core.running import checkpoint as ckpt
 from singa_core.running.job import updater_type_name
 from singa_core.running.training import TrainingLoop, pop_net_metrics
@@ -257,7 +257,7 @@ class InProcessEngine(Engine):
             self.reporter.note(problem)
 
     def _device(self):
-        from singa_core.contracts.device import CPU
+        from singa_core.device import CPU
 
         return self.prepared.devices[0] if self.prepared.devices else CPU
 

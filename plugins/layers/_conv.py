@@ -47,8 +47,8 @@ from singa_builtins.layers._window import (
 )
 
 from singa_core.blas import gemm
-from singa_core.contracts.memory import charge as charge_memory
 from singa_core.layer import NeuronLayer, kAggGrad
+from singa_core.memory import charge as charge_memory
 from singa_core.param import DTYPE
 
 #: the row-column path needs GEMMs with K = C·kw; below this, the full im2col (K = C·kh·kw)

@@ -34,9 +34,9 @@ from singa_builtins.layers._window import (
     window_slice,
 )
 
-from singa_core.contracts.memory import charge as charge_memory
-from singa_core.contracts.memory import charge_once
 from singa_core.layer import NeuronLayer, kTrain
+from singa_core.memory import charge as charge_memory
+from singa_core.memory import charge_once
 from singa_core.param import DTYPE
 from singa_core.schema import job_pb2
 
@@ -82,7 +82,7 @@ class PoolingBase(NeuronLayer):
         self._tiles = win.sh >= win.kh and win.sw >= win.kw
         self._covers = self._tiles and oh * win.sh == hp and ow * win.sw == wp
         # the work buffers of the path this layer runs, and only those; all but the padded
-        # input are written by training passes alone (see singa_core.contracts.memory)
+        # input are written by training passes alone (see singa_core.memory)
         self._xp = self._gxp = None
         if self._padded:
             charge_memory(self, "scratch", (c, hp, wp, b), what="padded input")

@@ -39,9 +39,9 @@ import numpy as np
 from singa_builtins.layers._prefetch import PrefetchingInput
 from singa_builtins.layers._records import key_text, open_store, seek_store_cursor, store_cursor
 
-from singa_core.contracts.memory import charge as charge_memory
 from singa_core.errors import SingaError
 from singa_core.layer import InputLayer, kDeploy
+from singa_core.memory import charge as charge_memory
 from singa_core.param import DTYPE
 from singa_core.store import KREAD
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from singa_core.contracts.device import default_device
-from singa_core.contracts.memory import charge as charge_memory
+from singa_core.device import default_device
+from singa_core.memory import charge as charge_memory
 from singa_core.param import DTYPE
 
 

@@ -22,8 +22,8 @@ from singa_builtins.layers.relu import relu_backward, relu_forward
 from singa_builtins.layers.sigmoid import sigmoid_backward, sigmoid_forward
 from singa_builtins.layers.stanh import stanh_backward, stanh_forward, stanh_onnx
 
-from singa_core.contracts.memory import charge as charge_memory
 from singa_core.layer import NeuronLayer
+from singa_core.memory import charge as charge_memory
 from singa_core.param import DTYPE
 from singa_core.schema import job_pb2
 

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from singa_core.contracts.memory import charge as charge_memory
 from singa_core.layer import NeuronLayer
+from singa_core.memory import charge as charge_memory
 from singa_core.param import DTYPE
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from singa_core.contracts.memory import charge as charge_memory
 from singa_core.layer import NeuronLayer
+from singa_core.memory import charge as charge_memory
 
 
 def relu_forward(x: np.ndarray, out: np.ndarray) -> None:

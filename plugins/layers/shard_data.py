@@ -35,9 +35,9 @@ from singa_builtins.layers._records import (
     store_cursor,
 )
 
-from singa_core.contracts.memory import charge as charge_memory
 from singa_core.errors import SingaError
 from singa_core.layer import InputLayer
+from singa_core.memory import charge as charge_memory
 from singa_core.schema import common_pb2
 from singa_core.store import KREAD
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 import numpy as np
 from singa_builtins.layers import CUDNN_ALIAS_NOTE
 
-from singa_core.contracts.memory import charge as charge_memory
 from singa_core.layer import LossLayer
+from singa_core.memory import charge as charge_memory
 from singa_core.param import DTYPE
 from singa_core.schema import job_pb2
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from singa_core.contracts.memory import charge as charge_memory
 from singa_core.layer import NeuronLayer
+from singa_core.memory import charge as charge_memory
 
 STANH_A = 1.7159047
 STANH_B = 0.66666667

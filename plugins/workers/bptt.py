@@ -23,9 +23,9 @@ training.
 
 from __future__ import annotations
 
-from singa_core.contracts.names import base_layer_name, unrolled_name
 from singa_core.errors import SingaError
 from singa_core.layer import kAggGrad, kBackward, kForward, kTrain
+from singa_core.names import base_layer_name, unrolled_name
 from singa_core.worker import Worker
 
 

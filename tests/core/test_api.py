@@ -15,8 +15,8 @@ import pytest
 from conftest import REPO
 
 from singa_core import Job
-from singa_core.contracts.names import runtime_param_name
 from singa_core.errors import Location, SingaError
+from singa_core.names import runtime_param_name
 from singa_core.running.checkpoint import read_params
 
 

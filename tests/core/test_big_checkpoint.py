@@ -63,7 +63,7 @@ def _singa(*args, timeout=300, wrap=None):
 
 @pytest.mark.slow
 def test_a_600_mb_checkpoint_round_trip(tmp_path):
-    from singa_core.contracts.memory import available_memory
+    from singa_core.memory import available_memory
 
     need = 5 * D * H * 4
     avail, _ = available_memory()

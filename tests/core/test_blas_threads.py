@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from singa_core.blas import blas_threads_for, get_blas_threads, set_blas_threads
 from singa_core.commands.cli import app
-from singa_core.contracts.resources import usable_cpus
+from singa_core.resources import usable_cpus
 from singa_core.schema import job_pb2
 
 runner = CliRunner()

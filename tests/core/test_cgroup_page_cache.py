@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from singa_core.contracts.memory import MemoryEstimate, system_available_memory
-from singa_core.contracts.resources import cgroup_memory
+from singa_core.memory import MemoryEstimate, system_available_memory
+from singa_core.resources import cgroup_memory
 
 MiB = 1 << 20
 

@@ -63,7 +63,7 @@ def test_a_huge_unroll_len_is_refused_before_building(tmp_path, monkeypatch):
     text = (REPO / "examples" / "char-rnn" / "job.conf").read_text()
     conf = tmp_path / "job.conf"
     conf.write_text(text.replace("unroll_len: 50", "unroll_len: 2147483647", 1))
-    from singa_core.contracts.layer import Layer
+    from singa_core.layer import Layer
 
     def build(*a, **k):  # refused before any layer is made (not after minutes of making them)
         raise AssertionError("a layer was made")

@@ -45,6 +45,10 @@ ALIASES = {
     "dataset",
     "engine",
     "blas",
+    "device",
+    "memory",
+    "names",
+    "resources",
 }
 
 

@@ -10,7 +10,7 @@ import re
 
 from conftest import invoke_singa, mlp_conf, write_csv_blobs
 
-from singa_core.contracts.memory import format_bytes
+from singa_core.memory import format_bytes
 
 
 def _rows(output: str) -> dict[str, list[str]]:

@@ -40,6 +40,10 @@ PUBLIC = {
     "singa_core.hookspecs": ["hookimpl"],
     "singa_core.errors": ["SingaError", "Location", "did_you_mean"],
     "singa_core.blas": ["gemm", "gemm_acc", "set_blas_threads", "blas_threads_for"],
+    "singa_core.device": ["Device", "open_device", "to_host", "copy_into", "default_device"],
+    "singa_core.memory": ["charge", "charge_once", "format_bytes", "parse_size"],
+    "singa_core.names": ["runtime_param_name", "base_layer_name", "unrolled_name"],
+    "singa_core.resources": ["usable_cpus", "cgroup_memory"],
     "singa_core.plugin_host": ["get_host", "PluginHost"],
     "singa_core.schema": ["job_pb2", "common_pb2"],
     "singa_core.testing": [
@@ -72,6 +76,10 @@ ALIASED = [
     "hookspecs",
     "errors",
     "blas",
+    "device",
+    "memory",
+    "names",
+    "resources",
 ]
 
 

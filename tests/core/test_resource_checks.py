@@ -10,9 +10,9 @@ from conftest import REPO, mnist_example_args
 from typer.testing import CliRunner
 
 from singa_core.commands.cli import app
-from singa_core.contracts.memory import ENV_AVAILABLE, parse_size
 from singa_core.jobconf.parse import load_job
 from singa_core.layer import kTrain
+from singa_core.memory import ENV_AVAILABLE, parse_size
 from singa_core.plugin_host.host import get_host
 from singa_core.running.job import prepare_job
 

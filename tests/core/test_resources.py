@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from singa_core.contracts.memory import system_available_memory
-from singa_core.contracts.resources import (
+from singa_core.memory import system_available_memory
+from singa_core.resources import (
     cgroup_cpu_quota,
     cgroup_memory,
     usable_cpus,
@@ -181,7 +181,7 @@ def test_dry_run_in_a_300_mib_cgroup_names_the_limit(tmp_path, small_job):
 def test_blas_threads_through_threadpoolctl():
     from threadpoolctl import threadpool_info
 
-    from singa_core.contracts.blas import blas_threads_problem, set_blas_threads
+    from singa_core.blas import blas_threads_problem, set_blas_threads
 
     before = [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
     try:

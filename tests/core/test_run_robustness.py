@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from singa_core import Job
 from singa_core.commands.cli import app
-from singa_core.contracts.errors import SingaError
+from singa_core.errors import SingaError
 from singa_core.running import checkpoint as ck
 from singa_core.schema import common_pb2
 

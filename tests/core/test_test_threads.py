@@ -10,7 +10,7 @@ import re
 import pytest
 from conftest import mlp_conf, run_singa, write_csv_blobs
 
-from singa_core.contracts.resources import usable_cpus
+from singa_core.resources import usable_cpus
 
 
 @pytest.fixture(scope="module")

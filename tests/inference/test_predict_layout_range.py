@@ -11,7 +11,7 @@ import pytest
 from conftest import mlp_conf, run_singa, write_csv_blobs
 
 from singa_core import Job
-from singa_core.contracts.errors import SingaError
+from singa_core.errors import SingaError
 from singa_core.inference.input_layout import conform, layout_name
 from singa_core.inference.input_range import (
     InputRangeWarning,

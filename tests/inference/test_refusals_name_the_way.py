@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from conftest import REPO, run_singa
 
-from singa_core.contracts.errors import SingaError
-from singa_core.contracts.layer import NeuronLayer
+from singa_core.errors import SingaError
+from singa_core.layer import NeuronLayer
 from singa_core.testing import SourceLayer, build
 
 

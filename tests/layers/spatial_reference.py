@@ -82,8 +82,8 @@ def pool_forward_backward(x, g, method, kh, kw, ph, pw, sh, sw):
 
 def batch_innermost_copy(x):
     """``x`` as a strided NCHW view of a batch-innermost (C, H, W, B) buffer (on the device
-    in effect, see singa_core.contracts.device.using_device)."""
-    from singa_core.contracts.device import default_device, to_host
+    in effect, see singa_core.device.using_device)."""
+    from singa_core.device import default_device, to_host
 
     inner = np.ascontiguousarray(np.asarray(to_host(x), np.float32).transpose(1, 2, 3, 0))
     return default_device().asarray(inner).transpose(3, 0, 1, 2)

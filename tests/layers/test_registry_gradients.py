@@ -93,11 +93,11 @@ def test_gradient(type_name, tmp_path):
 
 @pytest.mark.parametrize("type_name", sorted(CASES))
 def test_gradient_on_a_device(type_name, tmp_path):
-    """The same case on the stand-in device (singa_core.contracts.standin): arrays that
+    """The same case on the stand-in device (singa_core/contracts/standin.py): arrays that
     refuse silent conversion to numpy, as CuPy's do. A layer that computes on the host,
     allocates numpy arrays, or mixes them with its device arrays fails here as it would on
     a GPU; the gradients must still match."""
-    from singa_core.contracts.device import standin_device, using_device
+    from singa_core.device import standin_device, using_device
 
     cls = _builtin_layer_types()[type_name]
     assert cls.placement in ("device", "host"), f"{type_name} does not say where it computes"
@@ -120,7 +120,7 @@ def test_gradient_on_a_device(type_name, tmp_path):
 def test_gradient_on_the_gpu(type_name, tmp_path):
     """The same cases on a real GPU (cuda:0 through CuPy); skipped with the reason where
     there is none (CI: the stand-in above runs the same code paths)."""
-    from singa_core.contracts.device import open_device, using_device
+    from singa_core.device import open_device, using_device
     from singa_core.testing import gpu_skip_reason
 
     reason = gpu_skip_reason()

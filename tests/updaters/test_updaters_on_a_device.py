@@ -1,4 +1,4 @@
-"""Every built-in updater on the stand-in device (singa_core.contracts.standin): the server
+"""Every built-in updater on the stand-in device (singa_core/contracts/standin.py): the server
 side of the in-process engine keeps a GPU worker's Params, gradients and updater history on
 the GPU, so an updater may not allocate numpy arrays or mix them in. The stand-in refuses
 both as CuPy does, and its results must equal the CPU's."""
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from google.protobuf import text_format
 
-from singa_core.contracts.device import standin_device, to_host
+from singa_core.device import standin_device, to_host
 from singa_core.plugin_host.host import get_host
 from singa_core.schema import job_pb2
 

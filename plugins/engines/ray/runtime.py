@@ -37,8 +37,8 @@ from singa_builtins.engines.ray.auth import PrivateToken, check_cluster
 from singa_builtins.engines.ray.headwatch import descendants
 from singa_builtins.engines.shm.launcher import SignalCatcher
 
-from singa_core.contracts.resources import usable_cpus
 from singa_core.errors import SingaError
+from singa_core.resources import usable_cpus
 
 PIP_COMMAND = "pip install 'singa-classic[ray]'"
 

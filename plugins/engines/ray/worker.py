@@ -29,7 +29,7 @@ from singa_builtins.engines.ray.channels import (
 from singa_builtins.engines.shm.worker import ShmStub, WorkerThread
 from singa_builtins.layers.bridge import BridgeTransport
 
-from singa_core.contracts.device import copy_into, to_host
+from singa_core.device import copy_into, to_host
 from singa_core.layer import kTrain
 from singa_core.running import checkpoint as ckpt
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from singa_builtins.layers.bridge import BridgeDstLayer, BridgeTransport
 
-from singa_core.contracts.device import copy_into
+from singa_core.device import copy_into
 
 
 class ShmBridgeTransport(BridgeTransport):

@@ -25,11 +25,11 @@ from singa_builtins.engines.shm.layout import ParamLayout
 from singa_builtins.engines.shm.topology import build_topology
 
 from singa_core.blas import blas_threads_for
-from singa_core.contracts.resources import usable_cpus
 from singa_core.engine import Engine, TrainResult
 from singa_core.errors import SingaError
 from singa_core.layer import kTrain
 from singa_core.netbuilder.net import NeuralNet
+from singa_core.resources import usable_cpus
 from singa_core.running import checkpoint as ckpt
 
 

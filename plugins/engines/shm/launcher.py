@@ -37,7 +37,7 @@ from singa_builtins.engines.shm.segments import (
     shm_free,
 )
 
-from singa_core.contracts.device import to_host
+from singa_core.device import to_host
 from singa_core.engine import TrainResult
 from singa_core.errors import SingaError
 from singa_core.running import checkpoint as ckpt

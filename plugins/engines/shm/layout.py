@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from singa_core.contracts.names import runtime_param_name
+from singa_core.names import runtime_param_name
 from singa_core.netbuilder.slicing import partition_slices, slice_params
 
 

@@ -130,7 +130,7 @@ def prepared_job_of(shared):
         dict(shared.cfg_locations),
         list(shared.cfg_overrides),
     )
-    from singa_core.contracts.device import open_device
+    from singa_core.device import open_device
 
     prepared = PreparedJob(cfg=cfg, host=host, seed=shared.seed, workspace=shared.workspace_path)
     prepared.devices = [open_device(spec) for spec in getattr(shared, "device_specs", [])]

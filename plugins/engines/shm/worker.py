@@ -19,7 +19,7 @@ import numpy as np
 from singa_builtins.engines.shm.bridge import ShmBridgeTransport, install_bridges
 from singa_builtins.engines.shm.context import Mailbox, ProcessContext
 
-from singa_core.contracts.device import CPU, copy_into, to_host
+from singa_core.device import CPU, copy_into, to_host
 from singa_core.layer import kTrain
 from singa_core.netbuilder.net import stable_seed
 from singa_core.running import checkpoint as ckpt
