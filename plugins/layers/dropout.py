@@ -45,7 +45,6 @@ class DropoutLayer(NeuronLayer):
         charge_memory(self, "scratch", shape, itemsize=1, what="keep mask", training_only=True)
         self._keepmask = np.empty_like(self.data, dtype=bool)
         self._masked = False  # whether the last forward applied a mask
-        self._u_host = None  # the host buffer of the draws on a device
 
     def to_onnx(self, g, inputs):
         return inputs[0]  # predicting: the identity
@@ -53,7 +52,7 @@ class DropoutLayer(NeuronLayer):
     def forward(self, phase, srcs):
         x = srcs[0].data
         if phase & kTrain:
-            self._draw()
+            self.draw(self._u_base)  # host draws, copied to the device (Layer.draw)
             np.less(self._u, self._keep, out=self._keepmask)
             np.multiply(self._keepmask, self._scale, out=self.mask)
             np.multiply(x, self.mask, out=self.data)
@@ -61,17 +60,6 @@ class DropoutLayer(NeuronLayer):
         else:
             np.copyto(self.data, x)
             self._masked = False
-
-    def _draw(self) -> None:
-        """Uniform draws from the job's generator, on the host (the same numbers on every
-        device), copied to the device when the layer is not on the CPU."""
-        if self.device.is_host:
-            self.ctx.rng.random(dtype=DTYPE, out=self._u_base)
-            return
-        if self._u_host is None:
-            self._u_host = np.empty(self._u_base.shape, dtype=DTYPE)
-        self.ctx.rng.random(dtype=DTYPE, out=self._u_host)
-        self._u_base[...] = self.device.asarray(self._u_host)
 
     def backward(self, phase, srcs):
         buf = srcs[0].grad_for(self)

@@ -54,6 +54,42 @@ def test_same_seed_same_masks():
     np.testing.assert_array_equal(a.data, b.data)
 
 
+def test_masks_are_drawn_through_layer_draw(monkeypatch):
+    # one way to draw random numbers for every layer (Layer.draw: host draws, copied to
+    # the device), so dropout's masks follow the same rules as every other layer's draws
+    from singa_core.layer import Layer
+
+    calls = []
+    real = Layer.draw
+
+    def spy(self, out, method="random"):
+        calls.append((self.name, out.shape, method))
+        real(self, out, method)
+
+    monkeypatch.setattr(Layer, "draw", spy)
+    src = SourceLayer(np.ones((6, 7)))
+    layer = build(DropoutLayer, 'name: "d"', [src], seed=4)
+    layer.forward(kTrain | kForward, [src])
+    assert calls == [("d", (6, 7), "random")]
+
+
+def test_the_same_masks_on_the_stand_in_device():
+    # the draws are made on the host, so a device and the CPU drop the same units
+    from singa_core.device import standin_device, to_host, using_device
+
+    x = np.random.default_rng(3).standard_normal((2, 3, 4, 5))
+    src = SourceLayer(x)
+    cpu = build(DropoutLayer, 'name: "d" dropout_conf { dropout_ratio: 0.4 }', [src], seed=9)
+    with using_device(standin_device()):
+        dsrc = SourceLayer(x)
+        dev = build(DropoutLayer, 'name: "d" dropout_conf { dropout_ratio: 0.4 }', [dsrc], seed=9)
+        for _ in range(2):
+            cpu.forward(kTrain | kForward, [src])
+            dev.forward(kTrain | kForward, [dsrc])
+            np.testing.assert_array_equal(to_host(dev.mask), cpu.mask)
+            np.testing.assert_array_equal(to_host(dev.data), cpu.data)
+
+
 def test_identity_outside_training():
     src = SourceLayer(np.random.default_rng(1).standard_normal((4, 5)))
     layer = build(DropoutLayer, 'name: "d"', [src])
