@@ -14,13 +14,20 @@ written and read streaming, one Param (or updater-history array) at a time in pi
 Param of memory beyond the Params themselves. The state
 file is written first, so a params file whose state file exists is always complete.
 
-Verification. Last, ``step<S>-worker<W>.manifest.json`` records the size and SHA-256 of
-both files (the BlobProtos bytes stay exactly SINGA's format). Every read checks a file
-against its manifest and refuses a mismatch (exit 2, naming the file, the expected and the
-found digest). A file without a manifest (written by SINGA 0.3, by hand, or killed between
-the params and the manifest write) is accepted after a structural check: it must parse
-completely and hold at least one Param. :func:`find_resume` picks the checkpoint ``--resume``
-continues from and refuses a damaged newest one, naming the newest intact one.
+Verification. ``step<S>-worker<W>.manifest.json`` records the size and SHA-256 of both
+files (the BlobProtos bytes stay exactly SINGA's format), when and by which run (the
+workspace lock's record: pid, host, start time, command) the checkpoint was written. The
+write order makes every checkpoint singa writes verifiable: the state file, then the params
+file to its temporary name, then the manifest, and only then the params file is renamed to
+its final name, so no params file of singa's exists without its manifest (a kill leaves a
+state file and a manifest without params: no checkpoint). Every read checks a file against
+its manifest and refuses a mismatch (exit 2, naming the file, the expected and the found
+digest). A file without a manifest (written by SINGA 0.3 or by hand, or a manifest lost) is
+used after a structural check (it must parse completely and hold at least one Param) with a
+one-line warning that it cannot be verified. :func:`find_resume` picks the checkpoint
+``--resume`` continues from: never one without a manifest when one with a manifest exists,
+and it refuses a damaged newest one, naming the newest intact one. :func:`checkpoint_info`
+says which checkpoint a command uses (:class:`CheckpointInfo`).
 
 Housekeeping. :func:`write_checkpoint` refuses non-finite values
 (:class:`singa_core.running.numeric.NonFiniteError`: the newest good checkpoint is never replaced by
@@ -35,6 +42,8 @@ import hashlib
 import io
 import json
 import re
+import time
+import warnings
 import zipfile
 import zlib
 from collections.abc import Mapping
@@ -44,7 +53,7 @@ from pathlib import Path
 import numpy as np
 
 from singa_core.contracts.device import to_host
-from singa_core.contracts.errors import SingaError
+from singa_core.contracts.errors import SingaError, SingaWarning
 from singa_core.contracts.param import DTYPE
 from singa_core.running.fileio import atomic_write_bytes
 
@@ -55,7 +64,18 @@ _KEEP_FILE = re.compile(r"^step(\d+)\.keep$")
 _STALE_FILE = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$|^\.step\d+-part\d+\.layers\.json$")
 STATE_SUFFIX = ".state.npz"
 MANIFEST_SUFFIX = ".manifest.json"
-MANIFEST_FORMAT = "singa-checkpoint-manifest/1"
+MANIFEST_FORMAT = "singa-checkpoint-manifest/2"
+#: manifests of earlier singa versions: these keys exactly, no provenance, no own digest
+MANIFEST_FORMAT_1 = "singa-checkpoint-manifest/1"
+
+
+def _manifest_digest(doc: dict) -> str:
+    """The SHA-256 a manifest carries of itself (every key but ``digest``, canonical JSON):
+    a flipped byte anywhere in it that still parses is caught too."""
+    rest = {k: v for k, v in doc.items() if k != "digest"}
+    return hashlib.sha256(
+        json.dumps(rest, sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()
 
 
 @dataclass
@@ -196,19 +216,25 @@ class _HashingWriter:
         pass
 
 
-def _write_streamed(path: Path, fill) -> dict:
-    """Write ``path`` atomically through ``fill(writer)``; its ``{"bytes", "sha256"}``."""
+def _write_streamed(path: Path, fill, *, then=None) -> dict:
+    """Write ``path`` atomically through ``fill(writer)``; its ``{"bytes", "sha256"}``.
+    ``then(entry)`` runs after the bytes are written and before the file gets its final name
+    (the manifest is written there: no params file exists without its manifest)."""
     from singa_core.running.fileio import AtomicFile
 
     out = AtomicFile(str(path), "checkpoint file")
     try:
         w = _HashingWriter(out)
         fill(w)
+        entry = {"bytes": w.n, "sha256": w.sha.hexdigest()}
+        if then is not None:
+            out.flush()
+            then(entry)
         out.commit()
     except BaseException:
         out.abort()
         raise
-    return {"bytes": w.n, "sha256": w.sha.hexdigest()}
+    return entry
 
 
 class _Reader:
@@ -407,6 +433,13 @@ def sha256_hex(data: bytes) -> str:
 def read_manifest(params_path: str | Path) -> dict[str, dict] | None:
     """``{file name: {"bytes": n, "sha256": hex}}`` from the manifest beside a checkpoint, or
     None when it has none (SINGA 0.3's and hand-made checkpoints)."""
+    doc = read_manifest_doc(params_path)
+    return None if doc is None else doc["files"]
+
+
+def read_manifest_doc(params_path: str | Path) -> dict | None:
+    """The whole manifest beside a checkpoint (files, step, worker, when and by which run it
+    was written), checked; None when it has none."""
     mp = manifest_path(params_path)
     try:
         raw = mp.read_bytes()
@@ -420,8 +453,15 @@ def read_manifest(params_path: str | Path) -> dict[str, dict] | None:
         ) from None
     try:
         doc = json.loads(raw.decode("utf-8"))
-        if not isinstance(doc, dict) or doc.get("format") != MANIFEST_FORMAT:
+        if not isinstance(doc, dict):
             raise ValueError(f"not a {MANIFEST_FORMAT} document")
+        if doc.get("format") == MANIFEST_FORMAT_1:
+            if set(doc) != {"format", "step", "worker", "files"}:
+                raise ValueError(f"not a {MANIFEST_FORMAT_1} document: keys {sorted(doc)}")
+        elif doc.get("format") != MANIFEST_FORMAT:
+            raise ValueError(f"not a {MANIFEST_FORMAT} document")
+        elif doc.get("digest") != _manifest_digest(doc):
+            raise ValueError("its own SHA-256 does not match its content")
         files = doc["files"]
         for name, entry in files.items():
             if not (
@@ -430,6 +470,17 @@ def read_manifest(params_path: str | Path) -> dict[str, dict] | None:
                 and re.fullmatch(r"[0-9a-f]{64}", str(entry.get("sha256")))
             ):
                 raise ValueError(f"bad entry for {name!r}")
+        m = _STEP_FILE.match(Path(params_path).name)
+        if m and (doc.get("step"), doc.get("worker")) != (int(m.group(1)), int(m.group(2))):
+            raise ValueError(
+                f"it is for step {doc.get('step')} worker {doc.get('worker')}, "
+                f"not step {m.group(1)} worker {m.group(2)}"
+            )
+        written = doc.get("written")
+        if written is not None and not isinstance(written, (int, float)):
+            raise ValueError("bad 'written' time")
+        if not isinstance(doc.get("run", {}), dict):
+            raise ValueError("bad 'run' record")
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise SingaError(
             f"damaged checkpoint manifest: {exc}",
@@ -438,7 +489,7 @@ def read_manifest(params_path: str | Path) -> dict[str, dict] | None:
             "checkpoint (`singa train --resume-from STEP`), or delete the manifest to load "
             "the files after a structural check only",
         ) from None
-    return files
+    return doc
 
 
 def _file_size(p: Path, what: str) -> int:
@@ -480,6 +531,7 @@ def verify_file(path: str | Path, what: str = "checkpoint file") -> int:
     size = _file_size(p, what)
     files = read_manifest(_params_path_of(p))
     if files is None:
+        warn_unverified(p, what)
         return size
     entry = files.get(p.name)
     if entry is None:
@@ -507,6 +559,17 @@ def verify_file(path: str | Path, what: str = "checkpoint file") -> int:
             help=_DAMAGED_HELP,
         )
     return n
+
+
+def warn_unverified(path: str | Path, what: str = "checkpoint file") -> None:
+    """The one-line warning for a file used without a manifest to verify it against."""
+    warnings.warn(
+        f"{what} {path} cannot be verified: it has no manifest "
+        f"({manifest_path(_params_path_of(Path(path))).name}; a SINGA 0.3 or hand-made "
+        "checkpoint); it is used after a structural check only",
+        SingaWarning,
+        stacklevel=3,
+    )
 
 
 def read_checkpoint_bytes(path: str | Path, what: str = "checkpoint file") -> bytes:
@@ -677,7 +740,8 @@ def write_checkpoint(
     keep: int = 0,
 ) -> Path:
     """Write checkpoint ``step<step>-worker<worker>``: the training state, the BlobProtos
-    params, then their manifest, each atomically. Every engine writes through here.
+    params to a temporary name, their manifest, then the params under their final name,
+    each atomically (no params file without its manifest). Every engine writes through here.
 
     Refuses non-finite values (:class:`~singa_core.running.numeric.NonFiniteError`, nothing
     written).
@@ -691,16 +755,19 @@ def write_checkpoint(
     path = d / f"step{step}-worker{worker}"
     state_path = Path(str(path) + STATE_SUFFIX)
     man = manifest_path(path)
-    try:  # an older run's manifest must never vouch for this run's files
-        man.unlink()
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        raise SingaError(
-            f"cannot replace checkpoint manifest: {exc.strerror or exc}",
-            where=str(man),
-            help="check the checkpoint folder's permissions",
-        ) from None
+    # an older run's manifest must never vouch for this run's files, and no params file may
+    # stand without its manifest: the old params go first, then the old manifest
+    for old, what in ((path, "checkpoint file"), (man, "checkpoint manifest")):
+        try:
+            old.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise SingaError(
+                f"cannot replace {what}: {exc.strerror or exc}",
+                where=str(old),
+                help="check the checkpoint folder's permissions",
+            ) from None
     # streamed: the state's arrays and each Param's values go to the files (and their
     # digests) in pieces; memory beyond the arrays themselves is a few buffers
     try:
@@ -717,17 +784,127 @@ def write_checkpoint(
         for piece in _param_pieces(params):
             w.write(piece)
 
-    params_entry = _write_streamed(path, fill_params)
-    doc = {
-        "format": MANIFEST_FORMAT,
-        "step": int(step),
-        "worker": int(worker),
-        "files": {path.name: params_entry, state_path.name: state_entry},
-    }
-    atomic_write_bytes(man, (json.dumps(doc, indent=1) + "\n").encode(), "checkpoint manifest")
+    def write_manifest(params_entry: dict) -> None:
+        doc = {
+            "format": MANIFEST_FORMAT,
+            "step": int(step),
+            "worker": int(worker),
+            "written": round(time.time(), 3),
+            "run": _run_record(workspace),
+            "files": {path.name: params_entry, state_path.name: state_entry},
+        }
+        doc["digest"] = _manifest_digest(doc)
+        data = (json.dumps(doc, indent=1) + "\n").encode()
+        atomic_write_bytes(man, data, "checkpoint manifest")
+
+    _write_streamed(path, fill_params, then=write_manifest)
     if keep > 0:
         prune_checkpoints(workspace, keep, newest=step)
     return path
+
+
+def _run_record(workspace: str | Path) -> dict:
+    """The run writing into ``workspace``: what its lock holder recorded (pid, host, start
+    time, command), or this process's pid and host when nobody holds the lock."""
+    import os
+    import socket
+
+    from singa_core.running.workspace import read_holder
+
+    holder = read_holder(workspace) or {}
+    keep = {k: holder[k] for k in ("pid", "host", "started", "command") if k in holder}
+    return keep or {"pid": os.getpid(), "host": socket.gethostname()}
+
+
+def _when(t) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+@dataclass
+class CheckpointInfo:
+    """Which checkpoint a command uses: its params file, step, when it was written and the
+    run that wrote it (from the manifest), and whether it can be verified (has a manifest).
+    ``str()`` is the line ``singa predict``/``test``/``export`` print."""
+
+    path: Path
+    step: int | None
+    written: float | None
+    run: dict = field(default_factory=dict)
+    verified: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        parts = [f"step {self.step}" if self.step is not None else "step unknown"]
+        if self.written is not None:
+            parts.append(f"written {_when(self.written)}")
+        run = self.run
+        if run:
+            by = "by the run"
+            if isinstance(run.get("started"), (int, float)):
+                by += f" started {_when(run['started'])}"
+            if run.get("pid") is not None:
+                by += f" (pid {run['pid']}"
+                by += f", `{run['command']}`)" if run.get("command") else ")"
+            parts.append(by)
+        if not self.verified:
+            parts.append("no manifest: not verifiable")
+        return f"{self.path} ({', '.join(parts)})"
+
+    def __str__(self) -> str:
+        return self.describe()
+
+
+def checkpoint_info(path: str | Path) -> CheckpointInfo:
+    """What :class:`CheckpointInfo` says about the params file ``path`` (its manifest when
+    it has one, else the step of its name or state file and the file's time)."""
+    p = Path(path)
+    doc = None
+    try:
+        doc = read_manifest_doc(p)
+    except SingaError:
+        pass  # a damaged manifest: the load itself says so
+    if doc is not None:
+        return CheckpointInfo(
+            p, doc.get("step"), doc.get("written"), dict(doc.get("run") or {}), True
+        )
+    step = None
+    m = _STEP_FILE.match(p.name)
+    if m:
+        step = int(m.group(1))
+    try:
+        written = p.stat().st_mtime
+    except OSError:
+        written = None
+    return CheckpointInfo(p, step, written, {}, False)
+
+
+def moved_aside_note(workspace: str | Path, step: int | None) -> str | None:
+    """A note when a folder an earlier run's checkpoints were moved to
+    (``checkpoint.before-*``) holds a later step than ``step`` (the workspace's newest):
+    the model in use may come from a shorter run than one moved aside."""
+    ws = Path(workspace)
+    if step is None or not ws.is_dir():
+        return None
+    best = None
+    for d in sorted(ws.glob("checkpoint.before-*")):
+        if not d.is_dir():
+            continue
+        steps = []
+        for f in d.iterdir():
+            m = _STEP_FILE.match(f.name)
+            if m and Path(str(f) + STATE_SUFFIX).exists():
+                steps.append((int(m.group(1)), f))
+        if steps:
+            top = max(steps)
+            if top[0] > step and (best is None or top[0] > best[0]):
+                best = top
+    if best is None:
+        return None
+    return (
+        f"note: this is step {step}, but {best[1].parent} holds step {best[0]} of an earlier, "
+        f"longer run (moved aside when a new run started in this workspace); use it with "
+        f"--checkpoint {best[1]}"
+    )
 
 
 def checkpoint_steps(workspace: str | Path) -> dict[int, list[Path]]:
@@ -763,6 +940,10 @@ def verify_checkpoint(files: list[Path]) -> dict:
     return meta or {}
 
 
+def _has_manifest(files: list[Path]) -> bool:
+    return all(manifest_path(f).exists() for f in files)
+
+
 def marked_steps(workspace: str | Path) -> set[int]:
     """Steps the user marked to keep (``touch WORKSPACE/checkpoint/step<S>.keep``)."""
     d = checkpoint_dir(workspace)
@@ -790,11 +971,27 @@ def find_resume(workspace: str | Path, step: int | None = None) -> tuple[int, li
             )
         return step, steps[step], verify_checkpoint(steps[step])
     newest = max(steps)
+    # a checkpoint of singa's own without its manifest cannot be verified: never continue
+    # from it while one that can be verified exists (the write order makes it something a
+    # kill under an older singa, or a lost manifest, left)
+    verifiable = [s for s in sorted(steps, reverse=True) if _has_manifest(steps[s])]
+    if verifiable and verifiable[0] != newest:
+        skipped = [s for s in steps if s > verifiable[0]]
+        warnings.warn(
+            f"--resume: the checkpoint(s) of step {', '.join(map(str, sorted(skipped)))} in "
+            f"{d} have no manifest and cannot be verified; continuing from step "
+            f"{verifiable[0]}, the newest verifiable one (--resume-from STEP picks another)",
+            SingaWarning,
+            stacklevel=2,
+        )
+        newest = verifiable[0]
     try:
         return newest, steps[newest], verify_checkpoint(steps[newest])
     except SingaError as err:
         intact = None
-        for s in sorted(steps, reverse=True)[1:]:
+        for s in sorted(verifiable or steps, reverse=True):
+            if s >= newest:
+                continue
             try:
                 verify_checkpoint(steps[s])
             except SingaError:
