@@ -34,7 +34,7 @@ def singa_step(texts, threads: int, hidden: int):
     return singa_train_step(REPO / "examples" / "char-rnn" / "job.conf", overrides, threads)
 
 
-def torch_step(texts, threads: int, hidden: int):
+def torch_step(texts, threads: int, hidden: int, *, foreach: bool | None = None):
     try:
         import torch
     except ImportError:
@@ -53,7 +53,7 @@ def torch_step(texts, threads: int, hidden: int):
     params = [*gru.parameters(), *out.parameters()]
     for p in params:
         torch.nn.init.uniform_(p, -0.08, 0.08)
-    opt = torch.optim.RMSprop(params, lr=0.002, alpha=0.95)
+    opt = torch.optim.RMSprop(params, lr=0.002, alpha=0.95, foreach=foreach)
     loss_fn = torch.nn.CrossEntropyLoss()
     eye = torch.eye(VOCAB)
 

@@ -70,7 +70,7 @@ def _torch_step(torch, model, opt, x, y, batch):
     return step
 
 
-def torch_lenet(threads: int):
+def torch_lenet(threads: int, *, foreach: bool | None = None):
     try:
         import torch
     except ImportError:
@@ -88,13 +88,15 @@ def torch_lenet(threads: int):
         nn.ReLU(),
         nn.Linear(500, 10),
     )
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
+    opt = torch.optim.SGD(
+        model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4, foreach=foreach
+    )
     x = torch.rand(64 * 16, 1, 28, 28)
     y = torch.randint(0, 10, (64 * 16,))
     return _torch_step(torch, model, opt, x, y, 64)
 
 
-def torch_cifar10(threads: int, *, lrn: bool = True):
+def torch_cifar10(threads: int, *, lrn: bool = True, foreach: bool | None = None):
     try:
         import torch
     except ImportError:
@@ -124,7 +126,9 @@ def torch_cifar10(threads: int, *, lrn: bool = True):
         nn.Flatten(),
         nn.Linear(576, 10),
     )
-    opt = torch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9, weight_decay=4e-3)
+    opt = torch.optim.SGD(
+        model.parameters(), lr=0.001, momentum=0.9, weight_decay=4e-3, foreach=foreach
+    )
     x = torch.randn(100 * 8, 3, 32, 32) * 60
     y = torch.randint(0, 10, (100 * 8,))
     return _torch_step(torch, model, opt, x, y, 100)

@@ -23,7 +23,7 @@ def singa_step(stores, threads: int):
     return singa_train_step(REPO / "examples" / "mnist" / "job.conf", overrides, threads)
 
 
-def torch_step(threads: int):
+def torch_step(threads: int, *, foreach: bool | None = None):
     try:
         import torch
     except ImportError:
@@ -37,7 +37,7 @@ def torch_step(threads: int):
         if i < len(sizes) - 2:
             layers.append(torch.nn.Tanh())
     model = torch.nn.Sequential(*layers)
-    opt = torch.optim.SGD(model.parameters(), lr=0.001)
+    opt = torch.optim.SGD(model.parameters(), lr=0.001, foreach=foreach)
     loss_fn = torch.nn.CrossEntropyLoss()
     x = torch.randn(64 * 16, 784)
     y = torch.randint(0, 10, (64 * 16,))

@@ -95,6 +95,15 @@ class Device:
         with self.activate():
             return self.xp.empty(shape, dtype=dtype)
 
+    # -- kernels ---------------------------------------------------------------------------
+    @property
+    def kernels(self):
+        """This device's implementations of the named kernels
+        (:mod:`singa_core.contracts.kernels`): ``device.kernels.NAME(...)``."""
+        from singa_core.contracts.kernels import kernel_set
+
+        return kernel_set(self.kind)
+
     # -- the device itself ----------------------------------------------------------------
     def activate(self):
         """A context making this device current for the calling thread (CuPy's

@@ -223,6 +223,12 @@ class Layer:
         return self.ctx.device.xp
 
     @property
+    def kernels(self):
+        """The named kernels of this layer's device (:mod:`singa_core.kernels`):
+        ``self.kernels.NAME(...)`` runs NAME's implementation for the device."""
+        return self.ctx.device.kernels
+
+    @property
     def shape(self) -> tuple[int, ...]:
         return tuple(self.data.shape) if self.data is not None else ()
 

@@ -22,8 +22,13 @@ slow (a Python wrapper around every array): a test device, not a way to train.
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import threading
 import types
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -57,14 +62,14 @@ class StandinArray:
 
     def get(self, *args, **kwargs) -> np.ndarray:
         """An explicit copy to the host (CuPy's ``ndarray.get``)."""
-        return np.array(self._a, copy=True)
+        return _op("get", lambda: np.array(self._a, copy=True))
 
     def set(self, arr, *args, **kwargs) -> None:
         """An explicit copy from the host into this array (CuPy's ``ndarray.set``: same
         shape, a C-contiguous target)."""
         if not self._a.flags.c_contiguous:
             raise ValueError("set() needs a C-contiguous device array")
-        np.copyto(self._a, np.asarray(arr).reshape(self._a.shape))
+        _op("set", lambda: np.copyto(self._a, np.asarray(arr).reshape(self._a.shape)))
 
     # -- attributes ----------------------------------------------------------------------
     @property
@@ -105,7 +110,7 @@ class StandinArray:
 
     @property
     def T(self):
-        return StandinArray(self._a.T)
+        return _op("T", lambda: StandinArray(self._a.T), (self,))
 
     @property
     def base(self):
@@ -123,9 +128,13 @@ class StandinArray:
 
             def method(*args, **kwargs):
                 _refuse_host(args, kwargs)
-                result = attr(*_unwrap(args), **_unwrap(kwargs))
-                out = kwargs.get("out")
-                return out if out is not None else _wrap(result)
+
+                def run():
+                    result = attr(*_unwrap(args), **_unwrap(kwargs))
+                    out = kwargs.get("out")
+                    return out if out is not None else _wrap(result)
+
+                return _op(name, run, (self,))
 
             method.__name__ = name
             return method
@@ -140,52 +149,67 @@ class StandinArray:
             yield _wrap(item)
 
     def __getitem__(self, key):
-        return _wrap(self._a[_key(key)])
+        key = _key(key)
+        return _op("getitem", lambda: _wrap(self._a[key]), (self,))
 
     def __setitem__(self, key, value):
         _refuse_host((value,), {})
-        self._a[_key(key)] = _unwrap(value)
+        key = _key(key)
+
+        def run():
+            self._a[key] = _unwrap(value)
+
+        _op("setitem", run)
 
     # -- dispatch of numpy's functions and ufuncs ----------------------------------------
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         _refuse_host(inputs, kwargs)
         out = kwargs.get("out")
-        result = getattr(ufunc, method)(*_unwrap(inputs), **_unwrap(kwargs))
-        if out is not None:
-            return out[0] if isinstance(out, tuple) and len(out) == 1 else out
-        return _wrap(result)
+
+        def run():
+            result = getattr(ufunc, method)(*_unwrap(inputs), **_unwrap(kwargs))
+            if out is not None:
+                return out[0] if isinstance(out, tuple) and len(out) == 1 else out
+            return _wrap(result)
+
+        name = ufunc.__name__ if method == "__call__" else f"{ufunc.__name__}.{method}"
+        return _op(name, run)
 
     def __array_function__(self, func, types, args, kwargs):
         _refuse_host(args, kwargs)
         _refuse_unsupported(func.__name__, kwargs)
-        result = func(*_unwrap(args), **_unwrap(kwargs))
-        out = kwargs.get("out")
-        return out if out is not None else _wrap(result)
+
+        def run():
+            result = func(*_unwrap(args), **_unwrap(kwargs))
+            out = kwargs.get("out")
+            return out if out is not None else _wrap(result)
+
+        return _op(func.__name__, run, args)
 
     # -- scalars (a synchronising read, as on a GPU) -------------------------------------
     def __bool__(self) -> bool:
-        return bool(self._a)
+        return _op("__bool__", lambda: bool(self._a))
 
     def __float__(self) -> float:
-        return float(self._a)
+        return _op("__float__", lambda: float(self._a))
 
     def __int__(self) -> int:
-        return int(self._a)
+        return _op("__int__", lambda: int(self._a))
 
     def __index__(self) -> int:
-        return self._a.__index__()
+        return _op("__index__", lambda: self._a.__index__())
 
     def __complex__(self) -> complex:
-        return complex(self._a)
+        return _op("__complex__", lambda: complex(self._a))
 
     def __repr__(self) -> str:
         return f"standin({self._a!r})"
 
     def __copy__(self):
-        return StandinArray(self._a.copy())
+        return _op("copy", lambda: StandinArray(self._a.copy()))
 
     def __deepcopy__(self, memo):
-        return StandinArray(self._a.copy())
+        return _op("copy", lambda: StandinArray(self._a.copy()))
 
     def __reduce__(self):
         raise TypeError("device arrays are not pickled: device.to_host(x) first")
@@ -230,6 +254,115 @@ for _name, _uf in {
 for _name, _uf in {"neg": np.negative, "pos": np.positive, "abs": np.absolute,
                    "invert": np.invert}.items():  # fmt: skip
     setattr(StandinArray, f"__{_name}__", lambda self, _uf=_uf: _uf(self))
+
+
+# -- counting: what a GPU would be asked to do -----------------------------------------------
+#: calls that read a device value on the host: on a GPU each waits for the device (a stall)
+READS = frozenset(
+    {"get", "item", "tolist", "__bool__", "__float__", "__int__", "__index__", "__complex__"}
+)
+#: calls that copy host data to the device
+TO_DEVICE = frozenset({"to_device", "set"})
+#: allocations without a kernel (CuPy's ``empty`` takes memory from its pool, nothing runs)
+ALLOCATIONS = frozenset({"empty", "empty_like"})
+#: calls that give a view when their result shares the input's memory (no kernel then)
+VIEW_CANDIDATES = frozenset(
+    {"reshape", "ravel", "transpose", "T", "getitem", "swapaxes", "squeeze", "expand_dims",
+     "view", "as_strided", "sliding_window_view", "moveaxis", "broadcast_to", "diagonal",
+     "ascontiguousarray", "asarray", "real", "imag", "atleast_1d", "atleast_2d", "rollaxis"}
+)  # fmt: skip
+
+
+@dataclass
+class Counts:
+    """What the stand-in was asked to do while :func:`counting` was on: ``kernels`` (each a
+    launch on a GPU), ``views`` (no device work), ``reads`` (device values read on the host:
+    each a synchronisation), ``to_device`` (host-to-device copies), ``allocations``; and
+    each kernel, read and copy by name (``by_name``)."""
+
+    kernels: int = 0
+    views: int = 0
+    reads: int = 0
+    to_device: int = 0
+    allocations: int = 0
+    by_name: Counter = field(default_factory=Counter)
+
+    def record(self, name: str, kind: str) -> None:
+        setattr(self, kind, getattr(self, kind) + 1)
+        if kind != "views":
+            self.by_name[f"{kind}:{name}"] += 1
+
+    def as_dict(self) -> dict[str, int]:
+        return {k: getattr(self, k) for k in ("kernels", "views", "reads", "to_device",
+                                               "allocations")}  # fmt: skip
+
+
+_counts: Counts | None = None
+_depth = threading.local()
+
+
+@contextlib.contextmanager
+def counting() -> Iterator[Counts]:
+    """Count every call into the stand-in for the block (any thread). A call the stand-in
+    makes into itself while serving one (a ufunc's own dispatch) is not counted again."""
+    global _counts
+    prev, _counts = _counts, Counts()
+    try:
+        yield _counts
+    finally:
+        _counts = prev
+
+
+def _classify(name: str, result, inputs) -> str:
+    if name in READS:
+        return "reads"
+    if name in TO_DEVICE:
+        return "to_device"
+    if name in ALLOCATIONS:
+        return "allocations"
+    if name in VIEW_CANDIDATES and isinstance(result, StandinArray):
+        for x in inputs:
+            if isinstance(x, StandinArray) and np.may_share_memory(result._a, x._a):
+                return "views"
+    return "kernels"
+
+
+def _op(name: str, run, inputs=()):
+    """Run one stand-in call, counted when :func:`counting` is on."""
+    counts = _counts
+    if counts is None or getattr(_depth, "n", 0):
+        return run()
+    _depth.n = 1
+    try:
+        result = run()
+    finally:
+        _depth.n = 0
+    counts.record(name, _classify(name, result, inputs))
+    return result
+
+
+def launcher(name: str, host_fn, launches: int = 1):
+    """A kernel's host implementation run on stand-in arrays as ``launches`` counted
+    launches (what its CUDA implementation costs on a GPU): device arrays among the
+    arguments (in lists and tuples too) are handed over as their numpy arrays, host arrays
+    are refused, and arrays it returns come back as device arrays."""
+
+    def run(*args, **kwargs):
+        _refuse_host(args, kwargs)
+        counts = _counts
+        if counts is None or getattr(_depth, "n", 0):
+            return _wrap(host_fn(*_unwrap(args), **_unwrap(kwargs)))
+        _depth.n = 1
+        try:
+            result = _wrap(host_fn(*_unwrap(args), **_unwrap(kwargs)))
+        finally:
+            _depth.n = 0
+        for _ in range(launches):
+            counts.record(name, "kernels")
+        return result
+
+    run.__name__ = name
+    return run
 
 
 # -- wrapping and unwrapping --------------------------------------------------------------
@@ -304,7 +437,7 @@ class _Ufunc:
 
     def __call__(self, *args, **kwargs):
         _refuse_host(args, kwargs)
-        return _wrap(self._uf(*args, **kwargs))
+        return _op(self.__name__, lambda: _wrap(self._uf(*args, **kwargs)))
 
     def __getattr__(self, name):
         attr = getattr(self._uf, name)
@@ -313,18 +446,20 @@ class _Ufunc:
 
         def method(*args, **kwargs):
             _refuse_host(args, kwargs)
-            return _wrap(attr(*args, **kwargs))
+            return _op(f"{self.__name__}.{name}", lambda: _wrap(attr(*args, **kwargs)))
 
         return method
 
 
 def _function(fn):
+    name = getattr(fn, "__name__", "function")
+
     def call(*args, **kwargs):
         _refuse_host(args, kwargs)
-        _refuse_unsupported(getattr(fn, "__name__", ""), kwargs)
-        return _wrap(fn(*args, **kwargs))
+        _refuse_unsupported(name, kwargs)
+        return _op(name, lambda: _wrap(fn(*args, **kwargs)), args)
 
-    call.__name__ = getattr(fn, "__name__", "function")
+    call.__name__ = name
     return call
 
 
@@ -332,19 +467,30 @@ def asarray(x, dtype=None, order=None, **kwargs):
     """Host data to the device (a copy), or a device array as it is (CuPy's asarray)."""
     if isinstance(x, StandinArray):
         return x if dtype is None or x.dtype == dtype else x.astype(dtype)
-    return StandinArray(np.array(x, dtype=dtype, order=order or "K", copy=True))
+    return _op(
+        "to_device", lambda: StandinArray(np.array(x, dtype=dtype, order=order or "K", copy=True))
+    )
 
 
 def array(x, dtype=None, copy=True, order="K", **kwargs):
     if isinstance(x, StandinArray):
-        return StandinArray(np.array(x._a, dtype=dtype, copy=copy, order=order))
-    return StandinArray(np.array(x, dtype=dtype, order=order, copy=True))
+        return _op(
+            "copy", lambda: StandinArray(np.array(x._a, dtype=dtype, copy=copy, order=order))
+        )
+    return _op("to_device", lambda: StandinArray(np.array(x, dtype=dtype, order=order, copy=True)))
 
 
 def ascontiguousarray(x, dtype=None):
     if isinstance(x, StandinArray):
-        return StandinArray(np.ascontiguousarray(x._a, dtype=dtype))
-    return StandinArray(np.ascontiguousarray(np.array(x, dtype=dtype, copy=True)))
+        return _op(
+            "ascontiguousarray",
+            lambda: StandinArray(np.ascontiguousarray(x._a, dtype=dtype)),
+            (x,),
+        )
+    return _op(
+        "to_device",
+        lambda: StandinArray(np.ascontiguousarray(np.array(x, dtype=dtype, copy=True))),
+    )
 
 
 def asnumpy(x, **kwargs) -> np.ndarray:
@@ -362,13 +508,21 @@ ndarray = StandinArray
 def _as_strided(x, shape=None, strides=None, **kwargs):
     if not isinstance(x, StandinArray):
         raise _host_refusal(np.asarray(x))
-    return StandinArray(np.lib.stride_tricks.as_strided(x._a, shape, strides, **kwargs))
+    return _op(
+        "as_strided",
+        lambda: StandinArray(np.lib.stride_tricks.as_strided(x._a, shape, strides, **kwargs)),
+        (x,),
+    )
 
 
 def _sliding_window_view(x, *args, **kwargs):
     if not isinstance(x, StandinArray):
         raise _host_refusal(np.asarray(x))
-    return StandinArray(np.lib.stride_tricks.sliding_window_view(x._a, *args, **kwargs))
+    return _op(
+        "sliding_window_view",
+        lambda: StandinArray(np.lib.stride_tricks.sliding_window_view(x._a, *args, **kwargs)),
+        (x,),
+    )
 
 
 lib = types.SimpleNamespace(

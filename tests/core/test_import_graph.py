@@ -46,6 +46,7 @@ ALIASES = {
     "engine",
     "blas",
     "device",
+    "kernels",
     "memory",
     "names",
     "resources",
