@@ -15,6 +15,7 @@ import os
 import re
 import signal
 import threading
+import time
 from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,7 +27,11 @@ REPO = Path(__file__).resolve().parents[2]
 LONG = os.environ.get("SINGA_FUZZ_LONG", "") not in ("", "0")
 # the multiplier of the CI budget: 100 with SINGA_FUZZ_LONG, or SINGA_FUZZ_SCALE=k
 SCALE = int(os.environ.get("SINGA_FUZZ_SCALE") or (100 if LONG else 1))
-CASE_SECONDS = 5.0  # the longest any single input may take
+CASE_SECONDS = 5.0  # the most CPU time any single input may take (the process's, all threads)
+# a case that waits without computing (a FIFO opened, a lock, a child that never answers)
+# uses no CPU: a wall-clock limit this many times longer catches it, far beyond what any
+# load makes of a 5 s case (at load 12 on 2 cores a case runs about 6x slower)
+WALL_BACKSTOP = 24
 COUNTS: Counter = Counter()
 
 
@@ -45,26 +50,48 @@ def fuzz_settings(base: int):
 
 
 class Hang(Exception):
-    """A case ran longer than CASE_SECONDS."""
+    """A case used more than CASE_SECONDS of CPU time, or waited WALL_BACKSTOP times as long."""
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process so far (user + system, every thread)."""
+    t = os.times()
+    return t.user + t.system
 
 
 @contextmanager
-def time_limit(seconds: float = CASE_SECONDS):
-    """Raise :class:`Hang` in the main thread if the block runs longer than ``seconds``."""
+def time_limit(seconds: float = CASE_SECONDS, wall_factor: float = WALL_BACKSTOP):
+    """Raise :class:`Hang` in the main thread if the block uses more than ``seconds`` of
+    CPU time (``ITIMER_PROF``: the process's user + system time, which another process's
+    load does not inflate), or runs ``wall_factor`` times ``seconds`` of wall-clock time
+    (``ITIMER_REAL``: a wait that computes nothing)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    start = time.monotonic()
+    cpu_start = cpu_seconds()
 
-    def on_alarm(signum, frame):
-        raise Hang(f"the case ran longer than {seconds} s")
+    def on_cpu(signum, frame):
+        raise Hang(f"the case used more than {seconds} s of CPU time")
 
-    prev = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    def on_wall(signum, frame):
+        used = cpu_seconds() - cpu_start
+        raise Hang(
+            f"the case ran {time.monotonic() - start:.0f} s (wall clock) using {used:.1f} s "
+            "of CPU time: it waits for something that does not come"
+        )
+
+    prev_prof = signal.signal(signal.SIGPROF, on_cpu)
+    prev_alarm = signal.signal(signal.SIGALRM, on_wall)
+    signal.setitimer(signal.ITIMER_PROF, seconds)
+    signal.setitimer(signal.ITIMER_REAL, seconds * wall_factor)
     try:
         yield
     finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, prev)
+        signal.signal(signal.SIGPROF, prev_prof)
+        signal.signal(signal.SIGALRM, prev_alarm)
 
 
 MAX_RSS_MB = 4096  # a leak across cases (or one case touching gigabytes) fails the property

@@ -1,7 +1,7 @@
 """Fuzzing `singa predict`, `singa export` and `singa data images` (issue 30 point 6):
 their arguments and the files they read. Every case, in-process through the CLI's own entry
 point, ends with exit 0 or a located exit 2 (``WHERE: error: WHAT``, no traceback) within
-5 s; predict never prints a ``nan`` probability; no device, FIFO or folder given as an
+5 s of CPU time; predict never prints a ``nan`` probability; no device, FIFO or folder given as an
 output is replaced (/dev/null stays a device, the planted FIFO and folder stay).
 """
 

@@ -2,7 +2,7 @@
 
 Every example conf, mutated byte by byte and by structure, is run through the CLI's own
 entry point (``singa_core.commands.cli.app``; no subprocess). Every outcome must be exit 0 or a
-SingaError with a location (exit 2, ``WHERE: error: ...``, no traceback), within 5 s.
+SingaError with a location (exit 2, ``WHERE: error: ...``, no traceback), within 5 s of CPU time.
 
 The cases run in a folder laid out like the repository (``examples/mnist/train_data.bin``
 ...), with the real converted stores, so mutated confs reach net building and data reading,

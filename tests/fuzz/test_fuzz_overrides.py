@@ -1,7 +1,7 @@
 """Fuzzing ``-o FIELD=VALUE`` override strings (issue 11 point 6): real field paths of the
 schema (with good and bad indices) set to extreme, malformed or mistyped values, and
 arbitrary text, through `singa train --dry-run` in-process on a small job. Every outcome is
-exit 0 or a located SingaError within 5 s.
+exit 0 or a located SingaError within 5 s of CPU time.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Fuzzing the readers of persisted bytes (issue 11 point 6): kvfile and textfile stores,
 BlobProtos checkpoints and ``.state.npz`` training states. Mutations of valid files and
 arbitrary bytes may only end in the documented error, :class:`SingaError` (naming the file),
-within 5 s; never another exception.
+within 5 s of CPU time; never another exception.
 """
 
 from __future__ import annotations
