@@ -141,6 +141,10 @@ class TestResult:
     metrics: dict[str, float]
     steps: int
     checkpoints: list[str]
+    #: which checkpoint(s) were tested: path, step, when and by which run written
+    #: (:class:`singa_core.running.checkpoint.CheckpointInfo`), and notes about them
+    checkpoint_info: list = field(default_factory=list)
+    checkpoint_notes: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         from singa_core.running.reporting import format_metrics
@@ -576,8 +580,10 @@ class Job:
                     paths.extend(mapped)
                     print(
                         f"note: {folder} had an earlier run's checkpoints (up to step "
-                        f"{old[0]}); moved them to {moved} (continue that run instead with "
-                        f"--resume after moving them back)",
+                        f"{old[0]}); moved them to {moved}: `--checkpoint "
+                        f"{moved / old[1][0].name}` picks that model for singa predict, test "
+                        "and export (or move the folder back and continue that run with "
+                        "--resume)",
                         file=self.err,
                     )
             return True
@@ -719,6 +725,8 @@ class Job:
         job_copy.CopyFrom(self.cfg.job)
         cfg = replace(self.cfg, job=job_copy)
         j = cfg.job
+        ws = self.workspace_override or j.cluster.workspace
+        default_files = False  # the workspace's newest checkpoint
         if checkpoints:
             files = [Path(c) for c in checkpoints]
             for c in files:
@@ -734,9 +742,9 @@ class Job:
             # the model this job.conf trained: the newest checkpoint of its workspace (it
             # holds every Param, those fine-tuned from checkpoint_path included); without
             # one, checkpoint_path (e.g. a sampling job that reads another job's model)
-            ws = self.workspace_override or j.cluster.workspace
             found = latest_checkpoint(ws) if ws else None
             if found is not None:
+                default_files = True
                 del j.checkpoint_path[:]
                 j.checkpoint_path.extend(str(f) for f in found[1])
             elif not j.checkpoint_path:
@@ -767,4 +775,11 @@ class Job:
         engine_cls = select_engine(prepared.host, j, self.engine_name)
         eng = engine_cls(prepared, Reporter(out=self.out, err=self.err, live=False))
         metrics = eng.test(n)
-        return TestResult(dict(metrics or {}), n, list(j.checkpoint_path))
+        from singa_core.inference.model import checkpoint_report
+        from singa_core.running.checkpoint import checkpoint_info
+
+        files = list(j.checkpoint_path)
+        notes = []
+        if default_files:
+            notes = checkpoint_report(files, ws)[len(files) :]
+        return TestResult(dict(metrics or {}), n, files, [checkpoint_info(f) for f in files], notes)

@@ -83,6 +83,19 @@ class JobInfo:
 
 
 # -- submitting ------------------------------------------------------------------------------
+def job_workspace(conf: str | Path, args: list[str] = ()) -> str:
+    """The workspace ``singa train CONF ARGS`` uses (``--workspace``, else job.conf's with
+    the ``-o`` overrides), or "" when it names none."""
+    from singa_core.jobconf.parse import load_job
+
+    args = list(args)
+    overrides = [args[i + 1] for i, a in enumerate(args[:-1]) if a in ("-o", "--override")]
+    job = load_job(conf, overrides).job
+    return _option(args, "--workspace") or (
+        job.cluster.workspace if job.cluster.HasField("workspace") else ""
+    )
+
+
 def submit(conf: str | Path, args: list[str] = (), *, root: Path | None = None) -> JobRecord:
     """Start ``singa train CONF ARGS`` detached; returns its record once the runner runs.
     The job.conf is parsed first (with ``-o`` overrides), so its mistakes are reported here

@@ -11,7 +11,9 @@ import sys
 from singa_core.commands.startup import quiet_interrupts
 
 with quiet_interrupts():  # Ctrl-C while the command line loads: "interrupted", exit 130
+    import errno
     import json
+    import os
     from pathlib import Path
     from typing import Annotated
 
@@ -73,6 +75,48 @@ class _Group(TyperGroup):
 
     def format_epilog(self, ctx, formatter) -> None:
         _write_epilog(self.epilog, formatter)
+
+    def parse_args(self, ctx, args):
+        ctx.meta.setdefault("singa.argv", list(args))  # to name the argument of an OSError
+        return super().parse_args(ctx, args)
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except OSError as exc:
+            if exc.errno != errno.ENAMETOOLONG:
+                raise
+            _fail(name_too_long(exc, ctx.meta.get("singa.argv", [])))
+
+
+def _shown_name(name: str) -> str:
+    """A name the filesystem refuses, shortened for a message: its start and its length."""
+    size = len(os.fsencode(name))
+    return name if len(name) <= 60 else f"{name[:40]}… ({size} bytes)"
+
+
+def name_too_long(exc: OSError, argv: list[str]) -> SingaError:
+    """A located user error for ``File name too long`` (ENAMETOOLONG), wherever a command
+    met it: at the option (or argument) of the command line whose value holds the long
+    name, else at the path the filesystem refused."""
+    path = os.fsdecode(exc.filename) if exc.filename is not None else ""
+    parts = [p for p in path.split(os.sep) if len(os.fsencode(p)) > NAME_MAX]
+    long = parts[0] if parts else path
+    where = _shown_name(path) if path else "command line"
+    for i, arg in enumerate(argv):
+        if long and long in arg:
+            flag = arg.split("=", 1)[0] if arg.startswith("-") and "=" in arg else None
+            if flag is None and i > 0 and argv[i - 1].startswith("-"):
+                flag = argv[i - 1]
+            where = flag or _shown_name(arg)
+            break
+    what = f"the name {_shown_name(long)}" if parts else f"the path {_shown_name(path)}"
+    return SingaError(
+        f"{what} is too long for the filesystem",
+        where=where,
+        help=f"use names of at most {NAME_MAX} bytes per folder or file "
+        f"(and at most {PATH_MAX} bytes in all)",
+    )
 
 
 def _argument_name(param) -> str:
@@ -144,6 +188,9 @@ SampleShapeOpt = Annotated[
         "28), for 0.1-style parser layers (kMnist, kRGBImage) that learn it from records",
     ),
 ]
+
+
+NAME_MAX, PATH_MAX = 255, 4096  # Linux's limits: one name, a whole path (bytes)
 
 
 def _fail(err: SingaError) -> None:
@@ -483,6 +530,10 @@ def test(
         result = run.test(steps, checkpoint)
     except SingaError as err:
         _fail(err)
+    for info in result.checkpoint_info:  # which model: path, step, when, which run
+        print(f"checkpoint: {info}", file=sys.stderr)
+    for note in result.checkpoint_notes:
+        print(note, file=sys.stderr)
     print(result.summary())
 
 
@@ -965,6 +1016,7 @@ def predict(
         if needs_choice(model.plan.job):  # BLAS threads as `singa train` chooses them
             n, why = choose_for_model(model, samples)
             print(f"BLAS threads: {n} ({why})", file=sys.stderr)
+        _say_checkpoint(model)  # after the inputs' checks: an error comes first
         scores = predict_noting_range(model, samples)  # a far-off range: a warning line
         class_names = read_labels(labels)
         if output is None:
@@ -1048,13 +1100,33 @@ def export(
 
             model = run.model(checkpoint, sample_shape=tuple(sample_shape or ()) or None)
             summary = export_onnx(model, out, onnx_state or "required")
+            said = [f"checkpoint: {info}" for info in model.checkpoints]
+            said += model.checkpoint_notes
         else:
+            from singa_core.inference.model import (
+                checkpoint_files,
+                checkpoint_report,
+                from_workspace,
+            )
             from singa_core.inference.safetensors_export import export_safetensors
 
+            ws = run.workspace_override or run.cfg.job.cluster.workspace
+            files = checkpoint_files(ws, checkpoint, list(run.cfg.job.checkpoint_path))
+            said = checkpoint_report(files, ws, default=from_workspace(ws, checkpoint))
             summary = export_safetensors(run, out, checkpoint)
     except SingaError as err:
         _fail(err)
+    for line in said:  # which checkpoint: path, step, when, which run
+        print(line, file=sys.stderr)
     print(summary)
+
+
+def _say_checkpoint(model) -> None:
+    """Which checkpoint a model uses (path, step, when, which run), and notes about it."""
+    for info in model.checkpoints:
+        print(f"checkpoint: {info}", file=sys.stderr)
+    for note in model.checkpoint_notes:
+        print(note, file=sys.stderr)
 
 
 @app.command()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -60,6 +61,7 @@ def register(app) -> None:
         from singa_core.api.jobs import submit as submit_job
 
         try:
+            before = _checkpoints_to_move(job, list(ctx.args))
             record = submit_job(job, list(ctx.args))
         except SingaError as err:
             _fail(err)
@@ -69,6 +71,28 @@ def register(app) -> None:
             f"`singa logs {record.id} -f`, stop it with `singa stop {record.id}`",
             file=sys.stderr,
         )
+        if before is not None:  # the run moves an earlier run's checkpoints aside
+            step, name = before
+            aside = Path(record.workspace) / "checkpoint.before-<YYYYmmdd-HHMMSS>"
+            print(
+                f"note: {Path(record.workspace) / 'checkpoint'} holds an earlier run's "
+                f"checkpoints (up to step {step}); this run moves them to {aside} (the time "
+                f"it starts; `singa logs {record.id}` names the folder): `--checkpoint "
+                f"{aside / name}` picks that model for singa predict, test and export",
+                file=sys.stderr,
+            )
+
+    def _checkpoints_to_move(job: str, args: list[str]):
+        """(newest step, its params file name) of the checkpoints a new run of ``job`` (not
+        --resume) will move aside from its workspace, or None."""
+        from singa_core.api.jobs import job_workspace
+        from singa_core.running.checkpoint import latest_checkpoint
+
+        if any(a in ("--resume", "--resume-from") or a.startswith("--resume-from=") for a in args):
+            return None
+        workspace = job_workspace(job, args)
+        found = latest_checkpoint(workspace) if workspace else None
+        return None if found is None else (found[0], found[1][0].name)
 
     @app.command(
         "jobs",

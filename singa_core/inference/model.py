@@ -77,6 +77,29 @@ def checkpoint_files(workspace: str | Path | None, checkpoint=None, fallback=())
     )
 
 
+def from_workspace(workspace, checkpoint=None) -> bool:
+    """Whether :func:`checkpoint_files` picks the workspace's newest checkpoint."""
+    from singa_core.running.checkpoint import latest_checkpoint
+
+    return checkpoint is None and bool(workspace) and latest_checkpoint(workspace) is not None
+
+
+def checkpoint_report(files, workspace=None, *, default: bool = True) -> list[str]:
+    """The lines that say which checkpoint a command uses: ``checkpoint: PATH (step S,
+    written WHEN, by the run started WHEN (pid, command))`` per file, and, when the files
+    are the workspace's newest (``default``), a note if a folder an earlier run's checkpoints
+    were moved to holds a later step (a longer run than the one in use)."""
+    from singa_core.running.checkpoint import checkpoint_info, moved_aside_note
+
+    infos = [checkpoint_info(f) for f in files]
+    lines = [f"checkpoint: {info}" for info in infos]
+    if default and workspace and infos:
+        note = moved_aside_note(workspace, infos[-1].step)
+        if note:
+            lines.append(note)
+    return lines
+
+
 def read_model_values(files) -> dict[str, np.ndarray]:
     """Param name (without SINGA's ``0#``) -> float32 value, the files applied in order
     (later ones override earlier ones, as checkpoint_path does); every file verified."""
@@ -120,6 +143,13 @@ class Model:
         self.get_plugin = get_plugin
         self.values = values
         self.source = [str(s) for s in source]  # the checkpoint files
+        from singa_core.running.checkpoint import checkpoint_info
+
+        # which checkpoint(s): path, step, when and by which run written (CheckpointInfo);
+        # ``checkpoint`` is the last one applied (later files override earlier ones)
+        self.checkpoints = [checkpoint_info(f) for f in self.source]
+        self.checkpoint = self.checkpoints[-1] if self.checkpoints else None
+        self.checkpoint_notes: list[str] = []  # e.g. a longer run's model moved aside
         if int(batch) < 1:
             raise SingaError(
                 f"batch must be at least 1, got {batch}",
@@ -160,6 +190,8 @@ class Model:
         files = checkpoint_files(ws, checkpoint, list(job.checkpoint_path))
         values = read_model_values(files)
         model = cls(plan, host.get, values, source=files, **kw)
+        if from_workspace(ws, checkpoint):
+            model.checkpoint_notes = checkpoint_report(files, ws)[len(files) :]
         model.trained_range = trained_range(job, host.get)
         return model
 
