@@ -28,6 +28,30 @@ services ``.device``, ``.kernels``, ``.memory``, ``.names``, ``.resources``, plu
 :class:`Job`.
 """
 
+# A Ctrl-C while the `singa` command loads (this package, pluggy, typer, ...) ends in one
+# line and exit 130 from here on: SIGINT raises SystemExit(130) until the command line
+# restores Python's handler (commands/cli.py, main). Only in the `singa` process itself
+# (its console script, or `python -m singa_core...`), never in a library user's process
+# or a process the command starts (multiprocessing is imported there before this).
+import sys as _sys
+
+if (
+    (_sys.argv[:1] == ["-m"] or _sys.argv[0].rsplit("/", 1)[-1] == "singa")
+    and "multiprocessing" not in _sys.modules
+    and not hasattr(_sys, "ps1")
+):
+    import signal as _signal
+
+    def _interrupted_while_loading(signum, frame):
+        print("interrupted", file=_sys.stderr, flush=True)
+        raise SystemExit(130)
+
+    try:
+        if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+            _signal.signal(_signal.SIGINT, _interrupted_while_loading)
+    except ValueError:  # not the main thread
+        pass
+
 from singa_core.contracts.hookspecs import hookimpl
 from singa_core.contracts.version import (
     CORE_DISTRIBUTION,

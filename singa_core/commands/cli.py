@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from singa_core.commands.startup import quiet_interrupts
+from singa_core.commands.startup import quiet_interrupts, restore_interrupts
 
 with quiet_interrupts():  # Ctrl-C while the command line loads: "interrupted", exit 130
     import errno
@@ -102,7 +102,7 @@ def name_too_long(exc: OSError, argv: list[str]) -> SingaError:
     path = os.fsdecode(exc.filename) if exc.filename is not None else ""
     parts = [p for p in path.split(os.sep) if len(os.fsencode(p)) > NAME_MAX]
     long = parts[0] if parts else path
-    where = _shown_name(path) if path else "command line"
+    where, flag = _shown_name(path) if path else "command line", None
     for i, arg in enumerate(argv):
         if long and long in arg:
             flag = arg.split("=", 1)[0] if arg.startswith("-") and "=" in arg else None
@@ -110,7 +110,11 @@ def name_too_long(exc: OSError, argv: list[str]) -> SingaError:
                 flag = argv[i - 1]
             where = flag or _shown_name(arg)
             break
-    what = f"the name {_shown_name(long)}" if parts else f"the path {_shown_name(path)}"
+    if flag is not None:  # where names the option: the message shows the name
+        what = f"the name {_shown_name(long)}" if parts else f"the path {_shown_name(path)}"
+    else:  # where shows the name already
+        size = len(os.fsencode(long))
+        what = f"a name of {size} bytes" if parts else f"a path of {size} bytes"
     return SingaError(
         f"{what} is too long for the filesystem",
         where=where,
@@ -1155,6 +1159,7 @@ def main() -> None:
         print(shown, end="")
         return
     try:
+        restore_interrupts()  # from here a Ctrl-C is a KeyboardInterrupt again
         app(args=args, prog_name="singa")
     except KeyboardInterrupt:  # Ctrl-C outside the training loop (which handles its own)
         print("interrupted", file=sys.stderr)

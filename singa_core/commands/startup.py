@@ -23,3 +23,14 @@ def quiet_interrupts():
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         raise SystemExit(INTERRUPTED_EXIT) from None
+
+
+def restore_interrupts() -> None:
+    """Give SIGINT back to Python's KeyboardInterrupt once the command runs (the training
+    loop and every command handle that), replacing the handler ``singa_core/__init__``
+    installs for the time the command loads (a Ctrl-C then: ``interrupted``, exit 130)."""
+    import signal
+
+    handler = signal.getsignal(signal.SIGINT)
+    if getattr(handler, "__name__", "") == "_interrupted_while_loading":
+        signal.signal(signal.SIGINT, signal.default_int_handler)

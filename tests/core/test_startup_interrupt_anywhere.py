@@ -1,0 +1,107 @@
+"""A Ctrl-C at any moment of `singa`'s start-up — while ``singa_core/__init__`` runs, while
+pluggy, typer or the command line load, or in ``main`` before the command starts — ends in
+one line, ``interrupted``, and exit 130 (issue 38, point 3). The console script itself is
+run (a copy of the one pip writes, named ``singa``), and so is ``python -m``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from conftest import REPO
+
+# the moment: a real SIGINT when the named module starts to import
+PRELUDE = textwrap.dedent(
+    """
+    import os, signal, sys
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal starts it
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+    class SignalOnImport:
+        def find_spec(self, name, path=None, target=None):
+            if name == os.environ["SIGINT_AT"]:
+                sys.meta_path.remove(self)
+                os.kill(os.getpid(), signal.SIGINT)
+            return None
+
+    sys.meta_path.insert(0, SignalOnImport())
+    """
+)
+
+# what pip's console script does (see .venv/bin/singa)
+CONSOLE_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from singa_core.commands.cli import main
+    if __name__ == '__main__':
+        sys.argv[0] = sys.argv[0].removesuffix('.exe')
+        sys.exit(main())
+    """
+)
+
+MOMENTS = [
+    "singa_core.contracts",  # the first import of singa_core/__init__
+    "pluggy",  # issue 38: the traceback seen at load 18
+    "singa_core.commands",
+    "typer",
+    "singa_core.jobconf.legacy",  # in main(), before the command runs
+]
+
+
+@pytest.mark.parametrize("module", MOMENTS)
+def test_sigint_while_the_console_script_loads(tmp_path, module):
+    script = tmp_path / "singa"
+    script.write_text(PRELUDE + CONSOLE_SCRIPT)
+    res = subprocess.run(
+        [sys.executable, str(script), "list-plugins"],
+        cwd=REPO,
+        env={**os.environ, "SIGINT_AT": module},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 130, res.stderr
+    assert res.stderr.strip() == "interrupted" and res.stdout == "", res.stderr
+
+
+def test_sigint_while_python_m_loads(tmp_path):
+    # python -m: the prelude runs as a sitecustomize module on the path
+    (tmp_path / "sitecustomize.py").write_text(PRELUDE)
+    res = subprocess.run(
+        [sys.executable, "-m", "singa_core.commands.cli", "list-plugins"],
+        cwd=REPO,
+        env={**os.environ, "SIGINT_AT": "pluggy", "PYTHONPATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 130, res.stderr
+    assert res.stderr.strip() == "interrupted", res.stderr
+
+
+def test_a_library_user_keeps_python_s_interrupt():
+    code = "import signal, singa_core; print(signal.getsignal(signal.SIGINT).__name__)"
+    res = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() in ("default_int_handler", "SIG_IGN"), res.stdout
+
+
+def test_the_command_itself_gets_python_s_interrupt_back():
+    code = (
+        "import signal, sys\n"
+        "sys.argv = ['singa', 'version']\n"
+        "from singa_core.commands import cli\n"
+        "assert signal.getsignal(signal.SIGINT).__name__ == '_interrupted_while_loading'\n"
+        "try:\n    cli.main()\nexcept SystemExit:\n    pass\n"
+        "print(signal.getsignal(signal.SIGINT).__name__)\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[-1] == "default_int_handler", res.stdout
