@@ -12,6 +12,12 @@ LMDB folder (``data.mdb`` + ``lock.mdb``) of serialized Datums. Needs the option
   renames into place (the folder at ``path`` is the old or the new database, never a
   partial one); kAppend copies the existing tuples into such a temp folder first. As with
   kvfile, ``write`` refuses (returns False for) an empty value or a key already present.
+* a full disk is a SingaError naming the free space, and the temp folder is removed: before
+  each write transaction is committed (the moment ``data.mdb`` grows) and before the map
+  grows, the pages the transaction may add are compared with what ``os.statvfs`` says is
+  free (with writemap off LMDB writes with pwrite, but reads the new pages back through its
+  map: a page a full disk refused would be a SIGBUS); a failed commit or sync is the same
+  error;
 * a damaged environment or page is a SingaError naming the folder and the last key read;
   a truncated ``data.mdb`` (shorter than its own header says) is refused before it is
   mapped (``_lmdb_header.py``), where reading its missing pages would be a SIGBUS.
@@ -37,6 +43,21 @@ _DAMAGED_HELP = (
     "(e.g. with Caffe's convert_imageset, or `singa data images DIR --out OUT --backend lmdb`)"
 )
 _BATCH = 1000  # puts per write transaction
+_FULL_HELP = (
+    "free space on that disk, or write the database to a larger one (nothing was left "
+    "behind: the unfinished database was removed)"
+)
+_META_BYTES = 4 * 4096  # a new environment's meta pages and first leaf
+
+
+def _size(n: int) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} bytes"
+
+
 _MAP0 = 1 << 26  # initial map size of a new database; doubled whenever full
 
 
@@ -97,6 +118,7 @@ class LMDBStore(Store):
         self._last_key: bytes | None = None
         self._tmp: str | None = None
         self._staged: list[tuple[bytes, bytes]] = []  # puts of the open write transaction
+        self._psize = 4096  # the environment's page size (read when it is opened)
         self._shared: str | None = None  # the key of a shared reading environment
 
     # ------------------------------------------------------------------ opening
@@ -175,7 +197,12 @@ class LMDBStore(Store):
             )
         self._tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.", dir=parent)
         try:
-            self._env = lmdb.open(self._tmp, map_size=_MAP0, subdir=True, max_dbs=0)
+            self._check_room(_META_BYTES)  # the two meta pages and a first leaf
+            try:
+                self._env = lmdb.open(self._tmp, map_size=_MAP0, subdir=True, max_dbs=0)
+            except lmdb.Error as exc:
+                raise self._full(exc) from None
+            self._psize = int(self._env.stat()["psize"])
             if mode == KAPPEND:
                 old = LMDBStore()
                 old.open(path, KREAD)
@@ -270,8 +297,52 @@ class LMDBStore(Store):
                 self.flush()
         return bool(ok)
 
+    # ------------------------------------------------------------------ disk space
+    def _free_bytes(self) -> int:
+        st = os.statvfs(self._tmp)
+        return int(st.f_bavail) * int(st.f_frsize)
+
+    def _staged_bytes(self) -> int:
+        """At most what committing the staged puts adds to ``data.mdb``: each value on
+        overflow pages of its own, or in a leaf half full; the changed branch pages."""
+        psize = self._psize
+        total = 0
+        for k, v in self._staged:
+            node = 8 + len(k) + len(v)
+            if node > psize // 2 - 64:  # LMDB moves a large value to overflow pages
+                total += -(-(len(v) + 16) // psize) * psize + 2 * (16 + len(k))
+            else:
+                total += 2 * (node + 2)
+        return total + total // 8 + 8 * psize
+
+    def _check_room(self, need: int) -> None:
+        free = self._free_bytes()
+        if need > free:
+            err = SingaError(
+                f"no room for LMDB database {self.path}: the disk holding it has "
+                f"{_size(free)} free, and the next {max(len(self._staged), 1)} record(s) "
+                f"need up to {_size(need)}",
+                where=self.path,
+                help=_FULL_HELP,
+            )
+            self.abort()  # nothing left behind: the temp folder goes
+            raise err
+
+    def _full(self, exc) -> SingaError:
+        """A write LMDB refused (ENOSPC, EIO, ...): the error naming the free space; the
+        temp folder is removed."""
+        err = SingaError(
+            f"cannot write LMDB database {self.path}: {exc} (the disk holding it has "
+            f"{_size(self._free_bytes())} free)",
+            where=self.path,
+            help=_FULL_HELP,
+        )
+        self.abort()
+        return err
+
     def _replay_grow(self) -> None:
         """The map is full: double it and put the uncommitted tuples again."""
+        self._check_room(self._staged_bytes())  # the file grows past the old map
         info = self._env.info()
         self._env.set_mapsize(int(info["map_size"]) * 2)
         self._txn = self._env.begin(write=True)
@@ -280,7 +351,18 @@ class LMDBStore(Store):
 
     def flush(self) -> None:
         if self._txn is not None and self._tmp is not None:
-            self._txn.commit()
+            lmdb = lmdb_module()
+            try:
+                self._check_room(self._staged_bytes())
+                self._txn.commit()
+            except lmdb.Error as exc:
+                self._txn = None
+                raise self._full(exc) from None
+            except BaseException:
+                if self._txn is not None:
+                    self._txn.abort()
+                    self._txn = None
+                raise
             self._txn = None
             self._staged.clear()
 
@@ -290,7 +372,10 @@ class LMDBStore(Store):
         if self._tmp is not None and self._env is not None:
             try:
                 self.flush()
-                self._env.sync(True)
+                try:
+                    self._env.sync(True)
+                except lmdb_module().Error as exc:
+                    raise self._full(exc) from None
                 self._env.close()
                 self._env = None
                 self._publish()

@@ -14,11 +14,15 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from singa_core.contracts.errors import Location, SingaError
 from singa_core.running.fileio import atomic_write_bytes
+from singa_core.running.paths import _kind as path_kind
+from singa_core.running.paths import bad_path_text, readable_file_problem
 
 PHASES = ("train", "test", "validation")
 DEFAULT_METRICS = ("loss", "accuracy")
@@ -48,18 +52,49 @@ def metrics_file(workspace: Path) -> Path:
     return p if p.suffix == ".jsonl" else p / "metrics.jsonl"
 
 
+_WORKSPACE_HELP = (
+    "give a workspace folder that `singa train` has written (cluster.workspace of the "
+    "job.conf, or --workspace), or its metrics.jsonl"
+)
+
+
+def _workspace_problem(workspace: Path) -> str | None:
+    """What is wrong with WORKSPACE as a folder to read metrics.jsonl from (None: a folder,
+    or nothing there: then the missing metrics.jsonl is the error)."""
+    text = str(workspace)
+    bad = bad_path_text(text)
+    if bad:
+        return f"the name {bad}"
+    try:
+        mode = os.stat(text).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot be examined: {exc.strerror or exc}"
+    if stat.S_ISDIR(mode):
+        return None
+    kind = "a file" if stat.S_ISREG(mode) else path_kind(mode)
+    return f"is {kind}, not a workspace folder"
+
+
 def read_curves(workspace: Path, label: str | None = None) -> Curves:
     path = metrics_file(workspace)
+    problem = None if Path(workspace).suffix == ".jsonl" else _workspace_problem(workspace)
+    if problem is None:
+        problem = readable_file_problem(str(path))
+        if problem == "does not exist":
+            raise SingaError(
+                "no metrics.jsonl here", where=str(path), help=_WORKSPACE_HELP
+            ) from None
+        if problem is not None:
+            problem = f"the metrics file {problem}"
+    if problem is not None:
+        raise SingaError(
+            f"cannot plot {workspace}: {problem}", where=str(workspace), help=_WORKSPACE_HELP
+        )
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise SingaError(
-            "no metrics.jsonl here",
-            where=str(path),
-            help="give a workspace that `singa train` has written (cluster.workspace of the "
-            "job.conf, or --workspace)",
-        ) from None
-    except (IsADirectoryError, UnicodeDecodeError, PermissionError) as exc:
+    except (OSError, UnicodeDecodeError) as exc:
         raise SingaError(
             f"cannot read the metrics file: {exc}",
             where=str(path),

@@ -432,27 +432,101 @@ def new_plugin(
     for key, text in texts.items():  # their own placeholders name the values above
         v[key] = Template(text).substitute(v)
     root = out / v["project"]
-    if root.exists() and any(root.iterdir()):
+    _check_out(out, root)
+    files = {}  # path inside the package folder -> text
+    for rel, tmpl in sorted(_templates(kind)):
+        files[_target(rel, v)] = Template(tmpl.read_text()).substitute(v)
+    if spec.extends:  # the generated module, from the declarations the .proto holds
+        from singa_core.schema import python_module_source
+
+        fdp = conf_descriptor(kind, v)
+        files[f"{v['package']}/{v['ident']}_pb2.py"] = python_module_source(
+            fdp, source=f"{fdp.name} (singa new-plugin)"
+        )
+    _write_package(out, root, files)
+    return root, [root / rel for rel in files], None
+
+
+def _check_out(out: Path, root: Path) -> None:
+    """Refuse an --out that cannot hold the package folder (a file, a FIFO, a device, a
+    link to one, a read-only folder, a name too long) before anything is written."""
+    from singa_core.running.paths import writable_folder_problem
+
+    problem = writable_folder_problem(str(out), what="it")
+    if problem is None:
+        problem = writable_folder_problem(str(root), what="the package folder")
+    if problem is not None:
+        raise SingaError(
+            f"cannot write the plugin package into --out {out}: {problem}",
+            where=str(out),
+            help="give --out a folder you can write to (it is created if missing), "
+            "with names of at most 255 bytes",
+        )
+    try:
+        taken = root.exists() and (not root.is_dir() or any(root.iterdir()))
+    except OSError as exc:
+        raise SingaError(
+            f"cannot write the plugin package {root}: {exc.strerror or exc}",
+            where=str(root),
+            help="choose another NAME or --out folder",
+        ) from None
+    if taken:
         raise SingaError(
             f"{root} already exists and is not empty",
             where=str(root),
             help="choose another NAME or --out folder, or remove that folder",
         )
-    written = []
-    for rel, tmpl in sorted(_templates(kind)):
-        target = root / _target(rel, v)
-        text = Template(tmpl.read_text()).substitute(v)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
-        written.append(target)
-    if spec.extends:  # the generated module, from the declarations the .proto holds
-        from singa_core.schema import python_module_source
 
-        fdp = conf_descriptor(kind, v)
-        target = root / v["package"] / f"{v['ident']}_pb2.py"
-        target.write_text(python_module_source(fdp, source=f"{fdp.name} (singa new-plugin)"))
-        written.append(target)
-    return root, written, None
+
+def _write_package(out: Path, root: Path, files: dict[str, str]) -> None:
+    """Write the package into a hidden folder beside ``root`` and rename it into place, so
+    a failure (a full disk, a folder that refuses writing) leaves nothing behind: neither
+    a half package nor the folders --out asked to create."""
+    import os
+    import shutil
+    import tempfile
+
+    from singa_core.running.fileio import fsync_dir
+
+    created = []  # the folders of --out made here, outermost first
+    for folder in reversed([out, *out.parents]):
+        if not folder.exists():
+            created.append(folder)
+    tmp = None
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{root.name[:40]}.", suffix=".partial", dir=out))
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)
+        for rel, text in files.items():
+            target = tmp / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with open(target, "w", encoding="utf-8") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.rename(tmp, root)  # over an empty folder of that name, if there is one
+        tmp = None
+        fsync_dir(out)
+    except BaseException as exc:  # an interrupt too: nothing is left behind
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        for folder in reversed(created):
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
+        if not isinstance(exc, OSError):
+            raise
+        name = exc.filename if isinstance(exc.filename, str) else str(out)
+        shown = name.replace(str(tmp), str(root)) if tmp is not None else name
+        raise SingaError(
+            f"cannot write the plugin package {root}: {exc.strerror or exc} ({shown})",
+            where=str(out),
+            help="check the free disk space and that --out is a folder you can write to; "
+            "nothing was left behind",
+        ) from None
 
 
 def _folder_arg(path: Path) -> str:

@@ -274,11 +274,11 @@ def _open_cuda(index: int, where: str) -> Device:
     try:
         count = int(runtime.getDeviceCount())
     except Exception as exc:  # CUDARuntimeError: no driver, no device, driver too old
-        raise _cuda_error(
-            f"no CUDA device can be used: {_cuda_text(exc)}",
-            where,
-            "check that an NVIDIA GPU and its driver are present (nvidia-smi)",
-        ) from None
+        # in the user's terms: with no driver at all, CUDA says "insufficient driver"
+        from singa_core.contracts.cuda_errors import explain_cuda_failure
+
+        message, help_ = explain_cuda_failure(exc)
+        raise SingaError(message, where=where, help=help_) from None
     if count == 0:
         raise _cuda_error("this machine has no CUDA device", where)
     if not 0 <= index < count:
@@ -304,11 +304,10 @@ def _open_cuda(index: int, where: str) -> Device:
         with cupy.cuda.Device(index):
             cupy.zeros(1, dtype=cupy.float32).sum().item()  # a kernel runs
     except Exception as exc:
-        raise _cuda_error(
-            f"cuda:{index} cannot run a kernel: {_cuda_text(exc)}",
-            where,
-            "check that the device is not in exclusive use by another process (nvidia-smi)",
-        ) from None
+        from singa_core.contracts.cuda_errors import explain_cuda_failure
+
+        message, help_ = explain_cuda_failure(exc, f"cuda:{index} cannot run a kernel")
+        raise SingaError(message, where=where, help=help_) from None
     return Device("cuda", index, cupy)
 
 

@@ -1,8 +1,10 @@
-"""Fuzzing `singa predict`, `singa export` and `singa data images` (issue 30 point 6):
-their arguments and the files they read. Every case, in-process through the CLI's own entry
-point, ends with exit 0 or a located exit 2 (``WHERE: error: WHAT``, no traceback) within
-5 s of CPU time; predict never prints a ``nan`` probability; no device, FIFO or folder given as an
-output is replaced (/dev/null stays a device, the planted FIFO and folder stay).
+"""Fuzzing `singa predict`, `singa export` and `singa data images` (issue 30 point 6),
+`singa new-plugin`'s output folders and `singa plot`'s inputs (issue 38 point 4): their
+arguments and the files they read, long names (300 bytes) among them. Every case, in-process
+through the CLI's own entry point, ends with exit 0 or a located exit 2 (``WHERE: error:
+WHAT``, no traceback) within 5 s of CPU time; predict never prints a ``nan`` probability; no
+device, FIFO or folder given as an output is replaced (/dev/null stays a device, the planted
+FIFO and folder stay).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typer.testing import CliRunner
 from singa_core.commands.cli import app
 
 runner = CliRunner()
+LONG = "x" * 300  # a name over the filesystem's 255 bytes
 SUFFIXES = [".npy", ".npz", ".csv", ".txt", ".bin", ".png", ".jpg", "", ".onnx", ".safetensors"]
 
 
@@ -135,7 +138,7 @@ def test_predict_arguments(model, data):
         elif opt in ("--checkpoint", "--labels", "--workspace"):
             args += [opt, data.draw(st.sampled_from(
                 ["/dev/null", d / "ws", d / "ws" / "checkpoint", d / "blobs.csv", d, "", "-",
-                 d / "missing", "/proc/self/status"]))]  # fmt: skip
+                 d / "missing", "/proc/self/status", LONG, d / "ws" / LONG / "x"]))]  # fmt: skip
         elif opt == "--sample-shape":
             args += [opt, data.draw(st.sampled_from(["4", "0", "-1", "2", "99999999999", "x"]))]
         elif opt == "-o":
@@ -249,7 +252,7 @@ def test_export_arguments(model, data):
         args += ["--format", data.draw(st.sampled_from(["onnx", "safetensors", "npz", "", "ONNX"]))]
     if data.draw(st.booleans()):
         args += ["--checkpoint", data.draw(st.sampled_from(
-            [d / "ws", d / "blobs.csv", "/dev/null", d / "missing", d]))]  # fmt: skip
+            [d / "ws", d / "blobs.csv", "/dev/null", d / "missing", d, LONG]))]  # fmt: skip
     if data.draw(st.integers(0, 3)) == 0:
         args += ["-o", data.draw(st.text(max_size=30))]
     res = _invoke(args)
@@ -322,6 +325,7 @@ def test_data_images(workdir, tmp_path_factory, classes, data):
                     d / "planted" / "fifo.jsonl",
                     src / "c0" / "0.png",
                     "/proc",
+                    root / LONG,
                 ]
             )
         ),
@@ -358,3 +362,85 @@ def test_data_images(workdir, tmp_path_factory, classes, data):
     _outputs_intact(d)
     assert (src / "c0").is_dir() or "c0" not in classes
     count("data images")
+
+
+# -- new-plugin: output folders ------------------------------------------------------------------
+@fuzz_settings(30)
+@given(data=st.data())
+def test_new_plugin_outputs(workdir, tmp_path_factory, data):
+    d = workdir
+    if not (d / "afile").exists():
+        (d / "afile").write_text("keep\n")
+    if not (d / "link-to-file").is_symlink():
+        (d / "link-to-file").symlink_to(d / "afile")
+    out = data.draw(
+        st.sampled_from(
+            [
+                "/dev/null",
+                "/dev/full",
+                "/proc",
+                d / "planted" / "fifo.jsonl",
+                d / "planted" / "link.csv",
+                d / "afile",
+                d / "afile" / "sub",
+                d / "link-to-file",
+                d / LONG,
+                d / "ok" / LONG / "x",
+                "",
+            ]
+        )
+        | st.builds(lambda: tmp_path_factory.mktemp("np"))
+    )
+    name = data.draw(st.sampled_from(["foo", "scaled-tanh", "x" * 300, "Bad", "", "a" * 240]))
+    kind = data.draw(st.sampled_from(["layer", "updater", "store", "dataset", "engine", "bogus"]))
+    res = _invoke(["new-plugin", name, "--kind", kind, "--out", out])
+    assert_clean(res)
+    _outputs_intact(d)
+    assert (d / "afile").read_text() == "keep\n"
+    assert not (d / "afile").is_dir()
+    count("new-plugin outputs")
+
+
+# -- plot: inputs --------------------------------------------------------------------------------
+@fuzz_settings(30)
+@given(data=st.data())
+def test_plot_inputs(model, data):
+    conf, d = model
+    metrics = (d / "ws" / "metrics.jsonl").read_bytes()
+    (d / "plots").mkdir(exist_ok=True)
+    mutated = d / "plots" / "m.jsonl"
+    mutated.write_bytes(data.draw(byte_mutation(metrics)))
+    args = ["plot"]
+    for _ in range(data.draw(st.integers(1, 2))):
+        args.append(
+            data.draw(
+                st.sampled_from(
+                    [
+                        d / "ws",
+                        d / "ws" / "metrics.jsonl",
+                        mutated,
+                        "/dev/null",
+                        "/dev/zero",
+                        d / "planted" / "fifo.jsonl",
+                        d / "planted" / "link.csv",
+                        d / "planted",
+                        d / "blobs.csv",
+                        d / "blobs.csv" / "sub",
+                        LONG,
+                        d / "ws" / LONG,
+                        d / "missing",
+                        "",
+                    ]
+                )
+            )
+        )
+    if data.draw(st.booleans()):
+        args.append("--terminal")
+    else:
+        args += ["--out", data.draw(_out_names(d))]
+    if data.draw(st.integers(0, 3)) == 0:
+        args += ["--metric", data.draw(st.sampled_from(["loss", "accuracy", "bogus", ""]))]
+    res = _invoke(args)
+    assert_clean(res)
+    _outputs_intact(d)
+    count("plot inputs")
