@@ -397,11 +397,13 @@ def new_plugin(
     if kind not in KINDS:
         raise SingaError(
             f"unknown plugin kind '{kind}'",
+            where="--kind",
             help=f"--kind is one of: {', '.join(KINDS)}",
         )
     if not _NAME.match(name):
         raise SingaError(
             f"plugin name '{name}' is not a lowercase name with dashes",
+            where="NAME",
             help="use letters, digits and dashes, starting with a letter, e.g. `scaled-tanh`",
         )
     v = names(name)
@@ -416,6 +418,7 @@ def new_plugin(
             raise SingaError(
                 f"field number {number} is outside the range {spec.extends} reserves for "
                 f"plugins ({lo} to {hi})",
+                where="--field-number",
                 help=f"choose --field-number between {lo} and {hi}",
             )
         v["number"] = str(number)
@@ -424,6 +427,7 @@ def new_plugin(
     elif number is not None:
         raise SingaError(
             f"a {kind} plugin has no configuration message to extend",
+            where="--field-number",
             help="drop --field-number",
         )
     texts = {**EXAMPLE_DEFAULTS, **EXAMPLES[kind]}
