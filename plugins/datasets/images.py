@@ -492,6 +492,19 @@ def held_out_batching(held: int, most: int = 100) -> tuple[int, int]:
     return math.ceil(held / steps), steps
 
 
+def pooling_fits(h: int, w: int) -> list[bool]:
+    """Which of the example net's three 3x3 stride-2 poolings fit (the convolutions keep
+    the size: 5x5, pad 2): one is kept while its window fits the height and the width that
+    reach it, ``(H - 3) // 2 + 1`` after it."""
+    kept = []
+    for _ in range(3):
+        fits = h >= 3 and w >= 3
+        kept.append(fits)
+        if fits:
+            h, w = (h - 3) // 2 + 1, (w - 3) // 2 + 1
+    return kept
+
+
 def example_job_conf(
     out_dir, train_path, test_path, mean_path, shape, classes, held, encoded, backend,
     *, n_train: int | None = None,
@@ -540,24 +553,39 @@ def example_job_conf(
 
     pool = "pooling_conf {{ pool: {} kernel: 3 stride: 2 }}"
     lrn = "lrn_conf { local_size: 3 alpha: 5e-05 beta: 0.75 }"
+    # the three 3x3 stride-2 poolings need images of at least 15x15 (32 -> 15 -> 7 -> 3);
+    # a pooling whose window does not fit what reaches it is left out (its consumer reads
+    # its source), so images of any size get a net that trains
+    kept = pooling_fits(h, w)
+    left_out = [f"pool{i + 1}" for i, k in enumerate(kept) if not k]
+
+    def pooled(i, src, kind):
+        name = f"pool{i + 1}"
+        if not kept[i]:
+            return "", src
+        return layer(name, "kCPooling", src, pool.format(kind)), name
+
+    pool1, after1 = pooled(0, "conv1", "MAX")
+    pool2, after2 = pooled(1, "relu2", "AVG")
+    pool3, after3 = pooled(2, "relu3", "AVG")
     net = (
         data(train_path, "kTrain")
         + (data(test_path, "kTest", test_batch) if test_path else "")
         + conv("conv1", "data", 32, 0.0001)
-        + layer("pool1", "kCPooling", "conv1", pool.format("MAX"))
-        + layer("relu1", "kReLU", "pool1")
+        + pool1
+        + layer("relu1", "kReLU", after1)
         + layer("norm1", "kLRN", "relu1", lrn)
         + conv("conv2", "norm1", 32, 0.01)
         + layer("relu2", "kReLU", "conv2")
-        + layer("pool2", "kCPooling", "relu2", pool.format("AVG"))
-        + layer("norm2", "kLRN", "pool2", lrn)
+        + pool2
+        + layer("norm2", "kLRN", after2, lrn)
         + conv("conv3", "norm2", 64, 0.01, lr2=False)
         + layer("relu3", "kReLU", "conv3")
-        + layer("pool3", "kCPooling", "relu3", pool.format("AVG"))
+        + pool3
         + f"""  layer {{
     name: "ip1"
     type: kInnerProduct
-    srclayers: "pool3"
+    srclayers: "{after3}"
     innerproduct_conf {{ num_output: {classes} }}
     param {{ name: "w4" wd_scale: 250 init {{ type: kGaussian std: 0.01 }} }}
     param {{ name: "b4" lr_scale: 2.0 wd_scale: 0 init {{ type: kConstant value: 0 }} }}
@@ -584,6 +612,11 @@ def example_job_conf(
         sizes.append(
             f"# test_steps {test_steps} x batchsize {test_batch}: each test pass reads the {held} "
             f"held-out images once{again}"
+        )
+    if left_out:
+        sizes.append(
+            f"# {', '.join(left_out)} of the CIFAR-10 net left out: their 3x3 windows do not "
+            f"fit what reaches them from {h}x{w} images (all three fit from 15x15 up)"
         )
     sized = "".join(line + "\n" for line in sizes)
     return f"""# Written by `singa data images`: SINGA 0.3's CIFAR-10 net
