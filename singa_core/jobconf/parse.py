@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from google.protobuf import descriptor_pool, text_format
+from google.protobuf.descriptor import FieldDescriptor
 
 from singa_core.contracts.errors import Location, SingaError, did_you_mean
 from singa_core.schema import job_pb2
@@ -468,7 +469,7 @@ def apply_override(cfg: JobConfig, override: str) -> None:
                         help="indices start at 0",
                     )
                 tmp = type(msg)()
-                _merge_scalar(tmp, name, text_value, where)
+                _merge_scalar(tmp, name, text_value, where, key, fd)
                 seq[i] = _field_value(tmp, fd)[0]
             else:
                 _clear_field(msg, fd)
@@ -477,9 +478,9 @@ def apply_override(cfg: JobConfig, override: str) -> None:
                     if fd.type != fd.TYPE_STRING
                     else [text_value]
                 ):
-                    _merge_scalar(msg, name, v.strip(), where)
+                    _merge_scalar(msg, name, v.strip(), where, key, fd)
         else:
-            _merge_scalar(msg, name, text_value, where)
+            _merge_scalar(msg, name, text_value, where, key, fd)
     cfg.overrides.append(override)
     cfg.overridden[parse_field_path(key.strip())] = where
 
@@ -527,9 +528,54 @@ def _extension_field(msg, written: str, where: str):
     )
 
 
-def _merge_scalar(msg, name: str, text_value: str, where: str) -> None:
+def _merge_scalar(msg, name: str, text_value: str, where: str, key: str = "", fd=None) -> None:
     try:
         text_format.Merge(f"{name}: {text_value}", msg)
     except text_format.ParseError as exc:
         err = _parse_error(exc, "override")
-        raise SingaError(err.message, where=where, help=err.help) from None
+        help_ = err.help
+        if fd is not None and (help_ is None or help_.startswith("job.conf is protobuf")):
+            help_ = override_hint(key.strip(), fd)  # not protobuf's text-format advice
+        raise SingaError(err.message, where=where, help=help_) from None
+
+
+_INTEGER_TYPES = {
+    FieldDescriptor.TYPE_INT32,
+    FieldDescriptor.TYPE_INT64,
+    FieldDescriptor.TYPE_UINT32,
+    FieldDescriptor.TYPE_UINT64,
+    FieldDescriptor.TYPE_SINT32,
+    FieldDescriptor.TYPE_SINT64,
+    FieldDescriptor.TYPE_FIXED32,
+    FieldDescriptor.TYPE_FIXED64,
+    FieldDescriptor.TYPE_SFIXED32,
+    FieldDescriptor.TYPE_SFIXED64,
+}
+
+
+def override_hint(key: str, fd) -> str:
+    """The FIELD=VALUE line to write for ``key``, with a value of the field's type."""
+    unsigned = fd.type in (
+        FieldDescriptor.TYPE_UINT32,
+        FieldDescriptor.TYPE_UINT64,
+        FieldDescriptor.TYPE_FIXED32,
+        FieldDescriptor.TYPE_FIXED64,
+    )
+    if fd.type in _INTEGER_TYPES:
+        bits = 32 if fd.cpp_type in (fd.CPPTYPE_INT32, fd.CPPTYPE_UINT32) else 64
+        top = (1 << bits) - 1 if unsigned else (1 << (bits - 1)) - 1
+        kind = f"a whole number from 0 to {top:,}" if unsigned else f"a whole number up to {top:,}"
+        example = "100"
+    elif fd.type in (FieldDescriptor.TYPE_FLOAT, FieldDescriptor.TYPE_DOUBLE):
+        kind, example = "a number", "0.5"
+    elif fd.type == FieldDescriptor.TYPE_BOOL:
+        kind, example = "true or false", "true"
+    elif fd.enum_type is not None:
+        names = [v.name for v in fd.enum_type.values]
+        kind, example = f"one of {', '.join(names)}", names[0]
+    else:
+        kind, example = "text", "NAME"
+    many = ", a list separated by commas" if fd.is_repeated else ""
+    if fd.is_repeated:
+        example = f"{example},{example}"
+    return f"{key} takes {kind}{many}: -o {key}={example} (one word, no spaces around '=')"
