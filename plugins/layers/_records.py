@@ -459,6 +459,31 @@ def deploy_sample_shape(layer: Layer, example: str) -> tuple[int, ...]:
     return tuple(int(s) for s in shape)
 
 
+def skip_records(layer, n: int) -> None:
+    """What ``n`` calls of ``layer._next()`` do (read a record, rewinding at the store's
+    end), in time bounded by the store's size whatever ``n`` (``random_skip`` may be 10^9):
+    once a whole pass from the start has counted the store's ``size`` records, whole
+    cycles change nothing and only ``n % size`` more are read. The records the next read
+    gives are those of ``n`` reads; an empty store is ``_next``'s error."""
+    store = layer.store
+    counted = None  # records read since the last rewind; None before the first rewind
+    try:
+        while n > 0:
+            if store.read() is not None:
+                n -= 1
+                if counted is not None:
+                    counted += 1
+                continue
+            if counted is not None:  # a whole pass from the start: the store's size
+                if counted == 0:
+                    layer._next()  # an empty store: its located error
+                n %= counted
+            store.seek_to_first()
+            counted = 0
+    except SingaError as err:  # a damaged store, located as the layer's own reads are
+        raise err.located(layer.ctx.locate(getattr(layer, "conf_field", "store_conf"))) from None
+
+
 def store_cursor(layer) -> dict:
     """A store-reading layer's resumable state: its store position and whether the first
     forward's random skip already happened."""

@@ -37,7 +37,13 @@ from typing import Any
 
 import numpy as np
 from singa_builtins.layers._prefetch import PrefetchingInput
-from singa_builtins.layers._records import key_text, open_store, seek_store_cursor, store_cursor
+from singa_builtins.layers._records import (
+    key_text,
+    open_store,
+    seek_store_cursor,
+    skip_records,
+    store_cursor,
+)
 
 from singa_core.errors import SingaError
 from singa_core.layer import InputLayer, kDeploy
@@ -86,7 +92,11 @@ class StoreInputLayer(PrefetchingInput, InputLayer):
                 help='set `backend: "kvfile"` (RecordProto records) or `backend: "textfile"` (CSV)',
             )
         if not sc.path:
-            raise self.error(f"layer '{self.name}': store_conf.path is not set", field="store_conf")
+            raise self.error(
+                f"layer '{self.name}': store_conf.path is not set",
+                field="store_conf",
+                help='add `path: "..."` to store_conf: the store file (or folder) to read',
+            )
         self.random_skip = int(sc.random_skip)
         if self.random_skip < 0:
             raise self.error(
@@ -259,6 +269,25 @@ class StoreInputLayer(PrefetchingInput, InputLayer):
         """The mean/std vector stored in ``value`` (first tuple of a mean/std file)."""
         raise NotImplementedError
 
+    def count_mismatch(self, key: bytes, count: int, what: str = "values") -> SingaError:
+        """Record ``key`` holds ``count`` values where one record has ``rowlen``: an error
+        naming store_conf.shape, and when the shape was left out, the line to add."""
+        sc = self.conf.store_conf
+        said = f"layer '{self.name}': record '{key_text(key)}' of '{sc.path}' has {count} {what}"
+        if not sc.shape:
+            return self.error(
+                f"{said}, but store_conf.shape is not set (so a record holds 1 value)",
+                field="store_conf",
+                help=f"add `shape: {count}` to store_conf (one record's dimensions, e.g. "
+                "`shape: 1 shape: 28 shape: 28` for 28x28 grey images)",
+            )
+        return self.error(
+            f"{said}, expected {self.rowlen} (store_conf.shape {list(self.instance_shape)})",
+            field="store_conf.shape",
+            help=f"store_conf.shape must describe the store's records: {count} values a "
+            f"record, e.g. `shape: {count}`",
+        )
+
     def bad_record(self, key: bytes, message: str) -> SingaError:
         return self.error(
             f"layer '{self.name}': record '{key_text(key)}' of '{self.conf.store_conf.path}' "
@@ -286,9 +315,8 @@ class StoreInputLayer(PrefetchingInput, InputLayer):
     def _read_records(self, rng) -> list:
         if not self._skipped:
             self._skipped = True
-            if self.random_skip > 0:
-                for _ in range(int(rng.integers(0, self.random_skip + 1))):
-                    self._next()
+            if self.random_skip > 0:  # time bounded by the store's size, not the draw
+                skip_records(self, int(rng.integers(0, self.random_skip + 1)))
         read = self.store.read
         records = [None] * self.batchsize
         for _ in range(self._skip_before):

@@ -31,7 +31,12 @@ from typing import Any
 
 from singa_builtins._caffe import parse_datum
 from singa_builtins.layers._prefetch import PrefetchingInput
-from singa_builtins.layers._records import key_text, seek_store_cursor, store_cursor
+from singa_builtins.layers._records import (
+    key_text,
+    seek_store_cursor,
+    skip_records,
+    store_cursor,
+)
 from singa_builtins.layers.shard_data import ShardDataLayer
 
 from singa_core.errors import SingaError
@@ -99,9 +104,8 @@ class LMDBDataLayer(PrefetchingInput, ShardDataLayer):
     def _produce(self, phase, rngs):
         if not self._skipped:
             self._skipped = True
-            if self.random_skip > 0:
-                for _ in range(int(rngs[0].integers(0, self.random_skip + 1))):
-                    self._next()
+            if self.random_skip > 0:  # time bounded by the store's size, not the draw
+                skip_records(self, int(rngs[0].integers(0, self.random_skip + 1)))
         keys, records = [], []
         for k in range(self.batchsize):
             key, value = self._next()

@@ -32,6 +32,7 @@ from singa_builtins.layers._records import (
     parse_image_record,
     partition_batchsize,
     seek_store_cursor,
+    skip_records,
     store_cursor,
 )
 
@@ -138,9 +139,8 @@ class ShardDataLayer(InputLayer):
     def forward(self, phase, srcs):
         if not self._skipped:
             self._skipped = True
-            if self.random_skip > 0:
-                for _ in range(int(self.ctx.rng.integers(0, self.random_skip + 1))):
-                    self._next()
+            if self.random_skip > 0:  # time bounded by the store's size, not the draw
+                skip_records(self, int(self.ctx.rng.integers(0, self.random_skip + 1)))
         keys, records = [], []
         for k in range(self.batchsize):
             key, value = self._next()
