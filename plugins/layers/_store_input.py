@@ -288,6 +288,27 @@ class StoreInputLayer(PrefetchingInput, InputLayer):
             f"record, e.g. `shape: {count}`",
         )
 
+    def count_mismatch(self, key: bytes, count: int, what: str, said: str) -> SingaError:
+        """Record ``key`` holds ``count`` values (``what``) where one record has ``rowlen``;
+        ``said`` is how the record is described (``has 4 fields, expected ...``). When
+        store_conf.shape was left out the error names it and the line to add."""
+        sc = self.conf.store_conf
+        record = f"layer '{self.name}': record '{key_text(key)}' of '{sc.path}'"
+        if not sc.shape:
+            return self.error(
+                f"{record} has {count} {what}, but store_conf.shape is not set (so a record "
+                "holds 1 value)",
+                field="store_conf",
+                help=f"add `shape: {count}` to store_conf (one record's dimensions, e.g. "
+                "`shape: 1 shape: 28 shape: 28` for 28x28 grey images)",
+            )
+        return self.error(
+            f"{record} {said}",
+            field="store_conf",
+            help=f"store_conf.shape must describe the store's records: {count} {what} a "
+            f"record, e.g. `shape: {count}`",
+        )
+
     def bad_record(self, key: bytes, message: str) -> SingaError:
         return self.error(
             f"layer '{self.name}': record '{key_text(key)}' of '{self.conf.store_conf.path}' "

@@ -55,8 +55,10 @@ class CSVInputLayer(StoreInputLayer):
                 raise self.bad_record(key, "is not text") from None
             if len(toks) != want:
                 what = f"a label and {n} values" if with_label else f"{n} values"
-                raise self.bad_record(
+                raise self.count_mismatch(
                     key,
+                    max(len(toks) - int(with_label), 0),
+                    "values after its label" if with_label else "values",
                     f"has {len(toks)} fields, expected {what} "
                     f"(store_conf.shape {list(self.instance_shape)})",
                 )

@@ -37,7 +37,6 @@ class RecordInputLayer(StoreInputLayer):
     def prepare_parsing(self) -> None:
         # store_conf.has_label: false: a store without labels (the layer provides none)
         self.has_label = bool(self.conf.store_conf.has_label)
-        self._want = f"expected {self.rowlen} (store_conf.shape {list(self.instance_shape)})"
         if self.encoded:
             shape = self.instance_shape
             if len(shape) != 3 or shape[0] not in (1, 3):
@@ -63,6 +62,7 @@ class RecordInputLayer(StoreInputLayer):
         rec = common_pb2.RecordProto()
         parse = rec.ParseFromString
         n = self.rowlen
+        want = f"expected {n} (store_conf.shape {list(self.instance_shape)})"
         pixels = []
         labels = [0] * len(records)
         for k, (key, value) in enumerate(records):
@@ -72,14 +72,21 @@ class RecordInputLayer(StoreInputLayer):
                 raise self.bad_record(key, "is not a RecordProto") from None
             if len(rec.data):
                 if len(rec.data) != n:
-                    raise self.bad_record(key, f"has {len(rec.data)} data values, {self._want}")
+                    raise self.count_mismatch(
+                        key,
+                        len(rec.data),
+                        "data values",
+                        f"has {len(rec.data)} data values, {want}",
+                    )
                 rows[k] = rec.data
             else:
                 pixel = rec.pixel
                 if len(pixel) != n:
                     if not pixel:
                         raise self.bad_record(key, "has neither data nor pixel values")
-                    raise self.bad_record(key, f"has {len(pixel)} pixel values, {self._want}")
+                    raise self.count_mismatch(
+                        key, len(pixel), "pixel values", f"has {len(pixel)} pixel values, {want}"
+                    )
                 pixels.append((k, pixel))
             if with_label and not rec.HasField("label"):
                 raise self.no_label(key)
