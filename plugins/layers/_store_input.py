@@ -269,25 +269,6 @@ class StoreInputLayer(PrefetchingInput, InputLayer):
         """The mean/std vector stored in ``value`` (first tuple of a mean/std file)."""
         raise NotImplementedError
 
-    def count_mismatch(self, key: bytes, count: int, what: str = "values") -> SingaError:
-        """Record ``key`` holds ``count`` values where one record has ``rowlen``: an error
-        naming store_conf.shape, and when the shape was left out, the line to add."""
-        sc = self.conf.store_conf
-        said = f"layer '{self.name}': record '{key_text(key)}' of '{sc.path}' has {count} {what}"
-        if not sc.shape:
-            return self.error(
-                f"{said}, but store_conf.shape is not set (so a record holds 1 value)",
-                field="store_conf",
-                help=f"add `shape: {count}` to store_conf (one record's dimensions, e.g. "
-                "`shape: 1 shape: 28 shape: 28` for 28x28 grey images)",
-            )
-        return self.error(
-            f"{said}, expected {self.rowlen} (store_conf.shape {list(self.instance_shape)})",
-            field="store_conf.shape",
-            help=f"store_conf.shape must describe the store's records: {count} values a "
-            f"record, e.g. `shape: {count}`",
-        )
-
     def count_mismatch(self, key: bytes, count: int, what: str, said: str) -> SingaError:
         """Record ``key`` holds ``count`` values (``what``) where one record has ``rowlen``;
         ``said`` is how the record is described (``has 4 fields, expected ...``). When
