@@ -226,9 +226,10 @@ DeviceOpt = Annotated[
     typer.Option(
         "--device",  # named: typer 0.27 takes a metavar equal to the name for the name
         metavar="DEVICE",
-        help="where every worker computes: cpu, cuda, cuda:N (needs singa-classic[gpu]) or "
-        "standin (the CPU through the stand-in device module, for checking plugins); "
-        "default: job.conf's gpu field (worker i on gpu[i], the others on the CPU)",
+        help="where every worker computes: cpu, cuda (= cuda:0), cuda:N (needs "
+        "singa-classic[gpu]; gpu, gpu:N are the same) or standin (the CPU through the "
+        "stand-in device module, for checking plugins); default: job.conf's gpu field "
+        "(worker i on gpu[i], the others on the CPU)",
     ),
 ]
 SampleShapeOpt = Annotated[
