@@ -13,14 +13,11 @@ will under multi-process engines.
 
 from __future__ import annotations
 
-import time
-
 from singa_core.blas import (
     blas_threads_for,
     blas_threads_problem,
     blas_threads_set_by,
     faster_thread_count,
-    set_blas_threads,
 )
 from singa_core.device import array_module, to_host
 from singa_core.engine import Engine, TrainResult
@@ -29,6 +26,7 @@ from singa_core.names import runtime_param_name
 from singa_core.resources import usable_cpus
 from singa_core.running import checkpoint as ckpt
 from singa_core.running.job import updater_type_name
+from singa_core.running.thread_trial import trial_times
 from singa_core.running.training import TrainingLoop, pop_net_metrics
 from singa_core.stub import ParamShard, ParamStub
 
@@ -62,12 +60,6 @@ class _TrialStub(InProcessStub):
 
     def update(self, step: int, param) -> None:
         pass
-
-
-#: the thread trial: at most this many (1 thread, N threads) pairs of steps, and no new pair
-#: once it has taken this many seconds
-TRIAL_PAIRS = 4
-TRIAL_SECONDS = 3.0
 
 
 class InProcessEngine(Engine):
@@ -215,28 +207,15 @@ class InProcessEngine(Engine):
         # Params that layers write themselves (e.g. batch-norm running statistics)
         written = [(p, p.value.copy()) for p in net.owner_params if not p.learnable]
         stub = _TrialStub(self.shard, net.params)
-        times: dict[int, list[float]] = {1: [], cpus: []}
-        t_start = time.perf_counter()
-        try:
-            set_blas_threads(1)
-            self.worker.train_one_batch(step, net, stub)  # warm-up: buffers, pages
-            while len(times[1]) < TRIAL_PAIRS:
-                for n in (1, cpus):
-                    set_blas_threads(n)
-                    t0 = time.perf_counter()
-                    self.worker.train_one_batch(step, net, stub)
-                    times[n].append(time.perf_counter() - t0)
-                if time.perf_counter() - t_start > TRIAL_SECONDS:
-                    break
-                if min(times[cpus]) > 2 * max(times[1]):  # N clearly loses: a busy machine
-                    break
+        try:  # bounded: pairs, seconds, and a step over its bound ends it (thread_trial.py)
+            times, ended = trial_times(lambda: self.worker.train_one_batch(step, net, stub), cpus)
         finally:
             ckpt.restore_layer_states({kTrain: net}, before)
             for p, value in written:
                 p.value[...] = value
             pop_net_metrics(net)
         n, why = faster_thread_count(times)
-        return n, f"automatic: {why}"
+        return n, f"automatic: {why}{ended}"
 
     def _pin_threads(self, step: int | None = None) -> None:
         if self.threads is None:

@@ -30,28 +30,56 @@ from singa_core.contracts.resources import usable_cpus
 TRIAL_PAIRS = 4
 #: the trial stops after this long, whatever it has
 TRIAL_SECONDS = 3.0
+#: a trial step longer than both this many seconds and STEP_BOUND_FACTOR times the first
+#: timed step (1 thread) ends the trial at once, with the steps timed so far: on a busy
+#: machine one N-thread step took 36.8 s where 1 thread took 0.06 s (issue 38)
+STEP_BOUND_SECONDS = 2.0
+STEP_BOUND_FACTOR = 3.0
 
 
-def timed_choice(run_once: Callable[[], None], cpus: int) -> tuple[int, str]:
-    """Run ``run_once`` at 1 and ``cpus`` threads, alternating (after one warm-up run), and
-    keep the faster count (:func:`faster_thread_count`); returns (count, why)."""
+def step_bound(first: float) -> float:
+    """The longest a trial step may take, given the first timed step's ``first`` seconds."""
+    return max(STEP_BOUND_SECONDS, STEP_BOUND_FACTOR * first)
+
+
+def trial_times(run_once: Callable[[], None], cpus: int, clock=time.perf_counter):
+    """Run ``run_once`` at 1 and ``cpus`` threads, alternating, after one warm-up run at 1:
+    at most :data:`TRIAL_PAIRS` pairs, no new pair after :data:`TRIAL_SECONDS`, none once
+    ``cpus`` clearly loses, and nothing more after a step over :func:`step_bound`. Returns
+    ({threads: [seconds, ...]}, ended): ``ended`` is "" or the clause saying why the trial
+    ended early."""
     times: dict[int, list[float]] = {1: [], cpus: []}
     set_blas_threads(1)
     run_once()  # warm-up: buffers, pages
-    start = time.perf_counter()
+    start = clock()
     while len(times[1]) < TRIAL_PAIRS:
         for n in (1, cpus):
             set_blas_threads(n)
-            t0 = time.perf_counter()
+            t0 = clock()
             run_once()
-            times[n].append(time.perf_counter() - t0)
-        if time.perf_counter() - start > TRIAL_SECONDS:
+            took = clock() - t0
+            times[n].append(took)
+            bound = step_bound(times[1][0])
+            if took > bound:
+                return times, (
+                    f"; the trial ended early: a {n}-thread step took {took:.1f} s, over "
+                    f"its bound of {bound:.1f} s (the larger of {STEP_BOUND_SECONDS:.0f} s "
+                    f"and {STEP_BOUND_FACTOR:.0f}x the first step)"
+                )
+        if clock() - start > TRIAL_SECONDS:
             break
         if min(times[cpus]) > 2 * max(times[1]):  # N clearly loses: a busy machine
             break
+    return times, ""
+
+
+def timed_choice(run_once: Callable[[], None], cpus: int) -> tuple[int, str]:
+    """Run ``run_once`` at 1 and ``cpus`` threads (:func:`trial_times`) and keep the faster
+    count (:func:`faster_thread_count`); returns (count, why)."""
+    times, ended = trial_times(run_once, cpus)
     n, why = faster_thread_count(times)
     set_blas_threads(n)
-    return n, f"automatic: {why}"
+    return n, f"automatic: {why}{ended}"
 
 
 def needs_choice(job, cpus: int | None = None) -> bool:
