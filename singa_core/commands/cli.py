@@ -1055,10 +1055,6 @@ def predict(
             from singa_core.contracts.device import open_device
 
             device = open_device(device, where="--device")
-        if device is not None:  # opened here, so its errors say --device as train's do
-            from singa_core.contracts.device import open_device
-
-            device = open_device(device, where="--device")
         model = run.model(checkpoint, sample_shape=tuple(sample_shape or ()) or None, device=device)
         if not 1 <= top_k <= model.num_outputs:
             raise SingaError(
