@@ -177,3 +177,19 @@ def test_a_manifest_names_its_step_and_run_and_vouches_for_itself(trained):
     man.write_text(json.dumps(other))
     with pytest.raises(SingaError, match="not step 10 worker 0"):
         ck.verify_checkpoint([ws / "checkpoint" / "step10-worker0"])
+
+
+def test_a_manifest_of_an_earlier_singa_still_verifies(trained):
+    _, ws = trained
+    params = ws / "checkpoint" / "step20-worker0"
+    man = ck.manifest_path(params)
+    doc = json.loads(man.read_text())
+    old = {"format": ck.MANIFEST_FORMAT_1, "step": 20, "worker": 0, "files": doc["files"]}
+    man.write_text(json.dumps(old, indent=1))
+    assert _load(params) == []  # verified against it, no warning
+    info = ck.checkpoint_info(params)
+    assert info.verified and info.step == 20 and info.written is None
+    # a /1 manifest with anything more is not one an earlier singa wrote
+    man.write_text(json.dumps({**old, "written": 1.0}))
+    with pytest.raises(SingaError, match="not a singa-checkpoint-manifest/1 document"):
+        _load(params)
