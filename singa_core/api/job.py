@@ -682,7 +682,9 @@ class Job:
         """The trained model (:class:`singa_core.inference.model.Model`): this job's deploy
         net with the Params of ``checkpoint`` (a checkpoint file, its folder or a workspace;
         default: the newest checkpoint of the workspace, else job.conf's checkpoint_path),
-        verified as every load is. No training data is read. Which checkpoint it uses (path,
+        verified as every load is. Of the training data only the first 256 records are
+        read, when the store is there (``trained_range``, the range of values the model was
+        trained on, for :meth:`Model.predict`'s warning). Which checkpoint it uses (path,
         step, when and by which run written) is its ``checkpoint`` attribute
         (:class:`~singa_core.running.checkpoint.CheckpointInfo`); ``checkpoint_notes`` names
         a longer run's checkpoints moved aside in the workspace."""

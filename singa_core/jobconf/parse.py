@@ -329,7 +329,10 @@ def load_job(path: str | Path, overrides: list[str] = ()) -> JobConfig:
         raise
     for ov in overrides:
         apply_override(cfg, ov)
+    from singa_core.jobconf.limits import check_limits
     from singa_core.jobconf.paths import check_working_folder
+
+    check_limits(cfg)  # a negative count, size or shape: located, before anything runs
 
     check_working_folder(cfg)  # `cd examples/mnist && singa train job.conf`: says where to run
     return cfg

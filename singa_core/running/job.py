@@ -17,6 +17,7 @@ from singa_core.contracts.device import CPU, open_device, worker_device_specs
 from singa_core.contracts.errors import SingaError
 from singa_core.contracts.layer import kTest, kTrain, kVal
 from singa_core.contracts.memory import MemoryEstimate, available_memory, estimating
+from singa_core.jobconf.limits import check_limits
 from singa_core.jobconf.parse import JobConfig
 from singa_core.netbuilder.net import (
     PHASE_NAMES,
@@ -281,6 +282,7 @@ def prepare_job(
             where=cfg.locate("train_steps"),
             help="set a positive number of steps, e.g. `train_steps: 1000`",
         )
+    check_limits(cfg)  # negative counts, sizes, shapes (a JobProto built in Python too)
     if not job.HasField("neuralnet") or not job.neuralnet.layer:
         raise SingaError(
             "job.conf defines no layers",

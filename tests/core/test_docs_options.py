@@ -183,3 +183,117 @@ def test_the_commands_synopsis_lists_every_option():
             extra[cmd] = unknown
     assert missing == {}, "options the synopsis leaves out"
     assert extra == {}, "options the command does not have"
+
+
+# -- option values -------------------------------------------------------------------------
+_ENUM = re.compile(r"^[A-Za-z][\w.-]*(?:\|[A-Za-z][\w.-]*)+$")  # group|spread|pack
+_LISTED = re.compile(r"^([a-z][\w-]*(?:, [a-z][\w-]*)* or [a-z][\w-]*)$")  # a, b or c
+
+
+def option_values(help_text: str) -> dict[str, set[str]]:
+    """Option -> the values its --help enumerates: in the metavar (``--placement
+    group|spread|pack``) or as the whole help text (``--kind KIND  layer, worker ... or
+    dataset``)."""
+    found: dict[str, set[str]] = {}
+    current, words = None, []
+
+    def close():
+        if current is not None and current not in found:
+            text = re.sub(r"\s*\[(?:required|default: [^\]]*)\]", "", " ".join(words))
+            m = _LISTED.match(text.strip())
+            if m:
+                found[current] = set(re.split(r", | or ", m.group(1)))
+
+    for line in help_text.splitlines():
+        m = re.match(r"^  (?:-[a-zA-Z], )?(--[a-z][a-z0-9-]*)(?: (\S+))?\s*(.*)$", line)
+        if m:
+            close()
+            current, words = m.group(1), [m.group(3)] if m.group(3) else []
+            if m.group(2) and _ENUM.match(m.group(2)):
+                found[current] = set(m.group(2).split("|"))
+        elif current is not None and line.startswith("    ") and line.strip():
+            words.append(line.strip())
+        else:
+            close()
+            current, words = None, []
+    close()
+    return found
+
+
+def command_values() -> dict[str, dict[str, set[str]]]:
+    out = {}
+    for snap in SNAPSHOTS.glob("*.txt"):
+        if snap.stem != "singa":
+            out[snap.stem] = option_values(snap.read_text())
+    if "submit" in out and "train" in out:
+        out["submit"] = {**out["train"], **out["submit"]}
+    return out
+
+
+def value_mentions(path: Path):
+    """(line, command, option, value) for every value the docs show after an option of
+    `singa COMMAND` (code spans and blocks; a block's indented lines continue the command
+    of the line above, as in the synopsis of commands.md)."""
+    text = path.read_text(encoding="utf-8")
+    for block in _CODE.finditer(text):
+        start = text.count("\n", 0, block.start()) + 1
+        current = None
+        for k, line in enumerate(block.group(0).splitlines()):
+            m = _SINGA.search(line)
+            if m:
+                current, rest = m.group(1), m.group(2)
+            elif current is not None and line.startswith(" ") and line.strip():
+                rest = line
+            else:
+                current = None
+                continue
+            rest = rest.split("#")[0]
+            for o in re.finditer(r"(?<![\w-])(--[a-z][a-z0-9-]*)[ =]([^\s\]\[`]+)", rest):
+                yield start + k, current, o.group(1), o.group(2)
+
+
+def wrong_values(path: Path, known: dict[str, dict[str, set[str]]]) -> list[str]:
+    wrong = []
+    for line, cmd, opt, value in value_mentions(path):
+        allowed = known.get(cmd, {}).get(opt)
+        if allowed is None or value.startswith("-"):
+            continue
+        shown = set(value.split("|"))
+        if "|" in value:
+            bad = shown != allowed  # a list of the values: all of them, no others
+        else:
+            bad = value not in allowed and not value.isupper()  # a value, or a placeholder
+        if bad:
+            where = f"{path.relative_to(REPO) if path.is_relative_to(REPO) else path.name}"
+            wrong.append(
+                f"{where}:{line}: singa {cmd} {opt} {value} (--help: {'|'.join(sorted(allowed))})"
+            )
+    return wrong
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=[str(d.relative_to(REPO)) for d in DOCS])
+def test_option_values_in_the_docs_are_the_helps(doc):
+    """`--placement spread|pack` in a doc where --help says `group|spread|pack` fails; so
+    does `--layout NWHC` or `--kind model`."""
+    wrong = wrong_values(doc, command_values())
+    assert wrong == [], "values the option does not take (or a list lacking some): " + "; ".join(
+        wrong
+    )
+
+
+def test_the_value_checker_sees_wrong_and_partial_lists(tmp_path):
+    known = command_values()
+    assert known["train"]["--placement"] == {"group", "spread", "pack"}
+    assert known["predict"]["--layout"] == {"NCHW", "NHWC"}
+    assert "dataset" in known["new-plugin"]["--kind"] and "layer" in known["new-plugin"]["--kind"]
+    page = tmp_path / "x.md"
+    page.write_text(
+        "```text\nsinga train JOB.conf [--seed N]\n"
+        "                     [--placement spread|pack] [--max-restarts N]\n```\n"
+        "and `singa new-plugin foo --kind model` but `singa export a.conf --format onnx`, "
+        "`singa predict a.conf x.npy --layout NHWC` and `singa train a.conf --placement group`\n"
+    )
+    wrong = wrong_values(page, known)
+    assert len(wrong) == 2, wrong
+    assert "singa train --placement spread|pack" in wrong[0]
+    assert "singa new-plugin --kind model" in wrong[1]

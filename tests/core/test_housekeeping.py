@@ -72,6 +72,9 @@ def test_keep_checkpoints_keeps_the_newest_and_the_marked(small_job):
 def test_keep_checkpoints_must_not_be_negative(small_job):
     conf, _ = small_job(steps=5)
     res = invoke("train", conf, "--keep-checkpoints", "-1")
+    assert res.exit_code == 2
+    assert res.output.startswith("--keep-checkpoints: error: --keep-checkpoints is -1;")
+    res = invoke("train", conf, "-o", "keep_checkpoints=-1")  # job.conf's field, by -o
     assert res.exit_code == 2 and "keep_checkpoints must not be negative" in res.output
 
 

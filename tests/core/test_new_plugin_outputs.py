@@ -142,7 +142,8 @@ def test_read_only_and_full_filesystems(tmp_path):
         "from typer.testing import CliRunner\n"
         "from singa_core.commands.cli import app\n"
         "for out in sys.argv[1:]:\n"
-        "    res = CliRunner().invoke(app, ['new-plugin', 'foo', '--kind', 'layer', '--out', out])\n"
+        "    args = ['new-plugin', 'foo', '--kind', 'layer', '--out', out]\n"
+        "    res = CliRunner().invoke(app, args)\n"
         "    print(res.exit_code)\n"
         "    print(res.output, end='')\n"
         "    import os\n"
@@ -151,7 +152,7 @@ def test_read_only_and_full_filesystems(tmp_path):
     script = (
         f"mount -t tmpfs -o ro,size=64k tmpfs {ro} && "
         f"mount -t tmpfs -o size=16k tmpfs {full} && "
-        f"exec {sys.executable} -c \"$0\" {ro} {full}"
+        f'exec {sys.executable} -c "$0" {ro} {full}'
     )
     res = subprocess.run(
         ["unshare", "-m", "--propagation", "private", "sh", "-c", script, code],
