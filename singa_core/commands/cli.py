@@ -246,6 +246,34 @@ SampleShapeOpt = Annotated[
 NAME_MAX, PATH_MAX = 255, 4096  # Linux's limits: one name, a whole path (bytes)
 
 
+def _at_least(option: str, value, low: int, what: str, example: str) -> None:
+    """Refuse a numeric option (or any value of a repeatable one) below ``low``: a negative
+    count is never taken as the nearest sensible one."""
+    bound = "0 or more" if low == 0 else f"at least {low}"
+    for v in value if isinstance(value, list) else [value]:
+        if v is not None and v < low:
+            _fail(
+                SingaError(
+                    f"{option} is {v}; it must be {bound} ({what})",
+                    where=option,
+                    help=f"e.g. {example}",
+                )
+            )
+
+
+def _sample_shape_agrees(model, given: list[int] | None) -> None:
+    """--sample-shape is what 0.1-style parser layers learn from records; a data layer that
+    knows its shape (store_conf.shape) must be given the same one, or none."""
+    if given and tuple(given) != tuple(model.sample_shape):
+        shape = " ".join(f"--sample-shape {s}" for s in model.sample_shape)
+        raise SingaError(
+            f"--sample-shape {list(given)} is not the data layer's sample shape "
+            f"{list(model.sample_shape)}",
+            where="--sample-shape",
+            help=f"leave --sample-shape out (the data layer knows its shape), or give {shape}",
+        )
+
+
 def _fail(err: SingaError) -> None:
     print(err.format(), file=sys.stderr)
     raise typer.Exit(getattr(err, "exit_code", USER_ERROR_EXIT))  # 3: numeric.NonFiniteError
@@ -493,6 +521,10 @@ def train(
     after the current step with a checkpoint (exit 130); --resume continues."""
     from singa_core.api.job import Job
 
+    _at_least("--resume-from", resume_from, 0, "a checkpoint's step", "--resume-from 1000")
+    _at_least(
+        "--keep-checkpoints", keep_checkpoints, 0, "a number, 0 for all", "--keep-checkpoints 5"
+    )
     if keep_checkpoints is not None:
         override = [*(override or []), f"keep_checkpoints={keep_checkpoints}"]
     if graph is not None and not dry_run:
@@ -578,6 +610,7 @@ def test(
     (e.g. a sampling job) is fine."""
     from singa_core.api.job import Job
 
+    _at_least("--steps", steps, 1, "a number of test mini-batches", "--steps 100")
     try:
         run = Job.from_file(job, override, engine=engine, device=device)
         result = run.test(steps, checkpoint)
@@ -1026,8 +1059,9 @@ def predict(
 
     Runs the deploy net (`singa train JOB.conf --dry-run --deploy` shows it) with the
     newest checkpoint of the job's workspace on raw samples, as the data layer reads them
-    from records (pixels 0-255), applying the data layer's own preprocessing. No training
-    data is read."""
+    from records (pixels 0-255), applying the data layer's own preprocessing. Of the
+    training data only the first 256 records are read (when the store is there), for the
+    range of values the model was trained on: inputs far from it get a warning."""
     from singa_core.api.job import Job
     from singa_core.inference.input_range import predict_noting_range
     from singa_core.inference.inputs import (
@@ -1039,6 +1073,7 @@ def predict(
     from singa_core.running.fileio import atomic_write_bytes, output_target
     from singa_core.running.thread_trial import choose_for_model, needs_choice
 
+    _at_least("--sample-shape", sample_shape, 1, "a sample dimension", "--sample-shape 28")
     try:
         fmt = None
         if output is not None:
@@ -1056,6 +1091,7 @@ def predict(
 
             device = open_device(device, where="--device")
         model = run.model(checkpoint, sample_shape=tuple(sample_shape or ()) or None, device=device)
+        _sample_shape_agrees(model, sample_shape)
         if not 1 <= top_k <= model.num_outputs:
             raise SingaError(
                 f"--top-k {top_k}: the model has {model.num_outputs} outputs",
@@ -1134,6 +1170,7 @@ def export(
     from singa_core.inference.formats import export_format
     from singa_core.running.fileio import output_target
 
+    _at_least("--sample-shape", sample_shape, 1, "a sample dimension", "--sample-shape 28")
     try:
         output_target(out, "export")  # never a device, FIFO or folder (before any work)
         fmt = export_format(out, fmt)
@@ -1156,6 +1193,7 @@ def export(
             from singa_core.inference.onnx_export import export_onnx
 
             model = run.model(checkpoint, sample_shape=tuple(sample_shape or ()) or None)
+            _sample_shape_agrees(model, sample_shape)
             summary = export_onnx(model, out, onnx_state or "required")
             said = [f"checkpoint: {info}" for info in model.checkpoints]
             said += model.checkpoint_notes
