@@ -263,6 +263,7 @@ def singa_train_step(conf: Path, overrides: list[str], threads: int, device=None
 
     def step(s):
         worker.train_one_batch(s, net, stub)
+        stub.flush()  # the updates a device's server holds back to apply together
         for d in devices:
             d.synchronize()
 

@@ -39,8 +39,10 @@ class InProcessStub(ParamStub):
             self.shares.setdefault(p.owner.id, []).append(p)
 
     def collect(self, param) -> None:
-        # Values are shared with the shard; an update is applied before update() returns.
-        pass
+        # Values are shared with the shard; an update is applied before update() returns,
+        # or (a shard batching a device's updates) before anything reads a value again.
+        if self.shard.pending:
+            self.flush()
 
     def update(self, step: int, param) -> None:
         owner = param.owner
@@ -49,9 +51,24 @@ class InProcessStub(ParamStub):
             grad = owner.device.asarray(to_host(grad))
         version = self.shard.update(owner.id, step, grad)
         if version is not None:
-            for q in self.shares[owner.id]:
-                q.version = version
-                q.refresh()  # a mirror on another device takes the new values
+            self._set_version(owner.id, version)
+        elif self.shard.pending and len(self.shard.pending) == self._learnable():
+            self.flush()  # the step's last gradient: every Param in one launch
+
+    def flush(self) -> None:
+        for key, version in self.shard.flush().items():
+            self._set_version(key, version)
+
+    def _learnable(self) -> int:
+        n = getattr(self, "_n_learnable", None)
+        if n is None:
+            n = self._n_learnable = self.shard.learnable_keys()
+        return n
+
+    def _set_version(self, key: int, version: int) -> None:
+        for q in self.shares[key]:
+            q.version = version
+            q.refresh()  # a mirror on another device takes the new values
 
 
 class _TrialStub(InProcessStub):
@@ -89,7 +106,8 @@ class InProcessEngine(Engine):
         self.train_net = self.nets[kTrain]
         self.worker = prepared.make_worker()
         self.updater = prepared.make_updater()
-        self.shard = ParamShard(self.updater)
+        # a GPU's updates wait for the step's last gradient and run in one launch
+        self.shard = ParamShard(self.updater, batch_updates=not self._device().is_host)
         self.names = {p.id: runtime_param_name(p.name) for p in self.train_net.owner_params}
         self.threads: int | None = None  # the BLAS threads of this run, once chosen
 

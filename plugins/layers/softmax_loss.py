@@ -12,20 +12,218 @@
   layer partitioned on the batch across n workers (the gradient of the group's mean loss).
 
 ``self.data`` holds ``p`` (shape of the logits). A label outside ``[0, classes)`` is a
-SingaError here (0.3 CHECK-fails on a negative label and reads out of bounds otherwise).
+SingaError here (0.3 CHECK-fails on a negative label and reads out of bounds otherwise),
+checked on the host copy of the labels before they reach a device.
+
+Two kernels (``softmax_xent`` forward, ``softmax_xent_grad`` backward) do the work: one
+launch each on a GPU, reading nothing back. The loss and accuracy stay on the device in
+the layer's metric sums until a displayed step reads them; ties are ranked without a
+branch.
 """
 
 from __future__ import annotations
 
+import functools
+import threading
+
 import numpy as np
 from singa_builtins.layers import CUDNN_ALIAS_NOTE
 
+from singa_core.cuda import CUPY, grid_for
+from singa_core.device import is_host_array, to_host
+from singa_core.kernels import define_kernel
 from singa_core.layer import LossLayer
-from singa_core.memory import charge as charge_memory
 from singa_core.param import DTYPE
 from singa_core.schema import job_pb2
 
 FLT_MIN = float(np.finfo(np.float32).tiny)  # 1.17549435e-38
+
+
+# -- the kernels ------------------------------------------------------------------------------
+class _Scratch:
+    """The host kernel's work arrays for one batch shape (kept per thread: the shm engine
+    runs several workers as threads of one process)."""
+
+    def __init__(self, batch: int, dim: int) -> None:
+        self.rowmax = np.empty(batch, dtype=DTYPE)
+        self.rowsum = np.empty(batch, dtype=DTYPE)
+        self.rowbase = np.arange(batch, dtype=np.int64) * dim
+        self.idx = np.empty(batch, dtype=np.int64)
+        self.pt = np.empty(batch, dtype=DTYPE)
+        self.pmax = np.empty(batch, dtype=DTYPE)
+        self.hitrow = np.empty(batch, dtype=bool)
+        self.cols = np.arange(dim, dtype=np.int64)
+        self.above = np.empty((batch, dim), dtype=bool)
+        self.tie = np.empty((batch, dim), dtype=bool)
+        self.later = np.empty((batch, dim), dtype=bool)
+
+
+_scratch: dict[tuple[int, int, int], _Scratch] = {}
+
+
+def _scratch_for(batch: int, dim: int) -> _Scratch:
+    key = (threading.get_ident(), batch, dim)
+    s = _scratch.get(key)
+    if s is None:
+        s = _scratch[key] = _Scratch(batch, dim)
+    return s
+
+
+def _hits(prob, pt, labels, topk: int, w: _Scratch) -> int:
+    """#rows whose label ranks among the top-k by (p, class index) descending."""
+    batch = prob.shape[0]
+    if topk == 1:
+        np.max(prob, axis=1, out=w.pmax)
+        np.equal(prob, w.pmax[:, None], out=w.tie)
+        if np.count_nonzero(w.tie) == batch:  # a single maximum in every row
+            np.equal(pt, w.pmax, out=w.hitrow)
+            return int(np.count_nonzero(w.hitrow))
+    above, tie = w.above, w.tie
+    np.greater(prob, pt[:, None], out=above)
+    np.equal(prob, pt[:, None], out=tie)
+    if np.count_nonzero(tie) > batch:  # equal probabilities besides the truth
+        np.greater(w.cols, labels[:, None], out=w.later)
+        np.logical_and(tie, w.later, out=tie)
+        np.logical_or(above, tie, out=above)
+    rank = np.count_nonzero(above, axis=1)
+    return int(np.count_nonzero(rank < topk))
+
+
+def softmax_xent_host(x, labels, prob, rows, counter, sums, last, topk, scale) -> None:
+    """``prob = softmax(x)`` row-wise; adds the batch's ``scale·mean(−ln p[label])`` to
+    ``sums[0]`` and its top-k accuracy times ``scale`` to ``sums[1]``; ``last[0]`` = the
+    batch's loss. ``rows`` (B×2 float64) and ``counter`` (int32, zero) are the GPU's
+    scratch."""
+    batch, dim = prob.shape
+    w = _scratch_for(batch, dim)
+    np.max(x, axis=1, out=w.rowmax)
+    np.subtract(x, w.rowmax[:, None], out=prob)
+    np.exp(prob, out=prob)
+    np.sum(prob, axis=1, out=w.rowsum)
+    prob /= w.rowsum[:, None]
+    np.add(w.rowbase, labels, out=w.idx)
+    pt = w.pt
+    np.take(prob.reshape(-1), w.idx, out=pt)
+    hit = _hits(prob, pt, labels, int(topk), w)
+    np.maximum(pt, FLT_MIN, out=pt)
+    np.log(pt, out=pt)
+    loss = -float(pt.sum(dtype=np.float64)) * scale / batch
+    sums[0] += loss
+    sums[1] += hit * scale / batch
+    last[0] = loss
+
+
+def softmax_xent_grad_host(prob, labels, grad, gscale) -> None:
+    """``grad = gscale·(prob − onehot(labels))`` (C-contiguous ``grad``)."""
+    batch, dim = prob.shape
+    w = _scratch_for(batch, dim)
+    flat = grad.reshape(-1)
+    np.copyto(grad.reshape(batch, dim), prob)
+    np.add(w.rowbase, labels, out=w.idx)
+    flat[w.idx] -= 1.0
+    flat *= DTYPE(gscale)
+
+
+#: CUDA label types by numpy dtype
+_LABEL_TYPES = {"int64": "long long", "int32": "int", "uint8": "unsigned char", "int16": "short"}
+
+
+def _forward_source(ltype: str) -> str:
+    return f"""
+extern "C" __global__ void singa_softmax_xent(const float* __restrict__ x,
+    const {ltype}* __restrict__ labels, float* __restrict__ prob, double* rows, int* counter,
+    double* sums, double* last, int batch, int dim, int topk, double scale) {{
+  const int stride = gridDim.x * blockDim.x;
+  for (int n = blockIdx.x * blockDim.x + threadIdx.x; n < batch; n += stride) {{
+    const float* xr = x + (long long)n * dim;
+    float* pr = prob + (long long)n * dim;
+    float m = xr[0];
+    for (int j = 1; j < dim; ++j) m = fmaxf(m, xr[j]);
+    float s = 0.0f;
+    for (int j = 0; j < dim; ++j) {{ const float e = expf(xr[j] - m); pr[j] = e; s += e; }}
+    for (int j = 0; j < dim; ++j) pr[j] = pr[j] / s;
+    const long long lab = (long long)labels[n];
+    const float pt = pr[lab];
+    int above = 0;
+    for (int j = 0; j < dim; ++j) {{
+      const float q = pr[j];
+      above += (q > pt) | ((q == pt) & (j > lab));
+    }}
+    rows[2 * n] = (double)logf(fmaxf(pt, 1.17549435e-38f));
+    rows[2 * n + 1] = above < topk ? 1.0 : 0.0;
+    __threadfence();
+    if (atomicAdd(counter, 1) == batch - 1) {{  /* the last row: sum every row, in order */
+      const volatile double* r = rows;
+      double l = 0.0, h = 0.0;
+      for (int k = 0; k < batch; ++k) {{ l += r[2 * k]; h += r[2 * k + 1]; }}
+      const double loss = -l * scale / batch;
+      sums[0] += loss;
+      sums[1] += h * scale / batch;
+      last[0] = loss;
+      *counter = 0;
+    }}
+  }}
+}}
+"""
+
+
+def _grad_source(ltype: str) -> str:
+    return f"""
+extern "C" __global__ void singa_softmax_xent_grad(const float* __restrict__ prob,
+    const {ltype}* __restrict__ labels, float* __restrict__ grad, long long total, int dim,
+    float gscale) {{
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += stride) {{
+    const long long n = i / dim;
+    const long long j = i - n * dim;
+    grad[i] = (prob[i] - (j == (long long)labels[n] ? 1.0f : 0.0f)) * gscale;
+  }}
+}}
+"""
+
+
+def _label_type(labels) -> str:
+    try:
+        return _LABEL_TYPES[labels.dtype.name]
+    except KeyError:
+        raise TypeError(f"labels of dtype {labels.dtype} (use an integer type)") from None
+
+
+def softmax_xent_cuda(x, labels, prob, rows, counter, sums, last, topk, scale, rt=CUPY):
+    batch, dim = prob.shape
+    launch = rt.kernel(_forward_source(_label_type(labels)), "singa_softmax_xent")
+    launch(
+        grid_for(batch),
+        256,
+        (x, labels, prob, rows, counter, sums, last, np.int32(batch), np.int32(dim),
+         np.int32(topk), np.float64(scale)),
+    )  # fmt: skip
+
+
+def softmax_xent_grad_cuda(prob, labels, grad, gscale, rt=CUPY):
+    batch, dim = prob.shape
+    launch = rt.kernel(_grad_source(_label_type(labels)), "singa_softmax_xent_grad")
+    total = batch * dim
+    launch(
+        grid_for(total),
+        256,
+        (prob, labels, grad, np.int64(total), np.int32(dim), np.float32(gscale)),
+    )
+
+
+define_kernel(
+    "softmax_xent",
+    host=softmax_xent_host,
+    cuda=functools.partial(softmax_xent_cuda, rt=CUPY),
+    doc="softmax, cross-entropy and top-k hits of a batch; the sums stay on the device",
+)
+define_kernel(
+    "softmax_xent_grad",
+    host=softmax_xent_grad_host,
+    cuda=functools.partial(softmax_xent_grad_cuda, rt=CUPY),
+    doc="the softmax loss's gradient to the logits",
+)
 
 
 class SoftmaxLossLayer(LossLayer):
@@ -34,6 +232,7 @@ class SoftmaxLossLayer(LossLayer):
     alias_note = CUDNN_ALIAS_NOTE
     num_srclayers = (2, 2)
     deploy_role = "output"
+    METRICS = ("loss", "accuracy")
 
     @classmethod
     def deploy_output(cls, conf):
@@ -61,31 +260,29 @@ class SoftmaxLossLayer(LossLayer):
         self.alloc(src.shape, grad=False)
         B, D = self.batchsize, self.dim
         self._prob = self.data.reshape(B, D)
-        self._rowmax = self.xp.empty(B, dtype=DTYPE)
-        self._rowsum = self.xp.empty(B, dtype=DTYPE)
-        self._rowbase = self.xp.arange(B, dtype=np.int64) * D
-        self._idx = self.xp.empty(B, dtype=np.int64)
-        self._ptruth = self.xp.empty(B, dtype=DTYPE)
-        self._pmax = self.xp.empty(B, dtype=DTYPE)
-        self._hitrow = self.xp.empty(B, dtype=bool)
-        self._cols = self.xp.arange(D, dtype=np.int64)
-        charge_memory(self, "scratch", (3, B, D), itemsize=1, what="top-k comparison masks")
-        self._above = self.xp.empty((B, D), dtype=bool)
-        self._tie = self.xp.empty((B, D), dtype=bool)
-        self._later = self.xp.empty((B, D), dtype=bool)
-        self._gscale = DTYPE(self.scale * self.group_share() / B)
+        self._rows = self.xp.empty((B, 2), dtype=np.float64)
+        self._counter = self.xp.zeros(1, dtype=np.int32)
+        self._last = self.xp.zeros(1, dtype=np.float64)
+        self._gscale = float(DTYPE(self.scale * self.group_share() / B))
 
-    def _labels(self, srcs) -> np.ndarray:
-        labels = srcs[1].labels()
+    def _labels(self, srcs):
+        """The batch's labels (on this layer's device), checked on their host copy."""
+        src = srcs[1]
+        labels = src.labels()
         if labels is None:
             raise self.error(
                 f"layer '{self.name}': source '{srcs[1].name}' provides no labels",
                 field="srclayers",
             )
         labels = labels[: self.batchsize]
-        if labels.dtype.kind not in "iu":
+        host = labels if is_host_array(labels) else src.host_labels()
+        if host is None:  # a device label source without a host copy: one read
+            host = to_host(labels)
+        host = host[: self.batchsize]
+        if host.dtype.kind not in "iu":
+            host = host.astype(np.int64)
             labels = labels.astype(np.int64)
-        lo, hi = int(labels.min()), int(labels.max())
+        lo, hi = int(host.min()), int(host.max())
         if lo < 0 or hi >= self.dim:
             bad = lo if lo < 0 else hi
             raise self.error(
@@ -98,56 +295,25 @@ class SoftmaxLossLayer(LossLayer):
     def forward(self, phase, srcs):
         B = self.batchsize
         x = srcs[0].data.reshape(B, self.dim)
-        prob = self._prob
-        np.max(x, axis=1, out=self._rowmax)
-        np.subtract(x, self._rowmax[:, None], out=prob)
-        np.exp(prob, out=prob)
-        np.sum(prob, axis=1, out=self._rowsum)
-        prob /= self._rowsum[:, None]
-        labels = self._labels(srcs)
-        np.add(self._rowbase, labels, out=self._idx)
-        pt = self._ptruth
-        np.take(prob.reshape(-1), self._idx, out=pt)
-        hit = self._hits(prob, pt, labels)
-        np.maximum(pt, FLT_MIN, out=pt)
-        np.log(pt, out=pt)
-        loss = -float(pt.sum(dtype=np.float64)) * self.scale / B
-        self.loss = loss
-        self.add_metric("loss", loss)
-        self.add_metric("accuracy", hit * self.scale / B)
-
-    def _hits(self, prob, pt, labels) -> int:
-        """#rows whose label ranks among the top-k by (p, class index) descending."""
-        if self.topk == 1:
-            pmax, tie = self._pmax, self._tie
-            np.max(prob, axis=1, out=pmax)
-            np.equal(prob, pmax[:, None], out=tie)
-            if np.count_nonzero(tie) == self.batchsize:  # a single maximum in every row
-                np.equal(pt, pmax, out=self._hitrow)
-                return int(np.count_nonzero(self._hitrow))
-        above, tie = self._above, self._tie
-        np.greater(prob, pt[:, None], out=above)
-        np.equal(prob, pt[:, None], out=tie)
-        if np.count_nonzero(tie) > self.batchsize:  # equal probabilities besides the truth
-            np.greater(self._cols, labels[:, None], out=self._later)
-            np.logical_and(tie, self._later, out=tie)
-            np.logical_or(above, tie, out=above)
-        rank = np.count_nonzero(above, axis=1)
-        return int(np.count_nonzero(rank < self.topk))
+        if not x.flags.c_contiguous:
+            x = self.xp.ascontiguousarray(x)
+        self._batch_labels = labels = self._labels(srcs)
+        sums = self.metric_sums(self.METRICS)
+        self.kernels.softmax_xent(
+            x, labels, self._prob, self._rows, self._counter, sums, self._last, self.topk,
+            self.scale,
+        )  # fmt: skip
+        self.count_metrics(self.METRICS)
+        self.loss = self._last[0]  # a 0-d array of the layer's device: read it when needed
 
     def backward(self, phase, srcs):
         buf = srcs[0].grad_for(self)
         if buf is None:
             return
+        labels = self._batch_labels
         if not buf.flags.c_contiguous:  # a strided view: compute, then assign
-            tmp = self.xp.ascontiguousarray(buf)
-            self._gradient(tmp)
+            tmp = self.xp.empty(buf.shape, dtype=buf.dtype)
+            self.kernels.softmax_xent_grad(self._prob, labels, tmp, self._gscale)
             buf[...] = tmp
         else:
-            self._gradient(buf)
-
-    def _gradient(self, buf: np.ndarray) -> None:
-        flat = buf.reshape(-1)
-        np.copyto(buf.reshape(self.batchsize, self.dim), self._prob)
-        flat[self._idx] -= 1.0
-        flat *= self._gscale
+            self.kernels.softmax_xent_grad(self._prob, labels, buf, self._gscale)

@@ -106,6 +106,9 @@ class Layer:
     #: it runs on the CPU and the job notes it once). The net builder copies data and
     #: gradients across every edge between devices (singa_core.netbuilder.transfer).
     placement: str | None = None
+    #: False: the numeric guard does not check this layer's output and gradient (a copy
+    #: of another layer's arrays, checked there)
+    guarded: bool = True
     #: shown once per job when the layer is used under an alias (``type_names[1:]``)
     alias_note: str = ""
     one_to_many: bool = False
@@ -131,6 +134,9 @@ class Layer:
         self.loss: float = 0.0
         self._metric_sum: dict[str, float] = {}
         self._metric_count: dict[str, int] = {}
+        # metrics that stay on the device until read (see add_metric, metric_sums)
+        self._metric_pending: dict[str, list] = {}
+        self._metric_acc: tuple[tuple[str, ...], Any] | None = None
         self._draw_buffers: dict[tuple[int, ...], np.ndarray] = {}  # see draw()
 
     # -- the deploy net (optional) -----------------------------------------------------
@@ -182,6 +188,13 @@ class Layer:
     def labels(self) -> np.ndarray | None:
         """Integer labels this layer provides to loss/accuracy layers (SINGA's aux_data)."""
         return self.aux
+
+    def host_labels(self) -> np.ndarray | None:
+        """The host (numpy) copy of :meth:`labels` where one exists, else None: a loss
+        layer checks the labels' range there rather than reading them off a device. A
+        layer whose labels live on a device but came from the host says where."""
+        labels = self.labels()
+        return labels if isinstance(labels, np.ndarray) else None
 
     def state_dict(self) -> dict[str, Any]:
         """Resumable state besides Params (data cursors); JSON-serialisable values."""
@@ -385,21 +398,100 @@ class Layer:
                 field="srclayers",
             )
 
-    def add_metric(self, name: str, value: float, count: int = 1) -> None:
-        self._metric_sum[name] = self._metric_sum.get(name, 0.0) + float(value)
+    def add_metric(self, name: str, value, count: int = 1) -> None:
+        """Add one batch's ``value`` of metric ``name`` (``count`` batches' worth). A
+        number is added at once; a 0-d device array stays on the device, unread, until the
+        metrics are popped at a displayed step (one read for the whole net)."""
+        if hasattr(value, "dtype") and not isinstance(value, np.ndarray | np.generic):
+            pend = self._metric_pending.setdefault(name, [])
+            pend.append(value)
+            if len(pend) >= 64:  # fold, so that an undisplayed run keeps a short list
+                pend[:] = [array_module(value).stack(pend).sum()]
+        else:
+            self._metric_sum[name] = self._metric_sum.get(name, 0.0) + float(value)
         self._metric_count[name] = self._metric_count.get(name, 0) + count
+
+    def metric_sums(self, names: Sequence[str]):
+        """A float64 array, one entry per name, on this layer's device: the layer's own
+        kernels add each batch's metric values into it (no read), and the layer counts the
+        batch with :meth:`count_metrics`. Popping the metrics reads and zeroes it."""
+        if self._metric_acc is None or self._metric_acc[0] != tuple(names):
+            # sums restored from a checkpoint continue in the array, added in the same
+            # order as in the run that was not interrupted
+            start = np.array([self._metric_sum.pop(n, 0.0) for n in names], dtype=np.float64)
+            self._metric_acc = (tuple(names), self.device.asarray(start))
+        return self._metric_acc[1]
+
+    def count_metrics(self, names: Sequence[str], count: int = 1) -> None:
+        """One more batch of the metrics summed in :meth:`metric_sums`."""
+        for name in names:
+            self._metric_count[name] = self._metric_count.get(name, 0) + count
 
     def pop_metrics(self) -> dict[str, float]:
         """Averages of the metrics added since the last call; resets them."""
-        out = {k: v / max(self._metric_count[k], 1) for k, v in self._metric_sum.items()}
+        return pop_metrics_of([self])[0]
+
+    def metric_state(self) -> list[list]:
+        """``[name, sum, count]`` of each metric since the last pop (device sums read):
+        what a checkpoint keeps so that a resumed run displays the same averages."""
+        sums = pop_metrics_of([self], reset=False)[0]
+        return [[k, v, self._metric_count.get(k, 0)] for k, v in sums.items()]
+
+    def load_metric_state(self, state: list) -> None:
+        """Restore :meth:`metric_state` (as host sums)."""
         self._metric_sum.clear()
         self._metric_count.clear()
-        return out
+        self._metric_pending.clear()
+        for k, v, n in state:
+            self._metric_sum[k] = float(v)
+            self._metric_count[k] = int(n)
+        if self._metric_acc is not None:  # the restored sums continue in the array
+            names = self._metric_acc[0]
+            self._metric_acc = None
+            self.metric_sums(names)
 
     def peek_metrics(self) -> dict[str, float]:
-        """The sums of the metrics added since the last ``pop_metrics`` (not reset; the
-        numeric guard checks them after every step)."""
+        """The sums of the metrics added since the last ``pop_metrics`` that are on the
+        host (not reset); a device's metrics are checked through its arrays instead (the
+        numeric guard)."""
         return self._metric_sum
+
+
+def pop_metrics_of(layers: Sequence[Layer], *, reset: bool = True) -> list[dict[str, float]]:
+    """Every layer's metric averages since the last pop, resetting them, with one read
+    per device of what the layers kept there (a displayed step's only synchronisation).
+    ``reset=False``: the sums instead of the averages, nothing reset."""
+    groups: dict[int, tuple[Any, list]] = {}  # array module -> (module, [(i, name, value)])
+    for i, layer in enumerate(layers):
+        pending = list(layer._metric_pending.items())
+        if layer._metric_acc is not None:
+            names, acc = layer._metric_acc
+            if any(layer._metric_count.get(n) for n in names):
+                pending += [(n, [acc[k]]) for k, n in enumerate(names)]
+        for name, values in pending:
+            mod = array_module(values[0])
+            total = values[0] if len(values) == 1 else mod.stack(values).sum()
+            groups.setdefault(id(mod), (mod, []))[1].append((i, name, total))
+    sums: list[dict[str, float]] = [dict(layer._metric_sum) for layer in layers]
+    for mod, entries in groups.values():
+        if mod is np:
+            host = [float(v) for _, _, v in entries]
+        else:
+            stacked = mod.stack([mod.asarray(v, dtype=np.float64) for _, _, v in entries])
+            host = stacked.get().tolist()  # the one read
+        for (i, name, _), v in zip(entries, host, strict=True):
+            sums[i][name] = sums[i].get(name, 0.0) + v
+    if not reset:
+        return sums
+    out = []
+    for layer, total in zip(layers, sums, strict=True):
+        out.append({k: v / max(layer._metric_count.get(k, 0), 1) for k, v in total.items()})
+        layer._metric_sum.clear()
+        layer._metric_count.clear()
+        layer._metric_pending.clear()
+        if layer._metric_acc is not None:
+            layer._metric_acc[1].fill(0)
+    return out
 
 
 class NeuronLayer(Layer):

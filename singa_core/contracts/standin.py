@@ -150,7 +150,14 @@ class StandinArray:
 
     def __getitem__(self, key):
         key = _key(key)
-        return _op("getitem", lambda: _wrap(self._a[key]), (self,))
+
+        def run():
+            item = self._a[key]
+            if isinstance(item, np.generic):  # one element: a 0-d view, as CuPy gives
+                item = self._a[(*key, Ellipsis) if isinstance(key, tuple) else (key, Ellipsis)]
+            return _wrap(item)
+
+        return _op("getitem", run, (self,))
 
     def __setitem__(self, key, value):
         _refuse_host((value,), {})

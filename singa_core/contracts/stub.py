@@ -26,7 +26,7 @@ import numpy as np
 
 from singa_core.contracts.device import array_module
 from singa_core.contracts.param import Param
-from singa_core.contracts.updater import Updater
+from singa_core.contracts.updater import UpdateItem, Updater
 
 
 class ParamStub:
@@ -41,6 +41,11 @@ class ParamStub:
     def collect_all(self, params) -> None:
         for p in params:
             self.collect(p)
+
+    def flush(self) -> None:
+        """Make every update sent so far take effect (the training loop calls it after each
+        step; a stub whose server holds updates back to apply them together applies them
+        here). The default has nothing held."""
 
 
 @dataclass
@@ -60,11 +65,21 @@ class ShardEntry:
 
 
 class ParamShard:
-    """Applies the updater to the Params (slices) it owns; engine-independent."""
+    """Applies the updater to the Params (slices) it owns; engine-independent.
 
-    def __init__(self, updater: Updater) -> None:
+    With ``batch_updates`` (a shard whose values live on a GPU) a slice whose
+    contributions are complete is not updated at once but held until :meth:`flush`, which
+    hands every held slice to :meth:`Updater.apply_many` together (one launch for a whole
+    step's Params); :meth:`update` then returns None and :meth:`flush` the new versions.
+    """
+
+    def __init__(self, updater: Updater, *, batch_updates: bool = False) -> None:
         self.updater = updater
         self.entries: dict[int, ShardEntry] = {}
+        self.batch_updates = batch_updates
+        #: held slices, in the order they became complete
+        self.pending: dict[int, UpdateItem] = {}
+        self._step = 0
 
     def put(
         self,
@@ -132,6 +147,12 @@ class ParamShard:
                 return None
             e.received = 0
             total = e.grad_sum
+        if self.batch_updates:
+            self._step = step
+            self.pending[key] = UpdateItem(
+                e.value, total, e.state, 1.0 / e.num_replicas, e.lr_scale, e.wd_scale
+            )
+            return None
         self.updater.apply(
             step,
             e.value,
@@ -143,6 +164,24 @@ class ParamShard:
         )
         e.version += 1
         return e.version
+
+    def flush(self) -> dict[int, int]:
+        """Apply the held updates (``batch_updates``) in one :meth:`Updater.apply_many`;
+        returns the new version of each slice updated."""
+        if not self.pending:
+            return {}
+        held, self.pending = self.pending, {}
+        self.updater.apply_many(self._step, list(held.values()))
+        out = {}
+        for key in held:
+            e = self.entries[key]
+            e.version += 1
+            out[key] = e.version
+        return out
+
+    def learnable_keys(self) -> int:
+        """How many slices the updater runs on (a step updates each once)."""
+        return sum(1 for e in self.entries.values() if e.learnable)
 
     # -- checkpointing of updater history ------------------------------------------------
     def state_arrays(self, names: dict[int, str]) -> dict[str, np.ndarray]:

@@ -8,9 +8,16 @@ hands it the summed gradient of a slice and ``scale = 1/num_total`` (the number 
 data-parallel replicas that contributed); the updater clips, scales, adds weight decay and
 applies its rule to ``value`` in place. Per-slice history lives in ``state``, a dict of
 arrays created by :meth:`Updater.init_state`, so it can be checkpointed and restored.
+
+On a GPU a server that holds a whole step's slices hands them over together:
+:meth:`Updater.apply_many` gets one :class:`UpdateItem` per slice, and an updater that
+overrides it runs its rule over all of them in one kernel launch (the kernel seam,
+:mod:`singa_core.contracts.kernels`); the default applies them one by one.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -18,7 +25,19 @@ from singa_core.contracts.blas import axpy
 from singa_core.contracts.device import array_module
 from singa_core.contracts.errors import SingaError
 
-__all__ = ["LRChange", "Updater", "axpy"]
+__all__ = ["LRChange", "UpdateItem", "Updater", "axpy"]
+
+
+@dataclass
+class UpdateItem:
+    """One slice's update, as :meth:`Updater.apply` takes it."""
+
+    value: np.ndarray
+    grad: np.ndarray
+    state: dict[str, np.ndarray]
+    scale: float = 1.0
+    lr_scale: float = 1.0
+    wd_scale: float = 1.0
 
 
 class LRChange:
@@ -125,6 +144,21 @@ class Updater:
         wd_scale: float = 1.0,
     ) -> None:  # pragma: no cover
         raise NotImplementedError
+
+    def apply_many(self, step: int, items: list[UpdateItem]) -> None:
+        """Apply step ``step`` to several slices: the same as :meth:`apply` on each in
+        turn (what this default does); built-in updaters override it with one kernel
+        launch over all of them on a device."""
+        for it in items:
+            self.apply(
+                step,
+                it.value,
+                it.grad,
+                it.state,
+                scale=it.scale,
+                lr_scale=it.lr_scale,
+                wd_scale=it.wd_scale,
+            )
 
 
 class EvaluationOnly(Updater):

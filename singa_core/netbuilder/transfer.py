@@ -12,7 +12,7 @@ worker the same way (the blob's host copy, then ``mutable_gpu_data``).
 
 from __future__ import annotations
 
-from singa_core.contracts.device import array_module, copy_into
+from singa_core.contracts.device import array_module, copy_into, is_host_array
 from singa_core.contracts.layer import Layer, LayerContext
 from singa_core.schema import job_pb2
 
@@ -39,19 +39,36 @@ class DeviceTransfer(Layer):
         super().__init__(conf, ctx)
         self.src = src
 
+    #: the numeric guard skips it: its values are its source's, checked there
+    guarded = False
+
+    # Copies are made when a consumer first reads them in a step: a transfer feeding a
+    # loss layer copies only the labels, one feeding a neuron layer only the data (one
+    # host-to-device copy per input and step).
+    @property
+    def data(self):
+        if self._stale_data:
+            self._stale_data = False
+            copy_into(self._data, self._now.data)
+        return self._data
+
+    @data.setter
+    def data(self, value) -> None:
+        self._data = value
+        self._stale_data = False
+
     def setup(self, srcs):
         src = srcs[0]
         takes_grad = src.grad_for(self) is not None
         self.alloc(src.data.shape, grad=takes_grad)
         labels = src.labels()
         self.aux = None if labels is None else self.device.zeros(labels.shape, labels.dtype)
+        self._stale_labels = False
 
     def forward(self, phase, srcs):
-        src = srcs[0]
-        copy_into(self.data, src.data)
-        labels = src.labels()
-        if labels is not None:
-            copy_into(self.aux, labels)
+        self._now = srcs[0]
+        self._stale_data = True
+        self._stale_labels = self.aux is not None
 
     def backward(self, phase, srcs):
         buf = srcs[0].grad_for(self)
@@ -59,7 +76,14 @@ class DeviceTransfer(Layer):
             copy_into(buf, self.grad)
 
     def labels(self):
+        if getattr(self, "_stale_labels", False):
+            self._stale_labels = False
+            copy_into(self.aux, self._now.labels())
         return self.aux
+
+    def host_labels(self):
+        labels = self.src.labels()  # what labels() copies (the source is on the host)
+        return labels if is_host_array(labels) else None
 
     def to_onnx(self, g, inputs):
         return inputs[0]  # the same values on another device

@@ -1127,7 +1127,7 @@ def layer_states(nets: dict) -> dict:
                 "rng": layer.ctx.rng.bit_generator.state,
                 # metrics since the last display: a resumed run displays the same averages
                 # (a list: the state's JSON sorts keys, the display keeps this order)
-                "metrics": [[k, v, layer._metric_count[k]] for k, v in layer._metric_sum.items()],
+                "metrics": layer.metric_state(),
             }
             for layer in net.layers
         }
@@ -1143,8 +1143,4 @@ def restore_layer_states(nets: dict, states: dict) -> None:
             layer.load_state_dict(st["state"])
             layer.ctx.rng.bit_generator.state = st["rng"]
             if "metrics" in st:
-                layer._metric_sum.clear()
-                layer._metric_count.clear()
-                for k, v, n in st["metrics"]:
-                    layer._metric_sum[k] = float(v)
-                    layer._metric_count[k] = int(n)
+                layer.load_metric_state(st["metrics"])

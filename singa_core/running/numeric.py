@@ -6,7 +6,12 @@
   layers accumulated (the loss) and every layer's output and output gradient must be
   finite. Otherwise :class:`NonFiniteError` stops the job at that step (exit status
   :data:`NON_FINITE_EXIT`, 3), naming the first layer/Param in net order that is
-  non-finite (outputs, metrics, Param gradients and values are all searched then). A NaN
+  non-finite (outputs, metrics, Param gradients and values are all searched then).
+  Arrays on a GPU are checked there every step by the kernel ``nonfinite_check`` (one
+  launch for all of them), which records the first non-finite step in a device flag; the
+  flag is read (:meth:`NumericGuard.settle`) at displayed steps, before every checkpoint
+  and at the end, so a step reads nothing back, and the error names the step where the
+  numbers first went non-finite. A NaN
   or infinite Param gradient or value shows in these arrays at the step it appears,
   except when a finite product overflows in the gradient or the update: then the next
   step's outputs are non-finite, and the checkpoint writer refuses such values anyway.
@@ -23,14 +28,17 @@ O(batch x units), not O(Params). Measured on the MNIST MLP with
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from singa_core.contracts.device import to_host
+from singa_core.contracts.cuda import CUPY, launch_multi_tensor, multi_tensor_source
+from singa_core.contracts.device import array_module, is_host_array, to_host
 from singa_core.contracts.errors import SingaError
+from singa_core.contracts.kernels import define_kernel, kernels_for
 
 NON_FINITE_EXIT = 3
 
@@ -54,6 +62,40 @@ def all_finite(a: np.ndarray) -> bool:
     if math.isfinite(total):
         return True
     return bool(np.isfinite(a).all())  # NaN/inf, or only a finite sum that overflowed
+
+
+#: the device flag's value while every checked step was finite
+NO_STEP = 2**31 - 1
+
+
+def nonfinite_check_host(arrays, flag, step: int) -> None:
+    """``flag[0] = min(flag[0], step)`` if any of ``arrays`` (float32) holds a NaN or an
+    infinity."""
+    if not all(all_finite(a) for a in arrays):
+        flag[0] = min(int(flag[0]), int(step))
+
+
+_NONFINITE_SOURCE = multi_tensor_source(
+    "singa_nonfinite_check",
+    tensors=1,
+    params=0,
+    scalars="int* flag, int step",
+    body="if (!isfinite(T0[j])) atomicMin(flag, step);",
+)
+
+
+def nonfinite_check_cuda(arrays, flag, step: int, rt=CUPY) -> None:
+    launch_multi_tensor(
+        rt, _NONFINITE_SOURCE, "singa_nonfinite_check", [list(arrays)], [], (flag, np.int32(step))
+    )
+
+
+define_kernel(
+    "nonfinite_check",
+    host=nonfinite_check_host,
+    cuda=functools.partial(nonfinite_check_cuda, rt=CUPY),
+    doc="the numeric guard's check of a step's arrays: the first non-finite step in a flag",
+)
 
 
 # -- the configuration -------------------------------------------------------------------
@@ -121,9 +163,12 @@ class NumericGuard:
     def __init__(self, net, lr: Callable[[int], float] | None = None) -> None:
         self.net = net
         self.lr = lr
+        self._flag = None  # the device flag (int32, NO_STEP while all is finite)
+        self._device_arrays: list | None = None
 
     def check(self, step: int) -> None:
-        """Raise :class:`NonFiniteError` if step ``step`` left anything non-finite."""
+        """Raise :class:`NonFiniteError` if step ``step`` left anything non-finite on the
+        host; queue the check of the device's arrays (read by :meth:`settle`)."""
         if self.lr is not None:
             rate = self.lr(step)
             if not math.isfinite(rate):
@@ -135,10 +180,29 @@ class NumericGuard:
         ok = all(
             math.isfinite(v) for layer in self.net.layers for v in layer.peek_metrics().values()
         )
+        device = []
         if ok:
-            ok = all(all_finite(a) for a in self._activations())
+            for a in self._activations():
+                if not is_host_array(a) and a.dtype == np.float32:
+                    device.append(a)
+                elif not all_finite(a):  # the host's (a device's float64 ones: a read)
+                    ok = False
+                    break
         if not ok:
             self._raise(step)
+        if device:
+            if self._flag is None:
+                self._flag = array_module(device[0]).full(1, NO_STEP, dtype=np.int32)
+            kernels_for(device[0]).nonfinite_check(device, self._flag, step)
+
+    def settle(self) -> None:
+        """Read the device flag (one read): raise :class:`NonFiniteError` naming the first
+        step whose device arrays went non-finite."""
+        if self._flag is None:
+            return
+        first = int(to_host(self._flag)[0])
+        if first != NO_STEP:
+            self._raise(first)
 
     def check_start(self, step: int) -> None:
         """Before the first step: every Param value (from its init or a checkpoint) must be
@@ -155,12 +219,15 @@ class NumericGuard:
                     )
 
     def _activations(self) -> Iterable[np.ndarray]:
-        """Every layer's output and output gradient (re-read each step: layers may
-        re-allocate them), floating-point ones only."""
+        """Every guarded layer's output and output gradient (re-read each step: layers may
+        re-allocate them), floating-point ones of any device."""
         for layer in self.net.layers:
+            if not layer.guarded:
+                continue
             for a in (layer.data, layer.grad):
-                if isinstance(a, np.ndarray) and a.dtype.kind == "f":
-                    yield a
+                if a is not None and getattr(a, "dtype", None) is not None:
+                    if a.dtype.kind == "f" and a.size:
+                        yield a
 
     def findings(self) -> list[str]:
         """Everything non-finite, in the order a step computes it: Param values (the step's

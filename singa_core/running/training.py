@@ -29,7 +29,7 @@ import signal
 import time
 from collections.abc import Callable
 
-from singa_core.contracts.layer import kTest, kVal
+from singa_core.contracts.layer import kTest, kVal, pop_metrics_of
 from singa_core.contracts.names import base_layer_name, split_replica_name
 from singa_core.contracts.stub import ParamStub
 from singa_core.running.numeric import NonFiniteError, NumericGuard
@@ -66,8 +66,7 @@ def pop_net_metrics(net) -> dict[str, float]:
     sum over the copies; see docs/compat.md)."""
     sums: dict[str, dict[str, float]] = {}
     copies: dict[str, dict[str, int]] = {}
-    for layer in net.layers:
-        metrics = layer.pop_metrics()
+    for layer, metrics in zip(net.layers, pop_metrics_of(net.layers), strict=True):
         if not metrics:
             continue
         name = split_replica_name(base_layer_name(layer.name))[1]
@@ -186,11 +185,14 @@ class TrainingLoop:
                 t0 = time.perf_counter()
                 try:
                     self.worker.train_one_batch(step, self.train_net, stub)
+                    self.stub.flush()
                 except MemoryError as exc:  # a GPU's (or the host's) memory ran out
                     raise out_of_memory_error(exc, step) from None
                 self.reporter.step_done(step, time.perf_counter() - t0)
                 try:
                     self.guard.check(step)
+                    if shown:
+                        self.guard.settle()  # a device's check, read with the metrics
                     bad = None
                 except NonFiniteError as exc:
                     bad = exc  # raised after this step's display line (loss = nan)
@@ -208,6 +210,7 @@ class TrainingLoop:
                 step += 1
                 if self._stop_requested:
                     break
+            self.guard.settle()
             interrupted = step < job.train_steps
             evaluated = []
             if not interrupted:
@@ -245,6 +248,7 @@ class TrainingLoop:
         return evaluated
 
     def _checkpoint(self, step: int, evaluated) -> str | None:
+        self.guard.settle()  # never a checkpoint after a device's numbers went non-finite
         t0 = time.perf_counter()
         self.reporter.begin("checkpoint")
         self.stub.collect_all(self.train_net.owner_params)

@@ -47,6 +47,7 @@ ALIASES = {
     "blas",
     "device",
     "kernels",
+    "cuda",
     "memory",
     "names",
     "resources",

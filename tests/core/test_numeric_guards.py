@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import numpy as np
 import pytest
@@ -184,3 +185,23 @@ def test_guard_names_the_first_layer_in_net_order(small_job):
     guard.check(8)
     with pytest.raises(NonFiniteError, match="Param '.*w2' is non-finite at step 8"):
         check_checkpoint_values([ck.ParamRecord("0#w2", 8, p2.value)], 8)
+
+
+def test_on_a_device_the_guard_checks_the_arrays_there_and_names_the_same_step(small_job):
+    """The device's outputs and gradients are checked on the device every step (a flag
+    read at displays and checkpoints, none in between): the run stops at the same step as
+    on the CPU, and no checkpoint after it is written."""
+    found = {}
+    for device in ("cpu", "standin"):
+        conf, ws = small_job(steps=60, checkpoint_freq=5)
+        res = invoke(
+            "train", conf, "--seed", "1", "--device", device,
+            "-o", "updater.learning_rate.base_lr=1e10", "-o", "disp_freq=20",
+        )  # fmt: skip
+        assert res.exit_code == NON_FINITE_EXIT, res.output
+        step = int(res.output.split("training went non-finite at step ")[1].split(":")[0])
+        found[device] = (step, sorted(ck.checkpoint_steps(ws)))
+        shutil.rmtree(ws)
+    assert found["standin"] == found["cpu"]
+    step, steps = found["cpu"]
+    assert max(steps) == step - step % 5

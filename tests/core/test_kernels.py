@@ -1,0 +1,193 @@
+"""The kernel seam: every kernel's CUDA implementation agrees with its host one (run on the
+CPU by the emulated runtime), counts as its launches on the stand-in, and plugins can
+define and implement kernels."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import singa_builtins.layers.softmax_loss  # noqa: F401  (defines its kernels)
+import singa_builtins.updaters.sgd  # noqa: F401
+
+import singa_core.running.numeric  # noqa: F401
+from singa_core import kernels as K
+from singa_core.contracts import standin
+from singa_core.cuda import EmulatedRuntime
+from singa_core.device import standin_device
+from singa_core.errors import SingaError
+
+
+def _f32(rng, *shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+# -- one case per kernel: (args, indices of the arguments it writes, tolerance) --------------
+def _sgd_case(rng, momentum):
+    shapes = [(7, 3), (5,), (300,), (1,)]
+    values = [_f32(rng, *s) for s in shapes]
+    grads = [_f32(rng, *s) for s in shapes]
+    hist = [_f32(rng, *s) for s in shapes] if momentum else None
+    args = [values, grads, hist, 0.05, [1.0, 2.0, 0.5, 1.0], [5e-4, 0.0, 1e-3, 0.0],
+            [1.0, 0.5, 1.0, 1.0], momentum, -0.8, 0.8]  # fmt: skip
+    return args, [0, 1, 2], 2e-7
+
+
+def _softmax_case(rng, topk, ties=False):
+    B, D = 37, 11
+    x = _f32(rng, B, D) * 3
+    if ties:
+        x[::3, :4] = 1.5  # equal logits in some rows, the label among them or not
+    labels = rng.integers(0, D, B).astype(np.int32)
+    args = [x, labels, np.empty((B, D), np.float32), np.empty((B, 2)), np.zeros(1, np.int32),
+            np.array([0.25, 0.5]), np.zeros(1), topk, 0.7]  # fmt: skip
+    return args, [2, 5, 6], 2e-6
+
+
+def _softmax_grad_case(rng):
+    B, D = 13, 9
+    prob = np.abs(_f32(rng, B, D))
+    labels = rng.integers(0, D, B).astype(np.int64)
+    return [prob, labels, np.empty((B, D), np.float32), 0.0625], [2], 0
+
+
+def _nonfinite_case(rng, bad):
+    arrays = [_f32(rng, 4, 5), _f32(rng, 300), _f32(rng, 3)]
+    if bad:
+        arrays[1][123] = np.nan
+        arrays[2][0] = np.inf
+    return [arrays, np.full(1, 2**31 - 1, np.int32), 17], [1], 0
+
+
+CASES = {
+    "sgd_update": [lambda r: _sgd_case(r, 0.9), lambda r: _sgd_case(r, 0.0)],
+    "softmax_xent": [
+        lambda r: _softmax_case(r, 1),
+        lambda r: _softmax_case(r, 3),
+        lambda r: _softmax_case(r, 1, ties=True),
+        lambda r: _softmax_case(r, 2, ties=True),
+    ],
+    "softmax_xent_grad": [_softmax_grad_case],
+    "nonfinite_check": [lambda r: _nonfinite_case(r, False), lambda r: _nonfinite_case(r, True)],
+}
+
+
+def _copy(x):
+    if isinstance(x, np.ndarray):
+        return x.copy()
+    if isinstance(x, list):
+        return [_copy(v) for v in x]
+    return x
+
+
+def _close(a, b, tol, what):
+    if isinstance(a, list):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _close(x, y, tol, f"{what}[{i}]")
+        return
+    if a is None:
+        assert b is None
+        return
+    if tol == 0:
+        np.testing.assert_array_equal(a, b, err_msg=what)
+    else:
+        np.testing.assert_allclose(a, b, rtol=tol, atol=tol, err_msg=what)
+
+
+@pytest.fixture(scope="module")
+def emulated():
+    if EmulatedRuntime.compiler() is None:
+        pytest.skip("no C++ compiler to emulate the CUDA kernels with")
+    return EmulatedRuntime()
+
+
+def test_every_kernel_with_a_cuda_implementation_has_a_case():
+    with_cuda = {name for name, k in K.kernels().items() if k.cuda is not None}
+    assert with_cuda - set(CASES) == set()
+
+
+@pytest.mark.parametrize(
+    ("name", "i"), [(n, i) for n, cases in CASES.items() for i in range(len(cases))]
+)
+def test_the_cuda_implementation_equals_the_host_one(emulated, name, i):
+    """The CUDA C compiled for the CPU and run thread by thread gives the host kernel's
+    results (exactly, or within float32 rounding where the order of a sum differs)."""
+    kernel = K.get_kernel(name)
+    args, outs, tol = CASES[name][i](np.random.default_rng(i))
+    host_args, cuda_args = _copy(args), _copy(args)
+    kernel.host(*host_args)
+    kernel.cuda.func(*cuda_args, rt=emulated)
+    for j in outs:
+        _close(host_args[j], cuda_args[j], tol, f"{name} argument {j}")
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_kernel_is_its_launches_on_the_stand_in(name):
+    dev = standin_device()
+    args, outs, _ = CASES[name][0](np.random.default_rng(0))
+    host_args = _copy(args)
+    K.get_kernel(name).host(*host_args)
+
+    def to_dev(x):
+        if isinstance(x, np.ndarray):
+            return dev.asarray(x)
+        if isinstance(x, list):
+            return [to_dev(v) for v in x]
+        return x
+
+    dev_args = to_dev(args)
+    with standin.counting() as c:
+        getattr(dev.kernels, name)(*dev_args)
+    assert (c.kernels, c.reads, c.to_device) == (K.get_kernel(name).launches, 0, 0)
+    for j in outs:
+        got = dev_args[j]
+        got = [None if g is None else g.get() for g in got] if isinstance(got, list) else got.get()
+        _close(host_args[j], got, 0, f"{name} argument {j}")
+
+
+def test_the_stand_in_refuses_host_arrays_in_a_kernel():
+    dev = standin_device()
+    x = dev.asarray(np.zeros((2, 3), np.float32))
+    with pytest.raises(TypeError, match="numpy array"):
+        dev.kernels.softmax_xent_grad(x, np.zeros(2, np.int64), x, 1.0)
+
+
+def test_a_plugin_defines_and_implements_its_own_kernel():
+    calls = []
+
+    def scale_host(x, a):
+        """x *= a"""
+        x *= np.float32(a)
+        calls.append("host")
+
+    def scale_generic(x, a):
+        x *= np.float32(a)
+        calls.append("generic")
+
+    K.define_kernel("test_plugin_scale", host=scale_host)
+    try:
+        x = np.ones(3, np.float32)
+        K.kernels_for(x).test_plugin_scale(x, 2.0)
+        assert x.tolist() == [2.0, 2.0, 2.0] and calls == ["host"]
+        dev = standin_device()
+        with pytest.raises(SingaError, match="no implementation for standin"):
+            dev.kernels.test_plugin_scale(dev.asarray(x), 2.0)
+        K.implement("test_plugin_scale", "generic", scale_generic)
+        y = dev.asarray(x)
+        with standin.counting() as c:
+            dev.kernels.test_plugin_scale(y, 2.0)
+        assert y.get().tolist() == [4.0, 4.0, 4.0] and calls[-1] == "generic"
+        assert c.kernels == 1  # the generic path's own call (a multiply)
+
+        def other(x, a):
+            pass
+
+        other.__module__ = "another_plugin.kernels"
+        with pytest.raises(SingaError, match="defined twice"):
+            K.define_kernel("test_plugin_scale", host=other)
+        with pytest.raises(SingaError, match="not a device kind"):
+            K.implement("test_plugin_scale", "rocm", scale_generic)
+    finally:
+        K._KERNELS.pop("test_plugin_scale", None)
+        K._resolved.clear()
+    with pytest.raises(SingaError, match="no kernel named 'test_plugin_scale'"):
+        K.get_kernel("test_plugin_scale")
