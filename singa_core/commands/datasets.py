@@ -114,6 +114,16 @@ def prepare_dataset(conv, out: Path, source: Path | None, log=None) -> list[Path
     """Convert ``conv``'s raw files (from ``source``, $SINGA_DATA or a download) into stores
     in ``out``; returns the files written. ``log(message)`` gets the converter's progress
     (default: printed to stderr)."""
+    from singa_core.running.paths import writable_folder_problem
+
+    problem = writable_folder_problem(str(out), what="it")  # before any download
+    if problem is not None and not problem.endswith("not writable"):  # that: writable_folder
+        raise SingaError(
+            f"cannot write into the output folder {out}: {problem}",
+            where="--out",
+            help="give --out a folder you can write to (it is created if missing), with "
+            "names of at most 255 bytes",
+        )
     folder = find_raw_files(conv, source)
     for name, (sha, size, _url) in conv.files.items():
         found = (folder / name).stat().st_size

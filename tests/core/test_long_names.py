@@ -120,3 +120,19 @@ def test_name_too_long_names_the_option_holding_the_name():
     assert "(300 bytes)" in err.message and "255 bytes" in err.help
     err = name_too_long(exc, ["job.conf"])  # not on the command line: the path itself
     assert str(err.where).startswith(f"/w/{LONG[:30]}")
+
+
+@pytest.mark.parametrize("out", [LONG, "afile/sub", "/dev/null", "fifo"])
+def test_data_checks_out_before_looking_for_the_raw_files(trained, monkeypatch, out):
+    """`singa data mnist --out X` with an X that cannot be a folder is refused before any
+    download (it used to download first)."""
+    from singa_core.commands import datasets
+
+    def no_download(*a, **k):
+        raise AssertionError("looked for the raw files before checking --out")
+
+    monkeypatch.chdir(trained)
+    monkeypatch.setattr(datasets, "find_raw_files", no_download)
+    res = runner.invoke(app, ["data", "mnist", "--out", out])
+    _refused(res, "--out")
+    assert "cannot write into the output folder" in res.output
