@@ -805,13 +805,17 @@ def write_checkpoint(
 
 def _run_record(workspace: str | Path) -> dict:
     """The run writing into ``workspace``: what its lock holder recorded (pid, host, start
-    time, command), or this process's pid and host when nobody holds the lock."""
+    time, command: ``WORKSPACE/.singa.lock.json``, written by running/workspace.py, read
+    here without importing it), or this process's pid and host when nobody holds it."""
     import os
     import socket
 
-    from singa_core.running.workspace import read_holder
-
-    holder = read_holder(workspace) or {}
+    try:
+        holder = json.loads((Path(workspace) / ".singa.lock.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        holder = {}
+    if not isinstance(holder, dict):
+        holder = {}
     keep = {k: holder[k] for k in ("pid", "host", "started", "command") if k in holder}
     return keep or {"pid": os.getpid(), "host": socket.gethostname()}
 

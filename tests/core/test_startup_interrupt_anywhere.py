@@ -43,8 +43,8 @@ CONSOLE_SCRIPT = textwrap.dedent(
 )
 
 MOMENTS = [
-    "singa_core.contracts",  # the first import of singa_core/__init__
-    "pluggy",  # issue 38: the traceback seen at load 18
+    "pluggy",  # in singa_core/__init__; issue 38: the traceback seen at load 18
+    "pluggy._manager",  # the last module pluggy loads, still inside singa_core/__init__
     "singa_core.commands",
     "typer",
     "singa_core.jobconf.legacy",  # in main(), before the command runs
