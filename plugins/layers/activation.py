@@ -17,11 +17,13 @@ output alone, so the in-place form gives the same values.
 from __future__ import annotations
 
 import numpy as np
+import singa_builtins.layers.relu  # noqa: F401  (defines relu_forward/relu_backward)
+import singa_builtins.layers.sigmoid  # noqa: F401  (defines sigmoid_forward/_backward)
 from singa_builtins.layers import CUDNN_ALIAS_NOTE
-from singa_builtins.layers.relu import relu_backward, relu_forward
-from singa_builtins.layers.sigmoid import sigmoid_backward, sigmoid_forward
-from singa_builtins.layers.stanh import stanh_backward, stanh_forward, stanh_onnx
+from singa_builtins.layers.stanh import stanh_onnx
 
+from singa_core.cuda import elementwise_kernel
+from singa_core.kernels import define_kernel
 from singa_core.layer import NeuronLayer
 from singa_core.memory import charge as charge_memory
 from singa_core.param import DTYPE
@@ -38,11 +40,35 @@ def tanh_backward(y: np.ndarray, g: np.ndarray, out: np.ndarray, scratch: np.nda
     np.multiply(g, scratch, out=out)
 
 
+define_kernel(
+    "tanh_forward",
+    host=tanh_forward,
+    generic=tanh_forward,
+    cuda=elementwise_kernel(
+        "singa_tanh_forward", "const float* x, float* y", "y[i] = tanhf(x[i]);", tanh_forward
+    ),
+    doc="y = tanh x",
+)
+define_kernel(
+    "tanh_backward",
+    host=tanh_backward,
+    generic=tanh_backward,
+    cuda=elementwise_kernel(
+        "singa_tanh_backward",
+        "const float* y, const float* g, float* out",
+        "const float v = y[i]; out[i] = g[i] * (1.0f - v * v);",
+        tanh_backward,
+        pick=lambda y, g, out, scratch: (y, g, out),
+    ),
+    doc="out = g·(1 − y²)",
+)
+
+#: the kernels of each activation type (relu.py, sigmoid.py, stanh.py define theirs)
 _FUNCS = {
-    job_pb2.RELU: (relu_forward, relu_backward, bool),
-    job_pb2.SIGMOID: (sigmoid_forward, sigmoid_backward, DTYPE),
-    job_pb2.TANH: (tanh_forward, tanh_backward, DTYPE),
-    job_pb2.STANH: (stanh_forward, stanh_backward, DTYPE),
+    job_pb2.RELU: ("relu_forward", "relu_backward", bool),
+    job_pb2.SIGMOID: ("sigmoid_forward", "sigmoid_backward", DTYPE),
+    job_pb2.TANH: ("tanh_forward", "tanh_backward", DTYPE),
+    job_pb2.STANH: ("stanh_forward", "stanh_backward", DTYPE),
 }
 
 
@@ -86,9 +112,9 @@ class ActivationLayer(NeuronLayer):
         return g.add(op, inputs, name=self.name)
 
     def forward(self, phase, srcs):
-        self._fwd(srcs[0].data, self.data)
+        getattr(self.kernels, self._fwd)(srcs[0].data, self.data)
 
     def backward(self, phase, srcs):
         buf = srcs[0].grad_for(self)
         if buf is not None:
-            self._bwd(self.data, self.grad, buf, self._scratch)
+            getattr(self.kernels, self._bwd)(self.data, self.grad, buf, self._scratch)

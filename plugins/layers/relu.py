@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from singa_core.cuda import elementwise_kernel
+from singa_core.kernels import define_kernel
 from singa_core.layer import NeuronLayer
 from singa_core.memory import charge as charge_memory
 
@@ -19,6 +21,33 @@ def relu_backward(y: np.ndarray, g: np.ndarray, out: np.ndarray, mask: np.ndarra
     """``out = g·[y > 0]``; ``mask`` is a bool array of y's shape."""
     np.greater(y, 0.0, out=mask)
     np.multiply(g, mask, out=out)
+
+
+define_kernel(
+    "relu_forward",
+    host=relu_forward,
+    generic=relu_forward,
+    cuda=elementwise_kernel(
+        "singa_relu_forward",
+        "const float* x, float* y",
+        "const float v = x[i]; y[i] = (v > 0.0f || v != v) ? v : 0.0f;",
+        relu_forward,
+    ),
+    doc="y = max(0, x) (NaN kept)",
+)
+define_kernel(
+    "relu_backward",
+    host=relu_backward,
+    generic=relu_backward,
+    cuda=elementwise_kernel(
+        "singa_relu_backward",
+        "const float* y, const float* g, float* out",
+        "out[i] = g[i] * (y[i] > 0.0f ? 1.0f : 0.0f);",
+        relu_backward,
+        pick=lambda y, g, out, mask: (y, g, out),
+    ),
+    doc="out = g·[y > 0]",
+)
 
 
 class ReLULayer(NeuronLayer):
@@ -35,9 +64,9 @@ class ReLULayer(NeuronLayer):
         return g.add("Relu", inputs, name=self.name)
 
     def forward(self, phase, srcs):
-        relu_forward(srcs[0].data, self.data)
+        self.kernels.relu_forward(srcs[0].data, self.data)
 
     def backward(self, phase, srcs):
         buf = srcs[0].grad_for(self)
         if buf is not None:
-            relu_backward(self.data, self.grad, buf, self._mask)
+            self.kernels.relu_backward(self.data, self.grad, buf, self._mask)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from singa_core.cuda import elementwise_kernel
+from singa_core.kernels import define_kernel
 from singa_core.layer import NeuronLayer
 from singa_core.memory import charge as charge_memory
 
@@ -23,6 +25,33 @@ def sigmoid_backward(y: np.ndarray, g: np.ndarray, out: np.ndarray, scratch: np.
     np.multiply(g, scratch, out=out)
 
 
+define_kernel(
+    "sigmoid_forward",
+    host=sigmoid_forward,
+    generic=sigmoid_forward,
+    cuda=elementwise_kernel(
+        "singa_sigmoid_forward",
+        "const float* x, float* y",
+        "y[i] = 1.0f / (expf(-x[i]) + 1.0f);",
+        sigmoid_forward,
+    ),
+    doc="y = 1/(1 + e^−x)",
+)
+define_kernel(
+    "sigmoid_backward",
+    host=sigmoid_backward,
+    generic=sigmoid_backward,
+    cuda=elementwise_kernel(
+        "singa_sigmoid_backward",
+        "const float* y, const float* g, float* out",
+        "const float v = y[i]; out[i] = g[i] * ((1.0f - v) * v);",
+        sigmoid_backward,
+        pick=lambda y, g, out, scratch: (y, g, out),
+    ),
+    doc="out = g·y·(1 − y)",
+)
+
+
 class SigmoidLayer(NeuronLayer):
     type_names = ("kSigmoid",)
     placement = "device"
@@ -39,9 +68,9 @@ class SigmoidLayer(NeuronLayer):
         return g.add("Sigmoid", inputs, name=self.name)
 
     def forward(self, phase, srcs):
-        sigmoid_forward(srcs[0].data, self.data)
+        self.kernels.sigmoid_forward(srcs[0].data, self.data)
 
     def backward(self, phase, srcs):
         buf = srcs[0].grad_for(self)
         if buf is not None:
-            sigmoid_backward(self.data, self.grad, buf, self._scratch)
+            self.kernels.sigmoid_backward(self.data, self.grad, buf, self._scratch)

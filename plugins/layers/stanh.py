@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from singa_core.cuda import elementwise_kernel
+from singa_core.kernels import define_kernel
 from singa_core.layer import NeuronLayer
 from singa_core.memory import charge as charge_memory
 
@@ -30,6 +32,36 @@ def stanh_backward(y: np.ndarray, g: np.ndarray, out: np.ndarray, scratch: np.nd
     np.multiply(g, scratch, out=out)
 
 
+_F = {k: repr(float(np.float32(v))) + "f" for k, v in
+      {"A": STANH_A, "B": STANH_B, "AB": _AB, "BA": _B_OVER_A}.items()}  # fmt: skip
+
+define_kernel(
+    "stanh_forward",
+    host=stanh_forward,
+    generic=stanh_forward,
+    cuda=elementwise_kernel(
+        "singa_stanh_forward",
+        "const float* x, float* y",
+        f"y[i] = tanhf(x[i] * {_F['B']}) * {_F['A']};",
+        stanh_forward,
+    ),
+    doc="y = 1.7159047·tanh(0.66666667·x)",
+)
+define_kernel(
+    "stanh_backward",
+    host=stanh_backward,
+    generic=stanh_backward,
+    cuda=elementwise_kernel(
+        "singa_stanh_backward",
+        "const float* y, const float* g, float* out",
+        f"const float v = y[i]; out[i] = g[i] * (v * v * -{_F['BA']} + {_F['AB']});",
+        stanh_backward,
+        pick=lambda y, g, out, scratch: (y, g, out),
+    ),
+    doc="out = g·(A·B − (B/A)·y²)",
+)
+
+
 class STanhLayer(NeuronLayer):
     type_names = ("kSTanh",)
     placement = "device"
@@ -46,12 +78,12 @@ class STanhLayer(NeuronLayer):
         return stanh_onnx(g, inputs[0], self.name)
 
     def forward(self, phase, srcs):
-        stanh_forward(srcs[0].data, self.data)
+        self.kernels.stanh_forward(srcs[0].data, self.data)
 
     def backward(self, phase, srcs):
         buf = srcs[0].grad_for(self)
         if buf is not None:
-            stanh_backward(self.data, self.grad, buf, self._scratch)
+            self.kernels.stanh_backward(self.data, self.grad, buf, self._scratch)
 
 
 def stanh_onnx(g, x: str, name: str) -> str:

@@ -267,3 +267,65 @@ def launch_multi_tensor(rt, source: str, name: str, tensors, params, scalars=())
     rt.kernel(source, name)(
         grid_for(total), BLOCK, (ptrs, offsets, prm, np.int32(n), np.int64(total), *scalars)
     )
+
+
+# -- one launch over arrays of one layout ------------------------------------------------------
+def elementwise_source(name: str, arrays: str, scalars: str, body: str) -> str:
+    """CUDA C of a kernel applying ``body`` to element ``i`` of equally laid-out arrays
+    (``arrays``: their C parameter list, e.g. ``const float* x, float* y``), then ``n``
+    and ``scalars``."""
+    return (
+        f'extern "C" __global__ void {name}({arrays}, long long n'
+        f"{', ' + scalars if scalars else ''}) {{\n"
+        "  const long long stride = (long long)gridDim.x * blockDim.x;\n"
+        "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;"
+        " i += stride) {\n"
+        + "\n".join("    " + line for line in body.strip().splitlines())
+        + "\n  }\n}\n"
+    )
+
+
+def dense_alike(arrays) -> bool:
+    """Whether the arrays have one shape and one memory layout and each fills its memory
+    without gaps (a C-contiguous array, or a transposed view of one, e.g. the NCHW views
+    of batch-innermost buffers): element ``i`` of their memory then corresponds."""
+    first = arrays[0]
+    if any(a.shape != first.shape or a.strides != first.strides for a in arrays[1:]):
+        return False
+    if first.flags.c_contiguous:
+        return True
+    dims = sorted((abs(s), n) for s, n in zip(first.strides, first.shape, strict=True) if n != 1)
+    expect = first.itemsize
+    for stride, n in dims:
+        if stride != expect or stride < 0:
+            return False
+        expect *= n
+    return all(s >= 0 for s in first.strides)
+
+
+def launch_elementwise(rt, source: str, name: str, arrays, scalars=()) -> bool:
+    """Launch an :func:`elementwise_source` kernel over ``arrays`` when they are
+    :func:`dense_alike`; False (nothing launched) when they are not, so that the caller
+    takes its general path."""
+    if not dense_alike(arrays):
+        return False
+    n = int(arrays[0].size)
+    if n:
+        rt.kernel(source, name)(grid_for(n), BLOCK, (*arrays, np.int64(n), *scalars))
+    return True
+
+
+def elementwise_kernel(name: str, arrays: str, body: str, host, *, scalars: str = "", pick=None):
+    """A kernel's ``cuda`` implementation for an element-wise host function: one launch
+    over the arrays ``pick(*args)`` chooses (default: all the arguments) when they are
+    :func:`dense_alike`, else ``host`` itself (numpy's functions, which dispatch to CuPy).
+    Returns a callable taking the host function's arguments and ``rt``."""
+    source = elementwise_source(name, arrays, scalars, body)
+
+    def run(*args, rt=CUPY):
+        chosen = pick(*args) if pick is not None else args
+        if not launch_elementwise(rt, source, name, chosen):
+            host(*args)
+
+    run.source = source
+    return run

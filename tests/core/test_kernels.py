@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import singa_builtins.layers.softmax_loss  # noqa: F401  (defines its kernels)
+import singa_builtins.layers.activation  # noqa: F401  (defines its kernels)
+import singa_builtins.layers.softmax_loss  # noqa: F401
 import singa_builtins.updaters.sgd  # noqa: F401
 
 import singa_core.running.numeric  # noqa: F401
@@ -58,7 +59,46 @@ def _nonfinite_case(rng, bad):
     return [arrays, np.full(1, 2**31 - 1, np.int32), 17], [1], 0
 
 
+def _act_forward_case(rng, layout="c"):
+    x = _f32(rng, 6, 5, 4) * 3
+    x[0, 0, :2] = (0.0, -0.0)
+    out = np.empty_like(x)
+    if layout == "t":  # NCHW views of batch-innermost buffers: dense, not C-contiguous
+        x, out = x.transpose(2, 0, 1), out.transpose(2, 0, 1)
+    elif layout == "strided":  # every other row: the kernel's general path
+        x, out = x[:, ::2], out[:, ::2]
+    return [x, out], [1], 4e-7
+
+
+def _act_backward_case(rng, layout="c", mask=False):
+    y = np.tanh(_f32(rng, 6, 5, 4))
+    y[0, 0, 0] = 0.0
+    g = _f32(rng, 6, 5, 4)
+    out = np.empty_like(y)
+    scratch = np.empty(y.shape, dtype=bool if mask else np.float32)
+    if layout == "t":
+        y, g, out, scratch = (a.transpose(2, 0, 1) for a in (y, g, out, scratch))
+    return [y, g, out, scratch], [2], 4e-7
+
+
+ACTIVATIONS = ("relu", "sigmoid", "tanh", "stanh")
+
 CASES = {
+    **{
+        f"{a}_forward": [
+            _act_forward_case,
+            lambda r: _act_forward_case(r, "t"),
+            lambda r: _act_forward_case(r, "strided"),
+        ]
+        for a in ACTIVATIONS
+    },
+    **{
+        f"{a}_backward": [
+            lambda r, m=(a == "relu"): _act_backward_case(r, mask=m),
+            lambda r, m=(a == "relu"): _act_backward_case(r, "t", mask=m),
+        ]
+        for a in ACTIVATIONS
+    },
     "sgd_update": [lambda r: _sgd_case(r, 0.9), lambda r: _sgd_case(r, 0.0)],
     "softmax_xent": [
         lambda r: _softmax_case(r, 1),
@@ -115,7 +155,7 @@ def test_the_cuda_implementation_equals_the_host_one(emulated, name, i):
     args, outs, tol = CASES[name][i](np.random.default_rng(i))
     host_args, cuda_args = _copy(args), _copy(args)
     kernel.host(*host_args)
-    kernel.cuda.func(*cuda_args, rt=emulated)
+    getattr(kernel.cuda, "func", kernel.cuda)(*cuda_args, rt=emulated)
     for j in outs:
         _close(host_args[j], cuda_args[j], tol, f"{name} argument {j}")
 
