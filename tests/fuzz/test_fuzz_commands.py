@@ -402,7 +402,7 @@ def test_new_plugin_outputs(workdir, tmp_path_factory, data):
 
 
 # -- plot: inputs --------------------------------------------------------------------------------
-@fuzz_settings(30)
+@fuzz_settings(15)
 @given(data=st.data())
 def test_plot_inputs(model, data):
     conf, d = model
@@ -434,7 +434,7 @@ def test_plot_inputs(model, data):
                 )
             )
         )
-    if data.draw(st.booleans()):
+    if data.draw(st.integers(0, 3)) > 0:  # a PNG costs a second of matplotlib: one in four
         args.append("--terminal")
     else:
         args += ["--out", data.draw(_out_names(d))]
