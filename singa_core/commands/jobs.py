@@ -59,7 +59,9 @@ def register(app) -> None:
         ID -f` follows its output, `singa stop ID` stops it with a checkpoint. Jobs are
         recorded in $SINGA_JOBS_DIR (default ~/.singa/jobs)."""
         from singa_core.api.jobs import submit as submit_job
+        from singa_core.commands.cli import _check_override_words
 
+        _check_override_words(list(ctx.args))  # -o train_steps 100: the word to write
         try:
             before = _checkpoints_to_move(job, list(ctx.args))
             record = submit_job(job, list(ctx.args))

@@ -92,3 +92,14 @@ def test_good_overrides_still_pass(conf):
         app, ["train", str(conf), "-o", "train_steps=3", "--override=disp_freq=1", "--dry-run"]
     )
     assert res.exit_code == 0, res.output
+
+
+def test_submit_gets_the_same_hint(conf, tmp_path, monkeypatch):
+    """`singa submit` passes train's options through as they are: the same check, before
+    anything is started."""
+    monkeypatch.setenv("SINGA_JOBS_DIR", str(tmp_path / "jobs"))
+    res = runner.invoke(app, ["submit", str(conf), "-o", "train_steps", "100"])
+    error, help_ = _error(res)
+    assert error == "command line: -o train_steps 100: error: " + ONE_WORD
+    assert help_ == "help: write -o train_steps=100 (no spaces around '=')"
+    assert not (tmp_path / "jobs").exists() or not any((tmp_path / "jobs").iterdir())
