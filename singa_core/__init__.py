@@ -36,7 +36,8 @@ services ``.device``, ``.kernels``, ``.memory``, ``.names``, ``.resources``, plu
 import sys as _sys
 
 if (
-    (_sys.argv[:1] == ["-m"] or _sys.argv[0].rsplit("/", 1)[-1] == "singa")
+    # the console script, or python -m (an embedded interpreter may have no argv)
+    (getattr(_sys, "argv", None) or [""])[0].rsplit("/", 1)[-1] in ("singa", "-m")
     and "multiprocessing" not in _sys.modules
     and not hasattr(_sys, "ps1")
 ):
