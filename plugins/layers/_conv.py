@@ -36,8 +36,11 @@ efficient GEMMs (CIFAR-10's first convolution: C·kw = 15).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from singa_builtins.layers._window import (
+    Window,
     as_chwn,
     batch_innermost,
     check_output_size,
@@ -47,6 +50,8 @@ from singa_builtins.layers._window import (
 )
 
 from singa_core.blas import gemm
+from singa_core.cuda import BLOCK, CUPY, grid_for
+from singa_core.kernels import define_kernel
 from singa_core.layer import NeuronLayer, kAggGrad
 from singa_core.memory import charge as charge_memory
 from singa_core.param import DTYPE
@@ -54,6 +59,118 @@ from singa_core.param import DTYPE
 #: the row-column path needs GEMMs with K = C·kw; below this, the full im2col (K = C·kh·kw)
 #: is faster (measured: CIFAR-10's conv1, C·kw = 15, and LeNet's first, 5, lose 40-80%)
 ROW_COLUMNS_MIN_K = 64
+
+
+# -- one launch each on a GPU: im2col and col2im (the kernels ``im2col`` / ``col2im``) ---------
+def im2col_host(x, col, kh, kw, ph, pw, sh, sw) -> None:
+    """``col[c, i, j, oh, ow, b] = xpad[c, oh·sh + i, ow·sw + j, b]`` for the CHWN view
+    ``x`` (unpadded, any strides; padding reads zero)."""
+    c, h, w, b = x.shape
+    oh, ow = col.shape[3], col.shape[4]
+    xp = np.zeros((c, h + 2 * ph, w + 2 * pw, b), dtype=DTYPE)
+    xp[:, ph : ph + h, pw : pw + w] = x
+    win = Window(kh, kw, ph, pw, sh, sw)
+    for i, j in win.positions:
+        np.copyto(col[:, i, j], xp[window_slice(win, i, j, oh, ow)])
+
+
+def col2im_host(col, target, kh, kw, ph, pw, sh, sw) -> None:
+    """The CHWN view ``target`` (any strides) = the column gradients summed back onto the
+    inputs they were read from, in window-offset order."""
+    c, h, w, b = target.shape
+    oh, ow = col.shape[3], col.shape[4]
+    gxp = np.zeros((c, h + 2 * ph, w + 2 * pw, b), dtype=DTYPE)
+    win = Window(kh, kw, ph, pw, sh, sw)
+    for i, j in win.positions:
+        gxp[window_slice(win, i, j, oh, ow)] += col[:, i, j]
+    np.copyto(target, gxp[:, ph : ph + h, pw : pw + w])
+
+
+_GEOMETRY = (
+    "int C, int H, int W, int B, int OH, int OW, int kh, int kw, int ph, int pw, int sh, "
+    "int sw, long long sc, long long sy, long long sx, long long sb"
+)
+
+_IM2COL = f"""
+extern "C" __global__ void singa_im2col(const float* __restrict__ x, float* __restrict__ col,
+    {_GEOMETRY}) {{
+  const long long n = (long long)C * kh * kw * OH * OW * B;
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += stride) {{
+    long long r = e;
+    const int b = (int)(r % B); r /= B;
+    const int ow = (int)(r % OW); r /= OW;
+    const int oh = (int)(r % OH); r /= OH;
+    const int j = (int)(r % kw); r /= kw;
+    const int i = (int)(r % kh);
+    const int c = (int)(r / kh);
+    const int hh = oh * sh + i - ph;
+    const int ww = ow * sw + j - pw;
+    col[e] = (hh >= 0 && hh < H && ww >= 0 && ww < W)
+        ? x[c * sc + hh * sy + ww * sx + b * sb] : 0.0f;
+  }}
+}}
+"""
+
+_COL2IM = f"""
+extern "C" __global__ void singa_col2im(const float* __restrict__ col,
+    float* __restrict__ target, {_GEOMETRY}) {{
+  const long long n = (long long)C * H * W * B;
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += stride) {{
+    long long r = e;
+    const int b = (int)(r % B); r /= B;
+    const int w = (int)(r % W); r /= W;
+    const int h = (int)(r % H);
+    const int c = (int)(r / H);
+    float s = 0.0f;
+    for (int i = 0; i < kh; ++i) {{
+      const int ty = h + ph - i;
+      if (ty < 0 || ty % sh != 0 || ty / sh >= OH) continue;
+      const int oh = ty / sh;
+      for (int j = 0; j < kw; ++j) {{
+        const int tx = w + pw - j;
+        if (tx < 0 || tx % sw != 0 || tx / sw >= OW) continue;
+        const int ow = tx / sw;
+        s += col[((((long long)c * kh + i) * kw + j) * OH + oh) * OW * B
+                 + (long long)ow * B + b];
+      }}
+    }}
+    target[c * sc + h * sy + w * sx + b * sb] = s;
+  }}
+}}
+"""
+
+
+def _geometry_args(img, col, kh, kw, ph, pw, sh, sw) -> tuple:
+    c, h, w, b = img.shape
+    oh, ow = col.shape[3], col.shape[4]
+    ints = tuple(np.int32(v) for v in (c, h, w, b, oh, ow, kh, kw, ph, pw, sh, sw))
+    return ints + tuple(np.int64(s // img.itemsize) for s in img.strides)
+
+
+def im2col_cuda(x, col, kh, kw, ph, pw, sh, sw, rt=CUPY) -> None:
+    args = _geometry_args(x, col, kh, kw, ph, pw, sh, sw)
+    rt.kernel(_IM2COL, "singa_im2col")(grid_for(col.size), BLOCK, (x, col, *args))
+
+
+def col2im_cuda(col, target, kh, kw, ph, pw, sh, sw, rt=CUPY) -> None:
+    args = _geometry_args(target, col, kh, kw, ph, pw, sh, sw)
+    rt.kernel(_COL2IM, "singa_col2im")(grid_for(target.size), BLOCK, (col, target, *args))
+
+
+define_kernel(
+    "im2col",
+    host=im2col_host,
+    cuda=functools.partial(im2col_cuda, rt=CUPY),
+    doc="the column matrix of a CHWN batch, padding included (one launch on a GPU)",
+)
+define_kernel(
+    "col2im",
+    host=col2im_host,
+    cuda=functools.partial(col2im_cuda, rt=CUPY),
+    doc="column gradients summed back into a CHWN batch (one launch on a GPU)",
+)
 
 
 class ConvolutionBase(NeuronLayer):
@@ -95,7 +212,10 @@ class ConvolutionBase(NeuronLayer):
         charge_memory(self, "scratch", (oh * ow * b,), what="ones for the bias gradient")
         self._ones = self.xp.ones(oh * ow * b, dtype=DTYPE)
         self._gw_tmp: np.ndarray | None = None
-        self._rows = win.sh == 1 and c * win.kw >= ROW_COLUMNS_MIN_K
+        # a GPU: im2col, one GEMM, col2im, each one launch; the host: row columns where
+        # they pay (see the module doc), else im2col by offset
+        self._one_launch = self.kernels.window_kernels()
+        self._rows = not self._one_launch and win.sh == 1 and c * win.kw >= ROW_COLUMNS_MIN_K
         if self._rows:
             self._setup_rows()
         else:
@@ -196,6 +316,11 @@ class ConvolutionBase(NeuronLayer):
         oh, ow = self.out_h, self.out_w
         hp, wp = h + 2 * win.ph, w + 2 * win.pw
         self._padded = win.ph > 0 or win.pw > 0
+        if self._one_launch:  # the kernels read and write the source's own layout
+            charge_memory(self, "scratch", (c, win.kh, win.kw, oh, ow, b), what="column buffer")
+            self._col = self.xp.empty((c, win.kh, win.kw, oh, ow, b), dtype=DTYPE)
+            self._col2d = self._col.reshape(c * win.kh * win.kw, oh * ow * b)
+            return
         # the input as a contiguous CHWN array: padded (borders stay zero), or a copy of a
         # source that is not batch-innermost (an input layer's NCHW data); and the padded
         # input gradient, written by backward alone, where the source takes a gradient
@@ -271,7 +396,10 @@ class ConvolutionBase(NeuronLayer):
         if self._rows:
             self._forward_rows(srcs[0].data)
             return
-        self._im2col(self._input_chwn(srcs[0].data))
+        if self._one_launch:
+            self.kernels.im2col(self._chwn(srcs[0].data), self._col, *self._window_args())
+        else:
+            self._im2col(self._input_chwn(srcs[0].data))
         np.dot(self.weight.value, self._col2d, out=self._out2d)
         self._out2d += self.bias.value[:, None]
 
@@ -298,4 +426,14 @@ class ConvolutionBase(NeuronLayer):
             self._input_grad_rows(g, buf)
             return
         np.dot(wp.value.T, g, out=self._col2d)  # the column buffer is free again
-        self._col2im(buf)
+        if self._one_launch:
+            self.kernels.col2im(self._col, self._chwn(buf), *self._window_args())
+        else:
+            self._col2im(buf)
+
+    def _chwn(self, x):
+        return as_chwn(x, self.batchsize, self.channels, self.height, self.width)
+
+    def _window_args(self) -> tuple:
+        w = self.win
+        return (w.kh, w.kw, w.ph, w.pw, w.sh, w.sw)

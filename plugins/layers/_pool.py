@@ -22,10 +22,13 @@ extra) the same computation runs as compiled one-pass kernels (``_pool_kernels.p
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from singa_builtins.layers._pool_kernels import JIT_BYTES, JIT_NOTE
 from singa_builtins.layers._pool_kernels import kernels as pool_kernels
 from singa_builtins.layers._window import (
+    Window,
     as_chwn,
     batch_innermost,
     check_output_size,
@@ -34,6 +37,8 @@ from singa_builtins.layers._window import (
     window_slice,
 )
 
+from singa_core.cuda import BLOCK, CUPY, grid_for
+from singa_core.kernels import define_kernel
 from singa_core.layer import NeuronLayer, kTrain
 from singa_core.memory import charge as charge_memory
 from singa_core.memory import charge_once
@@ -41,6 +46,166 @@ from singa_core.param import DTYPE
 from singa_core.schema import job_pb2
 
 MAX, AVG = job_pb2.PoolingProto.MAX, job_pb2.PoolingProto.AVG
+
+
+# -- one launch each way on a GPU (the kernels ``pool_forward`` / ``pool_backward``) --------
+def _geometry(x, out_shape, kh, kw, ph, pw, sh, sw):
+    c, h, w, b = x.shape
+    _, oh, ow, _ = out_shape
+    return c, h, w, b, oh, ow
+
+
+def pool_forward_host(x, out, argmax, kh, kw, ph, pw, sh, sw, method, record) -> None:
+    """Pool the CHWN view ``x`` (unpadded, any strides) into ``out`` (C, oH, oW, B); MAX
+    records each output's first maximal window offset in ``argmax`` when ``record``."""
+    c, h, w, b, oh, ow = _geometry(x, out.shape, kh, kw, ph, pw, sh, sw)
+    fill = -np.inf if method == MAX else 0.0
+    xp = np.full((c, h + 2 * ph, w + 2 * pw, b), fill, dtype=DTYPE)
+    xp[:, ph : ph + h, pw : pw + w] = x
+    win = Window(kh, kw, ph, pw, sh, sw)
+    slices = [window_slice(win, i, j, oh, ow) for i, j in win.positions]
+    np.copyto(out, xp[slices[0]])
+    if method == AVG:
+        for sl in slices[1:]:
+            out += xp[sl]
+        out *= DTYPE(1.0 / (kh * kw))
+        return
+    if record:
+        argmax.fill(0)
+    for k, sl in enumerate(slices[1:], start=1):
+        if record:
+            argmax[xp[sl] > out] = k
+        np.maximum(out, xp[sl], out=out)
+
+
+def pool_backward_host(g, argmax, target, kh, kw, ph, pw, sh, sw, method) -> None:
+    """The source gradient into the CHWN view ``target`` (unpadded, any strides): each
+    output's gradient to its window's first maximum (MAX) or spread over its window
+    (AVG), summed in window-offset order."""
+    c, h, w, b = target.shape
+    _, oh, ow, _ = g.shape
+    gxp = np.zeros((c, h + 2 * ph, w + 2 * pw, b), dtype=DTYPE)
+    win = Window(kh, kw, ph, pw, sh, sw)
+    inv = DTYPE(1.0 / (kh * kw))
+    for k, (i, j) in enumerate(win.positions):
+        sl = window_slice(win, i, j, oh, ow)
+        gxp[sl] += g * (argmax == k) if method == MAX else g * inv
+    np.copyto(target, gxp[:, ph : ph + h, pw : pw + w])
+
+
+NEG_INF = "(-__int_as_float(0x7f800000))"  # -inf in CUDA C without math headers
+
+_POOL_ARGS = (
+    "int C, int H, int W, int B, int OH, int OW, int kh, int kw, int ph, int pw, int sh, "
+    "int sw, long long sc, long long sh_, long long sw_, long long sb"
+)
+
+_POOL_FORWARD = f"""
+extern "C" __global__ void singa_pool_forward(const float* __restrict__ x,
+    float* __restrict__ out, unsigned char* __restrict__ argmax, {_POOL_ARGS}, int avg,
+    int record, float inv) {{
+  const long long n = (long long)C * OH * OW * B;
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += stride) {{
+    const int b = (int)(e % B);
+    const int ow = (int)((e / B) % OW);
+    const int oh = (int)((e / ((long long)B * OW)) % OH);
+    const int c = (int)(e / ((long long)B * OW * OH));
+    float best = avg ? 0.0f : {NEG_INF};
+    int arg = 0;
+    for (int i = 0; i < kh; ++i) {{
+      const int hh = oh * sh + i - ph;
+      for (int j = 0; j < kw; ++j) {{
+        const int ww = ow * sw + j - pw;
+        const bool inside = hh >= 0 && hh < H && ww >= 0 && ww < W;
+        const float pad = avg ? 0.0f : {NEG_INF};
+        const float v = inside ? x[c * sc + hh * sh_ + ww * sw_ + b * sb] : pad;
+        if (avg) {{
+          best = (i == 0 && j == 0) ? v : best + v;
+        }} else if (v != v) {{
+          best = v;
+        }} else if (v > best) {{
+          best = v;
+          arg = i * kw + j;
+        }}
+      }}
+    }}
+    out[e] = avg ? best * inv : best;
+    if (record && !avg) argmax[e] = (unsigned char)arg;
+  }}
+}}
+"""
+
+_POOL_BACKWARD = f"""
+extern "C" __global__ void singa_pool_backward(const float* __restrict__ g,
+    const unsigned char* __restrict__ argmax, float* __restrict__ target, {_POOL_ARGS},
+    int avg, float inv) {{
+  const long long n = (long long)C * H * W * B;
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += stride) {{
+    const int b = (int)(e % B);
+    const int w = (int)((e / B) % W);
+    const int h = (int)((e / ((long long)B * W)) % H);
+    const int c = (int)(e / ((long long)B * W * H));
+    float s = 0.0f;
+    for (int i = 0; i < kh; ++i) {{
+      const int ty = h + ph - i;
+      if (ty < 0 || ty % sh != 0 || ty / sh >= OH) continue;
+      const int oh = ty / sh;
+      for (int j = 0; j < kw; ++j) {{
+        const int tx = w + pw - j;
+        if (tx < 0 || tx % sw != 0 || tx / sw >= OW) continue;
+        const int ow = tx / sw;
+        const long long o = (((long long)c * OH + oh) * OW + ow) * B + b;
+        if (avg) s += g[o] * inv;
+        else if (argmax[o] == i * kw + j) s += g[o];
+      }}
+    }}
+    target[c * sc + h * sh_ + w * sw_ + b * sb] = s;
+  }}
+}}
+"""
+
+
+def _strides(a) -> tuple:
+    return tuple(np.int64(s // a.itemsize) for s in a.strides)
+
+
+def pool_forward_cuda(x, out, argmax, kh, kw, ph, pw, sh, sw, method, record, rt=CUPY):
+    c, h, w, b, oh, ow = _geometry(x, out.shape, kh, kw, ph, pw, sh, sw)
+    ints = [np.int32(v) for v in (c, h, w, b, oh, ow, kh, kw, ph, pw, sh, sw)]
+    rt.kernel(_POOL_FORWARD, "singa_pool_forward")(
+        grid_for(out.size),
+        BLOCK,
+        (x, out, argmax, *ints, *_strides(x), np.int32(method == AVG), np.int32(bool(record)),
+         np.float32(1.0 / (kh * kw))),
+    )  # fmt: skip
+
+
+def pool_backward_cuda(g, argmax, target, kh, kw, ph, pw, sh, sw, method, rt=CUPY):
+    c, h, w, b = target.shape
+    _, oh, ow, _ = g.shape
+    ints = [np.int32(v) for v in (c, h, w, b, oh, ow, kh, kw, ph, pw, sh, sw)]
+    rt.kernel(_POOL_BACKWARD, "singa_pool_backward")(
+        grid_for(target.size),
+        BLOCK,
+        (g, argmax, target, *ints, *_strides(target), np.int32(method == AVG),
+         np.float32(1.0 / (kh * kw))),
+    )  # fmt: skip
+
+
+define_kernel(
+    "pool_forward",
+    host=pool_forward_host,
+    cuda=functools.partial(pool_forward_cuda, rt=CUPY),
+    doc="max or average pooling of a CHWN batch, argmax recorded (one launch on a GPU)",
+)
+define_kernel(
+    "pool_backward",
+    host=pool_backward_host,
+    cuda=functools.partial(pool_backward_cuda, rt=CUPY),
+    doc="pooling's source gradient, gathered per input element (one launch on a GPU)",
+)
 
 
 class PoolingBase(NeuronLayer):
@@ -74,8 +239,18 @@ class PoolingBase(NeuronLayer):
                 f"supported (got {win.kh}x{win.kw})",
                 field="pooling_conf",
             )
-        # compiled one-pass kernels on the host, or None (the numpy path; any device)
-        self._kernels = pool_kernels() if self.device.is_host else None
+        # one launch each way where the device asks for it (a GPU), else the host's paths:
+        # compiled one-pass kernels (numba), or numpy's
+        self._one_launch = self.kernels.window_kernels()
+        if self._one_launch:
+            self._out4 = self._out
+            self._argmax = self._buffer(
+                (c, oh, ow, b), np.uint8, "argmax", self.method == MAX, zero=True
+            )
+            if self._argmax is None:
+                self._argmax = self.xp.zeros(1, dtype=np.uint8)
+            return
+        self._kernels = pool_kernels()
         if self._kernels is not None:  # their first call loads numba's compiler
             charge_once(self, "numba-jit", JIT_BYTES, row="numba's JIT compiler", note=JIT_NOTE)
         # non-overlapping windows (stride >= kernel), and whether they cover the input
@@ -138,7 +313,16 @@ class PoolingBase(NeuronLayer):
         # floor mode: every window lies in the padded input, divisor kh·kw
         return g.add("AveragePool", [x], name=self.name, count_include_pad=1, **window)
 
+    def _window_args(self) -> tuple:
+        w = self.win
+        return (w.kh, w.kw, w.ph, w.pw, w.sh, w.sw, self.method)
+
     def forward(self, phase, srcs):
+        if self._one_launch:
+            x = as_chwn(srcs[0].data, self.batchsize, self.channels, self.height, self.width)
+            record = bool(phase & kTrain) and self.method == MAX
+            self.kernels.pool_forward(x, self._out, self._argmax, *self._window_args(), record)
+            return
         xp = self._input_chwn(srcs[0].data)
         out, slices = self._out, self._slices
         fast, win = self._kernels, self.win
@@ -178,6 +362,9 @@ class PoolingBase(NeuronLayer):
         if buf is None:
             return
         target = as_chwn(buf, self.batchsize, self.channels, self.height, self.width)
+        if self._one_launch:
+            self.kernels.pool_backward(self._gout, self._argmax, target, *self._window_args())
+            return
         if self._padded and self._gxp is None:  # a source that took no gradient at set-up
             self._gxp = self.xp.zeros(self._xp.shape, dtype=DTYPE)
         gxp = self._gxp if self._padded else target

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from singa_core.device import default_device
+from singa_core.kernels import define_kernel
 from singa_core.memory import charge as charge_memory
 from singa_core.param import DTYPE
 
@@ -137,3 +138,25 @@ def _window_field(conf, conf_field: str, name: str, square: bool) -> str:
     if conf.HasField(name):
         return f"{conf_field}.{name}"
     return conf_field
+
+
+# -- which algorithm a device runs ------------------------------------------------------------
+def _host_window_paths() -> bool:
+    """The host: False, the convolution and pooling layers run their BLAS and numba paths
+    (row columns, per-offset passes), fastest on a CPU."""
+    return False
+
+
+def _one_launch_window_paths() -> bool:
+    """A GPU: True, each window operation is one launch (im2col, col2im, pooling), since
+    there every launch costs the host more than the work it does."""
+    return True
+
+
+define_kernel(
+    "window_kernels",
+    host=_host_window_paths,
+    cuda=_one_launch_window_paths,
+    composite=True,
+    doc="whether convolution and pooling use their one-launch window kernels",
+)

@@ -23,9 +23,11 @@ How a device resolves a name (:func:`resolve`):
 ``cpu``     ``host``
 ``cuda``    ``cuda``, else ``generic``, else an error naming the kernel
 ``standin`` with a ``cuda`` implementation: ``host`` run on the stand-in's arrays as
-            ``launches`` counted launches (:func:`standin.launch`), so the stand-in's
-            counts are a GPU's launches; else ``generic`` on the stand-in (each of its
-            calls counted, as each is a launch on a GPU)
+            ``launches`` counted launches (:func:`standin.launcher`), so the stand-in's
+            counts are a GPU's launches; a *composite* kernel's ``cuda``
+            implementation (Python composing other kernels and array calls, or an
+            algorithm choice) runs on the stand-in as it is; else ``generic`` on the
+            stand-in (each of its calls counted, as each is a launch on a GPU)
 ==========  =========================================================================
 
 Every kernel with a ``cuda`` or ``generic`` implementation is checked against ``host``
@@ -57,6 +59,9 @@ class Kernel:
     generic: Callable | None = None
     #: device launches of one ``cuda`` call (what the stand-in counts for it)
     launches: int = 1
+    #: True: ``cuda`` is Python over other kernels and array calls (or a choice between
+    #: algorithms), which the stand-in runs itself
+    composite: bool = False
     #: the module that defined it (for errors and ``singa list-plugins``)
     provider: str = ""
     #: device kind -> the module that implemented it, where not the provider
@@ -73,6 +78,7 @@ def define_kernel(
     cuda: Callable | None = None,
     generic: Callable | None = None,
     launches: int = 1,
+    composite: bool = False,
     doc: str = "",
 ) -> Kernel:
     """Define the kernel ``name``. Defining it again from the same module (a re-import)
@@ -85,7 +91,10 @@ def define_kernel(
             help="give your kernel another name, or add a device's implementation to the "
             "existing one with singa_core.kernels.implement(name, device, fn)",
         )
-    k = Kernel(name, doc or (host.__doc__ or "").strip(), host, cuda, generic, launches, provider)
+    k = Kernel(
+        name, doc or (host.__doc__ or "").strip(), host, cuda, generic, launches, composite,
+        provider,
+    )  # fmt: skip
     _KERNELS[name] = k
     _resolved.clear()
     return k
@@ -137,7 +146,9 @@ def resolve(name: str, device_kind: str) -> Callable:
     if device_kind == "cpu":
         fn = k.host
     elif device_kind == "standin":
-        if k.cuda is not None:
+        if k.cuda is not None and k.composite:
+            fn = k.cuda
+        elif k.cuda is not None:
             from singa_core.contracts import standin
 
             fn = standin.launcher(name, k.host, k.launches)

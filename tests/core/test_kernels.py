@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import singa_builtins.layers.activation  # noqa: F401  (defines its kernels)
+import singa_builtins.layers._conv  # noqa: F401  (defines its kernels)
+import singa_builtins.layers._pool  # noqa: F401
+import singa_builtins.layers.activation  # noqa: F401
 import singa_builtins.layers.softmax_loss  # noqa: F401
 import singa_builtins.updaters.sgd  # noqa: F401
 
@@ -83,7 +85,83 @@ def _act_backward_case(rng, layout="c", mask=False):
 
 ACTIVATIONS = ("relu", "sigmoid", "tanh", "stanh")
 
+#: (kh, kw, ph, pw, sh, sw): overlapping, non-overlapping, padded, rectangular windows
+WINDOWS = [(3, 3, 0, 0, 2, 2), (2, 2, 0, 0, 2, 2), (3, 3, 1, 1, 2, 2), (3, 2, 1, 0, 1, 2)]
+
+
+def _pool_forward_case(rng, window, method, nchw=False):
+    kh, kw, ph, pw, sh, sw = window
+    C, H, W, B = 3, 7, 8, 4
+    x = _f32(rng, C, H, W, B)
+    x[0, :2, :2] = 0.5  # ties: the first maximum wins
+    if nchw:  # an NCHW source: its CHWN view is strided
+        x = np.ascontiguousarray(x.transpose(3, 0, 1, 2)).transpose(1, 2, 3, 0)
+    oh, ow = (H + 2 * ph - kh) // sh + 1, (W + 2 * pw - kw) // sw + 1
+    out = np.empty((C, oh, ow, B), np.float32)
+    argmax = np.zeros((C, oh, ow, B), np.uint8)
+    return [x, out, argmax, *window, method, True], [1, 2], 1e-7
+
+
+def _pool_backward_case(rng, window, method, nchw=False):
+    kh, kw, ph, pw, sh, sw = window
+    C, H, W, B = 3, 7, 8, 4
+    oh, ow = (H + 2 * ph - kh) // sh + 1, (W + 2 * pw - kw) // sw + 1
+    g = _f32(rng, C, oh, ow, B)
+    argmax = rng.integers(0, kh * kw, (C, oh, ow, B)).astype(np.uint8)
+    target = np.empty((C, H, W, B), np.float32)
+    if nchw:
+        target = np.empty((B, C, H, W), np.float32).transpose(1, 2, 3, 0)
+    return [g, argmax, target, *window, method], [2], 1e-7
+
+
+MAX, AVG = 0, 1
+
+
+def _im2col_case(rng, window, nchw=False):
+    kh, kw, ph, pw, sh, sw = window
+    C, H, W, B = 2, 7, 8, 3
+    x = _f32(rng, C, H, W, B)
+    if nchw:
+        x = np.ascontiguousarray(x.transpose(3, 0, 1, 2)).transpose(1, 2, 3, 0)
+    oh, ow = (H + 2 * ph - kh) // sh + 1, (W + 2 * pw - kw) // sw + 1
+    col = np.full((C, kh, kw, oh, ow, B), np.nan, np.float32)
+    return [x, col, *window], [1], 0
+
+
+def _col2im_case(rng, window, nchw=False):
+    kh, kw, ph, pw, sh, sw = window
+    C, H, W, B = 2, 7, 8, 3
+    oh, ow = (H + 2 * ph - kh) // sh + 1, (W + 2 * pw - kw) // sw + 1
+    col = _f32(rng, C, kh, kw, oh, ow, B)
+    target = np.full((C, H, W, B), np.nan, np.float32)
+    if nchw:
+        target = np.full((B, C, H, W), np.nan, np.float32).transpose(1, 2, 3, 0)
+    return [col, target, *window], [1], 0
+
+
 CASES = {
+    "im2col": [
+        lambda r, w=w, t=t: _im2col_case(r, w, t)
+        for w in WINDOWS + [(5, 5, 2, 2, 1, 1)]
+        for t in (False, True)
+    ],
+    "col2im": [
+        lambda r, w=w, t=t: _col2im_case(r, w, t)
+        for w in WINDOWS + [(5, 5, 2, 2, 1, 1)]
+        for t in (False, True)
+    ],
+    "pool_forward": [
+        lambda r, w=w, m=m, t=t: _pool_forward_case(r, w, m, t)
+        for w in WINDOWS
+        for m in (MAX, AVG)
+        for t in (False, True)
+    ],
+    "pool_backward": [
+        lambda r, w=w, m=m, t=t: _pool_backward_case(r, w, m, t)
+        for w in WINDOWS
+        for m in (MAX, AVG)
+        for t in (False, True)
+    ],
     **{
         f"{a}_forward": [
             _act_forward_case,
@@ -141,7 +219,7 @@ def emulated():
 
 
 def test_every_kernel_with_a_cuda_implementation_has_a_case():
-    with_cuda = {name for name, k in K.kernels().items() if k.cuda is not None}
+    with_cuda = {name for name, k in K.kernels().items() if k.cuda is not None and not k.composite}
     assert with_cuda - set(CASES) == set()
 
 
