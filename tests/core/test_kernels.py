@@ -309,3 +309,45 @@ def test_a_plugin_defines_and_implements_its_own_kernel():
         K._resolved.clear()
     with pytest.raises(SingaError, match="no kernel named 'test_plugin_scale'"):
         K.get_kernel("test_plugin_scale")
+
+
+class _Recording(EmulatedRuntime):
+    """The emulated runtime, remembering the CUDA sources it was asked to launch."""
+
+    def __init__(self):
+        super().__init__()
+        self.sources: dict[str, str] = {}
+
+    def kernel(self, source, name):
+        self.sources[name + str(hash(source))] = source
+        return super().kernel(source, name)
+
+
+@pytest.mark.slow
+def test_every_cuda_source_compiles_with_nvcc(tmp_path):
+    """The sources as CUDA (not only as the emulator's C++): nvcc where it is installed
+    (NVRTC, which CuPy uses, takes the same language)."""
+    import shutil
+    import subprocess
+
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc is not installed")
+    rt = _Recording()
+    for name, cases in CASES.items():
+        for make in cases:
+            args, _, _ = make(np.random.default_rng(0))
+            fn = K.get_kernel(name).cuda
+            getattr(fn, "func", fn)(*_copy(args), rt=rt)
+    failures = []
+    for key, source in rt.sources.items():
+        cu = tmp_path / f"{abs(hash(key))}.cu"
+        cu.write_text(source)
+        done = subprocess.run(
+            [nvcc, "--ptx", "-arch=sm_90", "-o", str(cu.with_suffix(".ptx")), str(cu)],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            failures.append(f"{key}: {done.stderr}")
+    assert failures == [] and len(rt.sources) >= 15
