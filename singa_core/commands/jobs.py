@@ -28,12 +28,17 @@ def _row(info) -> list[str]:
     state = info.state
     if info.state == "failed":
         state = f"failed (exit {info.exit_code})" if info.exit_code is not None else "failed"
+    elif info.state == "running" and not info.checked:
+        state = "running? (unchecked)"
+    elif info.state == "running" and info.stopping:
+        state = "running (stopping)"
     progress = "-"
     if info.step is not None:
         progress = f"{info.step}" + (f"/{info.total}" if info.total else "")
     metrics = ", ".join(f"{k} {v:.4g}" for k, v in info.metrics.items()) or "-"
-    return [r.id, r.name, r.engine, r.host, state, progress, metrics, _when(r.submitted),
-            r.workspace]  # fmt: skip
+    engine = info.engine or (r.engine if r.engine != "auto" else "-") or "-"
+    return [r.id, r.name, engine, r.host or "-", state, progress, metrics,
+            _when(r.submitted), r.workspace or "-"]  # fmt: skip
 
 
 def register(app) -> None:
@@ -109,8 +114,11 @@ def register(app) -> None:
         loss and accuracy, start time and workspace.
 
         A job is running, finished, stopped (by `singa stop`), or failed with its exit status
-        and the last error line; one whose runner was killed (kill -9, a restart) is
-        failed, never running."""
+        and the last error line; one whose runner and training are gone without an exit
+        status (kill -9, a restart) is failed, never running. A job of another machine (a
+        shared jobs folder) shows its host and last known state, unchecked; a record that
+        cannot be read is listed as damaged, with what is wrong. The step is the one the
+        job itself reached, of its own total; the engine is the one it ran with."""
         from singa_core.api.jobs import list_jobs
 
         infos = list_jobs()
@@ -127,7 +135,12 @@ def register(app) -> None:
         print("  ".join(h.ljust(w) for h, w in zip(heads, widths, strict=True)).rstrip())
         for info, row in zip(infos, rows, strict=True):
             print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
-            if info.state in ("failed", "stopped") and info.message:
+            if info.message and (
+                info.state != "running"
+                or not info.checked
+                or info.stopping
+                or "runner was killed" in info.message
+            ):
                 print(f"    {info.message}")
 
     @app.command(
@@ -152,6 +165,8 @@ def register(app) -> None:
             for line in follow_log(folder, follow=follow):
                 sys.stdout.write(line)
                 sys.stdout.flush()
+        except SingaError as err:
+            _fail(err)
         except KeyboardInterrupt:
             raise typer.Exit(130) from None
 
@@ -172,8 +187,16 @@ def register(app) -> None:
         from singa_core.api.jobs import stop as stop_job
 
         try:
-            info = stop_job(job_id, now=now)
+            result = stop_job(job_id, now=now)
         except SingaError as err:
             _fail(err)
+        rec = result.info.record
+        if not result.sent:
+            print(
+                f"job {rec.id} ({rec.name}) is already stopping (a checkpoint first); nothing "
+                f"more sent: `singa stop {rec.id} --now` kills it at once",
+                file=sys.stderr,
+            )
+            return
         how = "killing" if now else "stopping (a checkpoint first)"
-        print(f"{how} job {info.record.id} ({info.record.name})", file=sys.stderr)
+        print(f"{how} job {rec.id} ({rec.name})", file=sys.stderr)

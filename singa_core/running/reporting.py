@@ -138,6 +138,14 @@ def write_failure(path, exc: OSError, what: str = "metrics file"):
     )
 
 
+def stop_note() -> str:
+    """What a first Ctrl-C/SIGTERM prints: how to stop at once. A submitted job
+    (``SINGA_JOB_ID``) has no terminal to press Ctrl-C in, so it names `singa stop`."""
+    job = os.environ.get("SINGA_JOB_ID")
+    how = f"`singa stop {job} --now`" if job else "Ctrl-C again"
+    return f"stopping after this step ({how} to abort now)"
+
+
 def format_metrics(metrics: dict[str, float]) -> str:
     parts = []
     for k, v in metrics.items():
@@ -229,6 +237,8 @@ class Reporter:
                 "time": round(time.time(), 3),
                 **info,
             }
+            if os.environ.get("SINGA_JOB_ID"):  # a submitted job: its progress is its own
+                rec["job"] = os.environ["SINGA_JOB_ID"]
             self._append(rec)
         self._steps_done = start_step
         self._last_output = time.monotonic()

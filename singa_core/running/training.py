@@ -34,6 +34,7 @@ from singa_core.contracts.names import base_layer_name, split_replica_name
 from singa_core.contracts.stub import ParamStub
 from singa_core.running.numeric import NonFiniteError, NumericGuard
 from singa_core.running.out_of_memory import out_of_memory_error
+from singa_core.running.reporting import stop_note
 from singa_core.running.tensorboard import GradientHistograms, param_histograms
 
 
@@ -274,7 +275,7 @@ class TrainingLoop:
                     raise KeyboardInterrupt
                 self._stop_requested = True
                 self.stop_signal = signum
-                self.reporter.note("stopping after this step (Ctrl-C again to abort now)")
+                self.reporter.note(stop_note())
 
             return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
         except ValueError:  # not the main thread

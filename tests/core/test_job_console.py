@@ -98,25 +98,6 @@ def test_stop_now_kills_without_a_checkpoint(jobs, small_job):
     assert info["state"] == "stopped" and "--now" in info["message"]
 
 
-@pytest.mark.slow
-def test_a_runner_killed_with_kill_9_is_failed_not_running(jobs, small_job):
-    conf, _ = small_job(steps=100000)
-    job_id = _submit(conf)
-    record = json.loads((jobs / job_id / "job.json").read_text())
-    _wait(job_id, lambda i: i["step"] is not None)
-    os.kill(record["runner_pid"], signal.SIGKILL)
-    info = _wait(job_id, lambda i: i["state"] != "running", timeout=30)
-    assert info["state"] == "failed" and "kill -9" in info["message"]
-    # its training goes on without it: stop that by its pid (its parent was the runner)
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if str(conf).encode() in (d / "cmdline").read_bytes():
-                    os.kill(int(d.name), signal.SIGKILL)
-            except OSError:
-                pass
-
-
 def test_a_failing_job_shows_its_exit_and_error(jobs, small_job, tmp_path):
     conf, _ = small_job(steps=10)
     text = conf.read_text().replace("blobs.csv", "gone.csv")

@@ -61,6 +61,7 @@ from singa_builtins.engines.shm.launcher import (
 from singa_core.engine import TrainResult
 from singa_core.errors import SingaError
 from singa_core.running import checkpoint as ckpt
+from singa_core.running.reporting import stop_note
 
 POLL = 0.5  # seconds an actor holds the driver's events call when it has nothing to say
 LOST_GRACE = 3.0  # seconds to find the dead process after a worker saw a peer vanish
@@ -501,7 +502,7 @@ class Attempt:
                 if handled == 1:
                     for a in self.actors:
                         a.stop.remote(int(sig))
-                    reporter.note("stopping after this step (Ctrl-C again to abort now)")
+                    reporter.note(stop_note())
                 else:
                     err = stopped_error(
                         self.engine.prepared.workspace,

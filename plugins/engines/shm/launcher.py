@@ -43,6 +43,7 @@ from singa_core.errors import SingaError
 from singa_core.running import checkpoint as ckpt
 from singa_core.running.job import updater_type_name
 from singa_core.running.numeric import NonFiniteError
+from singa_core.running.reporting import stop_note
 
 GRACE = 3.0  # seconds the processes get to leave after an abort before they are killed
 
@@ -320,7 +321,7 @@ class Launcher:
                 handled_signals += 1
                 if handled_signals == 1:
                     shared.stop_signal.value = int(sig)
-                    self.reporter.note("stopping after this step (Ctrl-C again to abort now)")
+                    self.reporter.note(stop_note())
                 else:
                     failure = f"aborted by {signal.Signals(sig).name}"
                     aborted_by = int(sig)
