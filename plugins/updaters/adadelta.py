@@ -26,13 +26,27 @@ from __future__ import annotations
 import numpy as np
 
 from singa_core.errors import SingaError
-from singa_core.updater import Updater, axpy
+from singa_core.updater import Updater, axpy, define_update_kernel
+
+define_update_kernel(
+    "adadelta_update",
+    """const float h = fmaf(1.0f - rho, g * g, T2[j] * rho);
+T2[j] = h;
+float t = g * sqrtf(T3[j] + delta);
+t = t / sqrtf(h + delta);
+T3[j] = fmaf(1.0f - rho, t * t, T3[j] * rho);
+T0[j] = fmaf(-rate, t, T0[j]);""",
+    states=("history", "update"),
+    consts=("rho", "delta"),
+    clip=False,
+)
 
 
 class AdaDeltaUpdater(Updater):
     """AdaDelta with squared-gradient average ``h`` and squared-update average ``u``."""
 
     type_names = ("kAdaDelta",)
+    update_kernel = "adadelta_update"
     state_names = ("history", "update")
 
     def __init__(self, conf, lr) -> None:

@@ -23,13 +23,24 @@ from __future__ import annotations
 
 import numpy as np
 
-from singa_core.updater import Updater, axpy
+from singa_core.updater import Updater, axpy, define_update_kernel
+
+define_update_kernel(
+    "adagrad_update",
+    """const float h = T2[j] + g * g;
+T2[j] = h;
+T0[j] = fmaf(-rate, g / sqrtf(h + delta), T0[j]);""",
+    states=("history",),
+    consts=("delta",),
+    clip=True,
+)
 
 
 class AdaGradUpdater(Updater):
     """AdaGrad: per-element rates from the accumulated squared gradients ``h``."""
 
     type_names = ("kAdaGrad",)
+    update_kernel = "adagrad_update"
     state_names = ("history",)
 
     def __init__(self, conf, lr) -> None:

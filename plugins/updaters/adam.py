@@ -27,13 +27,26 @@ from __future__ import annotations
 import numpy as np
 
 from singa_core.errors import SingaError
-from singa_core.updater import Updater, axpy
+from singa_core.updater import Updater, axpy, define_update_kernel
+
+define_update_kernel(
+    "adam_update",
+    """const float m = fmaf(1.0f - beta1, g, T2[j] * beta1);
+T2[j] = m;
+const float v = fmaf(1.0f - beta2, g * g, T3[j] * beta2);
+T3[j] = v;
+T0[j] = fmaf(-rate, m / sqrtf(v + delta), T0[j]);""",
+    states=("m", "v"),
+    consts=("beta1", "beta2", "delta"),
+    clip=False,
+)
 
 
 class AdamUpdater(Updater):
     """Adam (0.3 flavour) with first moment ``m`` and second moment ``v``."""
 
     type_names = ("kAdam",)
+    update_kernel = "adam_update"
     state_names = ("m", "v")
 
     def __init__(self, conf, lr) -> None:

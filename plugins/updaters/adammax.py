@@ -28,13 +28,28 @@ from __future__ import annotations
 import numpy as np
 
 from singa_core.errors import SingaError
-from singa_core.updater import Updater, axpy
+from singa_core.updater import Updater, axpy, define_update_kernel
+
+define_update_kernel(
+    "adammax_update",
+    """const float m = fmaf(1.0f - beta1, g, T2[j] * beta1);
+T2[j] = m;
+const float a = T3[j] * beta2;
+const float b = fabsf(g);
+const float u = (a != a || b != b) ? a + b : (a > b ? a : b);
+T3[j] = u;
+T0[j] = fmaf(-rate, m / (u + delta), T0[j]);""",
+    states=("m", "u"),
+    consts=("beta1", "beta2", "delta"),
+    clip=False,
+)
 
 
 class AdamMaxUpdater(Updater):
     """AdaMax with first moment ``m`` and exponentially weighted infinity norm ``u``."""
 
     type_names = ("kAdamMax",)
+    update_kernel = "adammax_update"
     state_names = ("m", "u")
 
     def __init__(self, conf, lr) -> None:

@@ -20,13 +20,26 @@ from __future__ import annotations
 import numpy as np
 
 from singa_core.errors import SingaError
-from singa_core.updater import Updater, axpy
+from singa_core.updater import Updater, axpy, define_update_kernel
+
+define_update_kernel(
+    "nesterov_update",
+    """const float ho = T2[j];
+const float w = fmaf(momentum, ho, T0[j]);
+const float h = fmaf(rate, g, ho * momentum);
+T2[j] = h;
+T0[j] = fmaf(-(1.0f + momentum), h, w);""",
+    states=("history",),
+    consts=("momentum",),
+    clip=True,
+)
 
 
 class NesterovUpdater(Updater):
     """Nesterov accelerated gradient with history ``h``."""
 
     type_names = ("kNesterov",)
+    update_kernel = "nesterov_update"
     state_names = ("history",)
 
     def __init__(self, conf, lr) -> None:

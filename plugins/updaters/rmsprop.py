@@ -26,13 +26,25 @@ from __future__ import annotations
 import numpy as np
 
 from singa_core.errors import SingaError
-from singa_core.updater import Updater, axpy
+from singa_core.updater import Updater, axpy, define_update_kernel
+
+define_update_kernel(
+    "rmsprop_update",
+    """float h = fmaf(1.0f - rho, g * g, T2[j] * rho);
+T2[j] = h;
+g = g / sqrtf(h + delta);
+T0[j] = fmaf(-rate, g, T0[j]);""",
+    states=("history",),
+    consts=("rho", "delta"),
+    clip=True,
+)
 
 
 class RMSPropUpdater(Updater):
     """RMSProp: running average ``h`` of squared gradients."""
 
     type_names = ("kRMSProp",)
+    update_kernel = "rmsprop_update"
     state_names = ("history",)
 
     def __init__(self, conf, lr) -> None:

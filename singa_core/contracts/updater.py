@@ -17,15 +17,18 @@ overrides it runs its rule over all of them in one kernel launch (the kernel sea
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 
 from singa_core.contracts.blas import axpy
+from singa_core.contracts.cuda import CUPY, launch_multi_tensor, multi_tensor_source
 from singa_core.contracts.device import array_module
 from singa_core.contracts.errors import SingaError
+from singa_core.contracts.kernels import define_kernel, kernels_for
 
-__all__ = ["LRChange", "UpdateItem", "Updater", "axpy"]
+__all__ = ["LRChange", "UpdateItem", "Updater", "axpy", "define_update_kernel"]
 
 
 @dataclass
@@ -145,10 +148,17 @@ class Updater:
     ) -> None:  # pragma: no cover
         raise NotImplementedError
 
+    #: the kernel (:func:`define_update_kernel`) that applies this rule to many slices in
+    #: one launch on a GPU, or None
+    update_kernel: str | None = None
+
     def apply_many(self, step: int, items: list[UpdateItem]) -> None:
         """Apply step ``step`` to several slices: the same as :meth:`apply` on each in
-        turn (what this default does); built-in updaters override it with one kernel
-        launch over all of them on a device."""
+        turn; through :attr:`update_kernel` where the updater names one (one launch on a
+        GPU), else one by one."""
+        if self.update_kernel is not None and items:
+            getattr(kernels_for(items[0].value), self.update_kernel)(self, step, items)
+            return
         for it in items:
             self.apply(
                 step,
@@ -173,3 +183,67 @@ class EvaluationOnly(Updater):
 
     def apply(self, step, value, grad, state, **scales) -> None:
         raise RuntimeError("a job without an updater was asked to train")
+
+
+# -- an updater's rule over many slices in one launch -----------------------------------------
+def _prologue(clip: bool) -> str:
+    """SINGA's prologue in CUDA C (see :meth:`Updater.prologue`): ``g`` clipped, scaled and
+    given the coupled weight decay; ``rate`` the slice's learning rate."""
+    return (
+        "float g = T1[j];\n"
+        + ("if (clip) g = fminf(fmaxf(g, clip_low), clip_high);\n" if clip else "")
+        + "if (P2 != 1.0f) g *= P2;\n"
+        "if (P1 > 0.0f) g = fmaf(P1, T0[j], g);\n"
+        "const float rate = (float)(lr * (double)P0);\n"
+    )
+
+
+def define_update_kernel(
+    name: str, body: str, *, states: tuple[str, ...], consts: tuple[str, ...] = (),
+    clip: bool = True, doc: str = "",
+) -> None:  # fmt: skip
+    """Define the kernel ``name`` applying an updater's rule to a step's slices.
+
+    Its host implementation is the updater's own :meth:`Updater.apply`, slice by slice (so
+    the CPU and the stand-in compute exactly that); its CUDA implementation is one launch
+    over every slice with SINGA's prologue (clip when ``clip``, scale, coupled weight
+    decay) followed by ``body``. In ``body``: ``T0[j]`` the value, ``g`` the prepared
+    gradient, ``T2[j]``… the state arrays in the order of ``states``, ``rate`` the slice's
+    learning rate, and each name of ``consts`` (float attributes of the updater, e.g.
+    ``rho``). An updater class names it in :attr:`Updater.update_kernel`."""
+    scalars = ", ".join(
+        ["double lr", "float clip_low", "float clip_high", "int clip"]
+        + [f"float {c}" for c in consts]
+    )
+    source = multi_tensor_source(
+        f"singa_{name}", tensors=2 + len(states), params=3, scalars=scalars,
+        body=_prologue(clip) + body,
+    )  # fmt: skip
+
+    def host(updater, step, items) -> None:
+        for it in items:
+            updater.apply(
+                step, it.value, it.grad, it.state,
+                scale=it.scale, lr_scale=it.lr_scale, wd_scale=it.wd_scale,
+            )  # fmt: skip
+
+    def cuda(updater, step, items, rt=CUPY) -> None:
+        tensors = [[it.value for it in items], [it.grad for it in items]]
+        tensors += [[it.state[s] for it in items] for s in states]
+        params = [
+            [it.lr_scale for it in items],
+            [updater.weight_decay * it.wd_scale for it in items],
+            [it.scale for it in items],
+        ]
+        lo, hi = updater.clip_low, updater.clip_high
+        launch_multi_tensor(
+            rt, source, f"singa_{name}", tensors, params,
+            (np.float64(updater.lr(step)), np.float32(lo), np.float32(hi),
+             np.int32(clip and hi > lo), *(np.float32(getattr(updater, c)) for c in consts)),
+        )  # fmt: skip
+
+    cuda.source = source
+    define_kernel(
+        name, host=host, cuda=functools.partial(cuda, rt=CUPY),
+        doc=doc or f"the {name} rule over many slices (one launch on a GPU)",
+    )  # fmt: skip

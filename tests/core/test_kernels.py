@@ -351,3 +351,96 @@ def test_every_cuda_source_compiles_with_nvcc(tmp_path):
         if done.returncode != 0:
             failures.append(f"{key}: {done.stderr}")
     assert failures == [] and len(rt.sources) >= 15
+
+
+# -- the updaters' kernels: one launch over a step's slices --------------------------------
+UPDATERS = {
+    "kSGD": "momentum: 0.9 weight_decay: 0.001 clip_low: -0.8 clip_high: 0.8",
+    "kRMSProp": "rmsprop_conf { rho: 0.9 } delta: 1e-6 weight_decay: 0.001 clip_low: -1 "
+    "clip_high: 1",
+    "kAdaGrad": "delta: 1e-6 weight_decay: 0.0005",
+    "kNesterov": "momentum: 0.9 weight_decay: 0.001 clip_low: -0.5 clip_high: 0.5",
+    "kAdam": "adam_conf { beta1: 0.9 beta2: 0.999 } delta: 1e-7 weight_decay: 0.001",
+    "kAdaDelta": "adadelta_conf { rho: 0.95 } delta: 1e-6",
+    "kAdamMax": "adammax_conf { beta1: 0.9 beta2: 0.999 } delta: 1e-7",
+}
+
+
+def _updater(type_name):
+    from singa_core.plugin_host.host import get_host
+    from singa_core.testing import TableLR, updater_conf
+
+    cls = get_host().get("updater", type_name)
+    return cls(updater_conf(UPDATERS[type_name]), TableLR(0.05, 0.02))
+
+
+def _items(updater, rng, states=None):
+    from singa_core.updater import UpdateItem
+
+    shapes = [(7, 3), (5,), (300,), (1,)]
+    items = []
+    for k, s in enumerate(shapes):
+        value = _f32(rng, *s)
+        state = {n: np.abs(_f32(rng, *s)) for n in updater.init_state(value)}
+        items.append(UpdateItem(value, _f32(rng, *s) * 2, state, (1.0, 0.5)[k % 2],
+                                (1.0, 2.0, 0.5)[k % 3], (1.0, 0.0)[k % 2]))  # fmt: skip
+    return items
+
+
+def _copy_items(items):
+    from singa_core.updater import UpdateItem
+
+    return [UpdateItem(it.value.copy(), it.grad.copy(), {k: v.copy() for k, v in it.state.items()},
+                       it.scale, it.lr_scale, it.wd_scale) for it in items]  # fmt: skip
+
+
+def test_every_updater_runs_its_rule_in_one_kernel():
+    from singa_core.plugin_host.host import get_host
+
+    reg = get_host().registries["updater"]
+    names = set(reg.entries) | set(reg.user_entries)
+    missing = [n for n in names if get_host().get("updater", n).update_kernel is None]
+    assert missing in ([], ["kSGD"]), missing  # kSGD overrides apply_many itself
+    assert set(UPDATERS) >= {n for n in names if not n.startswith("kCudnn")}
+
+
+@pytest.mark.parametrize("type_name", sorted(UPDATERS))
+def test_an_updater_kernel_equals_its_apply(emulated, type_name):
+    """One launch over all slices (emulated CUDA) gives what apply() gives slice by slice;
+    on the stand-in the same step is one launch and exact."""
+    updater = _updater(type_name)
+    items = _items(updater, np.random.default_rng(3))
+    for step in (0, 1):
+        ref, got = _copy_items(items), _copy_items(items)
+        for it in ref:
+            updater.apply(step, it.value, it.grad, it.state, scale=it.scale,
+                          lr_scale=it.lr_scale, wd_scale=it.wd_scale)  # fmt: skip
+        if updater.update_kernel is None:  # kSGD: its own kernel
+            K.get_kernel("sgd_update").cuda.func(
+                [it.value for it in got], [it.grad for it in got],
+                [it.state["history"] for it in got], updater.lr(step),
+                [it.lr_scale for it in got], [updater.weight_decay * it.wd_scale for it in got],
+                [it.scale for it in got], updater.momentum, updater.clip_low,
+                updater.clip_high, rt=emulated,
+            )  # fmt: skip
+        else:
+            K.get_kernel(updater.update_kernel).cuda.func(updater, step, got, rt=emulated)
+        for a, b in zip(ref, got, strict=True):
+            _close(a.value, b.value, 3e-6, f"{type_name} value")
+            for k in a.state:
+                _close(a.state[k], b.state[k], 3e-6, f"{type_name} {k}")
+        items = ref
+    dev = standin_device()
+    ref = _copy_items(items)
+    updater.apply_many(5, ref)
+    on_dev = [
+        type(it)(dev.asarray(it.value), dev.asarray(it.grad),
+                 {k: dev.asarray(v) for k, v in it.state.items()}, it.scale, it.lr_scale,
+                 it.wd_scale)
+        for it in _copy_items(items)
+    ]  # fmt: skip
+    with standin.counting() as c:
+        updater.apply_many(5, on_dev)
+    assert (c.kernels, c.reads) == (1, 0)
+    for a, b in zip(ref, on_dev, strict=True):
+        _close(a.value, b.value.get(), 3e-6, f"{type_name} value on the stand-in")
