@@ -24,8 +24,12 @@ produced inf/NaN where a window's norm reaches 0 or goes negative).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
+from singa_core.cuda import BLOCK, CUPY, dense_alike, grid_for
+from singa_core.kernels import define_kernel
 from singa_core.layer import NeuronLayer
 from singa_core.memory import charge as charge_memory
 from singa_core.param import DTYPE
@@ -60,6 +64,133 @@ def pow_beta(base: np.ndarray, beta: float, out: np.ndarray, scratch: np.ndarray
         np.copyto(out, base)
     else:
         np.power(base, DTYPE(beta), out=out)
+
+
+# -- the kernels: one launch each way on a GPU ------------------------------------------------
+def lrn_forward_host(x, y, norm, powb, tmp, half, a, k, beta) -> None:
+    """``norm = k + a·window_sum(x²)``, ``powb = norm**beta``, ``y = x / powb`` (``tmp``:
+    scratch; every array [B, C, H, W] in one layout)."""
+    np.multiply(x, x, out=tmp)
+    window_sum(tmp, norm, half)
+    np.multiply(norm, DTYPE(a), out=norm)
+    np.add(norm, DTYPE(k), out=norm)
+    pow_beta(norm, beta, powb, tmp)
+    np.divide(x, powb, out=y)
+
+
+def lrn_backward_host(x, y, g, norm, powb, out, tmp, half, c) -> None:
+    """``out = g / powb − c·x·window_sum(g·y / norm)`` (``tmp``: scratch)."""
+    np.multiply(g, y, out=tmp)
+    np.divide(tmp, norm, out=tmp)  # g·y/norm = g·x·norm^(−beta−1)
+    window_sum(tmp, out, half)
+    np.multiply(out, x, out=out)
+    np.multiply(out, DTYPE(c), out=out)
+    np.divide(g, powb, out=tmp)
+    np.subtract(tmp, out, out=out)
+
+
+def _window_sum_source(term: str) -> str:
+    """CUDA C of window_sum's additions for the channel ``ch`` of element ``i``, in its
+    order (the next channel, the later ones, then the earlier ones); ``term(o)`` is the
+    summed quantity at element offset ``o``."""
+    return f"""
+    float s = {term("0")};
+    if (ch + 1 < C) s = s + {term("cs")};
+    for (int d = 2; d <= half && d < C; ++d) if (ch + d < C) s = s + {term("d * cs")};
+    for (int d = 1; d <= half && d < C; ++d) if (ch - d >= 0) s = s + {term("-d * cs")};
+"""
+
+
+_LRN_INDEX = """
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += stride) {
+    // e runs over memory; the element's channel from the channel stride cs
+    const int ch = (int)((e / cs) % C);
+"""
+
+_LRN_FORWARD = (
+    'extern "C" __global__ void singa_lrn_forward(const float* __restrict__ x, '
+    "float* __restrict__ y, float* __restrict__ norm, float* __restrict__ powb, long long n, "
+    "long long cs, int C, int half, float a, float k, float beta, int mode) {"
+    + _LRN_INDEX
+    + _window_sum_source(lambda o: f"(x[e + ({o})] * x[e + ({o})])")
+    + """
+    const float nm = __fmul_rn(s, a) + k;
+    float p;
+    if (mode == 1) { const float r = sqrtf(nm); p = r * sqrtf(r); }
+    else if (mode == 2) p = sqrtf(nm);
+    else if (mode == 3) p = nm;
+    else p = powf(nm, beta);
+    norm[e] = nm;
+    powb[e] = p;
+    y[e] = x[e] / p;
+  }
+}
+"""
+)
+
+_LRN_BACKWARD = (
+    'extern "C" __global__ void singa_lrn_backward(const float* __restrict__ x, '
+    "const float* __restrict__ y, const float* __restrict__ g, const float* __restrict__ norm, "
+    "const float* __restrict__ powb, float* __restrict__ out, long long n, long long cs, "
+    "int C, int half, float c) {"
+    + _LRN_INDEX
+    + _window_sum_source(lambda o: f"((g[e + ({o})] * y[e + ({o})]) / norm[e + ({o})])")
+    + """
+    out[e] = g[e] / powb[e] - __fmul_rn(__fmul_rn(s, x[e]), c);
+  }
+}
+"""
+)
+
+_BETA_MODES = {0.75: 1, 0.5: 2, 1.0: 3}
+
+
+def _channel_stride(a) -> int | None:
+    """The channel stride in elements when the [B, C, H, W] array ``a`` is dense (so the
+    kernel can walk its memory), else None."""
+    return int(a.strides[1] // a.itemsize) if dense_alike([a]) else None
+
+
+def lrn_forward_cuda(x, y, norm, powb, tmp, half, a, k, beta, rt=CUPY) -> None:
+    cs = _channel_stride(x)
+    if cs is None or not dense_alike([x, y, norm, powb]):
+        lrn_forward_host(x, y, norm, powb, tmp, half, a, k, beta)
+        return
+    rt.kernel(_LRN_FORWARD, "singa_lrn_forward")(
+        grid_for(x.size), BLOCK,
+        (x, y, norm, powb, np.int64(x.size), np.int64(cs), np.int32(x.shape[1]),
+         np.int32(half), np.float32(a), np.float32(k), np.float32(beta),
+         np.int32(_BETA_MODES.get(float(beta), 0))),
+    )  # fmt: skip
+
+
+def lrn_backward_cuda(x, y, g, norm, powb, out, tmp, half, c, rt=CUPY) -> None:
+    cs = _channel_stride(x)
+    if cs is None or not dense_alike([x, y, g, norm, powb, out]):
+        lrn_backward_host(x, y, g, norm, powb, out, tmp, half, c)
+        return
+    rt.kernel(_LRN_BACKWARD, "singa_lrn_backward")(
+        grid_for(x.size), BLOCK,
+        (x, y, g, norm, powb, out, np.int64(x.size), np.int64(cs), np.int32(x.shape[1]),
+         np.int32(half), np.float32(c)),
+    )  # fmt: skip
+
+
+define_kernel(
+    "lrn_forward",
+    host=lrn_forward_host,
+    generic=lrn_forward_host,
+    cuda=functools.partial(lrn_forward_cuda, rt=CUPY),
+    doc="local response normalisation across channels (one launch on a GPU)",
+)
+define_kernel(
+    "lrn_backward",
+    host=lrn_backward_host,
+    generic=lrn_backward_host,
+    cuda=functools.partial(lrn_backward_cuda, rt=CUPY),
+    doc="LRN's source gradient (one launch on a GPU)",
+)
 
 
 class LRNLayer(NeuronLayer):
@@ -119,31 +250,23 @@ class LRNLayer(NeuronLayer):
         )
 
     def forward(self, phase, srcs):
-        x = srcs[0].data
-        norm, powb, tmp = self._norm, self._powb, self._tmp
-        np.multiply(x, x, out=tmp)
-        window_sum(tmp, norm, self.half)
-        np.multiply(norm, self._a, out=norm)
-        np.add(norm, self._k, out=norm)
-        pow_beta(norm, self.beta, powb, tmp)
-        np.divide(x, powb, out=self.data)
+        self.kernels.lrn_forward(
+            srcs[0].data, self.data, self._norm, self._powb, self._tmp, self.half,
+            float(self._a), float(self._k), self.beta,
+        )  # fmt: skip
 
     def backward(self, phase, srcs):
         buf = srcs[0].grad_for(self)
         if buf is None:
             return
-        x, g, tmp = srcs[0].data, self.grad, self._tmp
         out = buf
         if buf.strides != self.data.strides:  # mixed layouts make every ufunc slow
             if self._out is None:
                 self._out = np.empty_like(self.data)
             out = self._out
-        np.multiply(g, self.data, out=tmp)
-        np.divide(tmp, self._norm, out=tmp)  # g·y/norm = g·x·norm^(−beta−1)
-        window_sum(tmp, out, self.half)
-        np.multiply(out, x, out=out)
-        np.multiply(out, self._c, out=out)
-        np.divide(g, self._powb, out=tmp)
-        np.subtract(tmp, out, out=out)
+        self.kernels.lrn_backward(
+            srcs[0].data, self.data, self.grad, self._norm, self._powb, out, self._tmp,
+            self.half, float(self._c),
+        )  # fmt: skip
         if out is not buf:
             np.copyto(buf, out)

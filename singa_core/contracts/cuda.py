@@ -107,6 +107,7 @@ static inline int atomicAdd(int* a, int v) { int o = *a; *a += v; return o; }
 static inline int atomicMin(int* a, int v) { int o = *a; if (v < o) *a = v; return o; }
 static inline int atomicOr(int* a, int v) { int o = *a; *a |= v; return o; }
 static inline void __threadfence() {}
+static inline float __fmul_rn(float a, float b) { return a * b; }
 static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 using std::isfinite;
 """

@@ -9,6 +9,7 @@ import pytest
 import singa_builtins.layers._conv  # noqa: F401  (defines its kernels)
 import singa_builtins.layers._pool  # noqa: F401
 import singa_builtins.layers.activation  # noqa: F401
+import singa_builtins.layers.lrn  # noqa: F401
 import singa_builtins.layers.softmax_loss  # noqa: F401
 import singa_builtins.updaters.sgd  # noqa: F401
 
@@ -117,6 +118,39 @@ def _pool_backward_case(rng, window, method, nchw=False):
 MAX, AVG = 0, 1
 
 
+def _lrn_arrays(rng, C, layout):
+    B, H, W = 3, 4, 5
+    shape = (B, C, H, W)
+    if layout == "chwn":  # NCHW views of batch-innermost buffers
+
+        def make(a):
+            return np.ascontiguousarray(a.transpose(1, 2, 3, 0)).transpose(3, 0, 1, 2)
+    else:
+
+        def make(a):
+            return a
+
+    return shape, make
+
+
+def _lrn_forward_case(rng, C=7, n=5, beta=0.75, layout="nchw"):
+    shape, make = _lrn_arrays(rng, C, layout)
+    x = make(_f32(rng, *shape))
+    y, norm, powb, tmp = (make(np.empty(shape, np.float32)) for _ in range(4))
+    return [x, y, norm, powb, tmp, n // 2, 1e-3 / n * 3, 1.0, beta], [1, 2, 3], 3e-7
+
+
+def _lrn_backward_case(rng, C=7, n=5, layout="nchw"):
+    shape, make = _lrn_arrays(rng, C, layout)
+    x = make(_f32(rng, *shape))
+    norm = make(1 + np.abs(_f32(rng, *shape)))
+    powb = make(norm ** np.float32(0.75))
+    y = make(x / powb)
+    g = make(_f32(rng, *shape))
+    out, tmp = (make(np.empty(shape, np.float32)) for _ in range(2))
+    return [x, y, g, norm, powb, out, tmp, n // 2, 2 * 1e-3 * 0.75 / n], [5], 3e-7
+
+
 def _im2col_case(rng, window, nchw=False):
     kh, kw, ph, pw, sh, sw = window
     C, H, W, B = 2, 7, 8, 3
@@ -140,6 +174,17 @@ def _col2im_case(rng, window, nchw=False):
 
 
 CASES = {
+    "lrn_forward": [
+        lambda r, C=C, n=n, b=b, t=t: _lrn_forward_case(r, C, n, b, t)
+        for C, n in ((7, 5), (3, 3), (1, 3), (2, 5))
+        for b in (0.75, 0.6)
+        for t in ("nchw", "chwn")
+    ],
+    "lrn_backward": [
+        lambda r, C=C, n=n, t=t: _lrn_backward_case(r, C, n, t)
+        for C, n in ((7, 5), (3, 3), (1, 3), (2, 5))
+        for t in ("nchw", "chwn")
+    ],
     "im2col": [
         lambda r, w=w, t=t: _im2col_case(r, w, t)
         for w in WINDOWS + [(5, 5, 2, 2, 1, 1)]
