@@ -139,3 +139,36 @@ def test_cudnn_hybrid_conf_on_the_gpu_and_the_cpu_trains_as_on_the_cpu(gpu, tmp_
     assert a.keys() == b.keys()
     for k in a:
         np.testing.assert_allclose(b[k], a[k], rtol=1e-4, atol=1e-6, err_msg=k)
+
+
+def test_every_cuda_kernel_equals_its_host_implementation_on_the_gpu(gpu):
+    """The kernels' CUDA implementations through CuPy (NVRTC, a real GPU) against their
+    host implementations: the cases CI runs on the emulated runtime."""
+    from singa_core.kernels import get_kernel
+    from tests.core import test_kernels as tk
+
+    def to_gpu(x):
+        if isinstance(x, np.ndarray):
+            return gpu.asarray(x) if x.flags.c_contiguous else _strided_like(x)
+        if isinstance(x, list):
+            return [to_gpu(v) for v in x]
+        return x
+
+    def _strided_like(x):  # the same strides on the device: a transposed contiguous copy
+        order = np.argsort(x.strides)[::-1]
+        base = gpu.asarray(np.ascontiguousarray(x.transpose(order)))
+        return base.transpose(np.argsort(order))
+
+    def back(x):
+        if isinstance(x, list):
+            return [back(v) for v in x]
+        return None if x is None else gpu.to_host(x)
+
+    for name, cases in tk.CASES.items():
+        for i, make in enumerate(cases):
+            args, outs, tol = make(np.random.default_rng(i))
+            host_args, dev_args = tk._copy(args), to_gpu(tk._copy(args))
+            get_kernel(name).host(*host_args)
+            getattr(gpu.kernels, name)(*dev_args)
+            for j in outs:
+                tk._close(host_args[j], back(dev_args[j]), max(tol, 2e-6), f"{name}[{i}] arg {j}")
