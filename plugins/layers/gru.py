@@ -59,8 +59,122 @@ import numpy as np
 from singa_builtins.layers.sigmoid import sigmoid_forward
 
 from singa_core.blas import gemm_acc
+from singa_core.cuda import elementwise_kernel
+from singa_core.kernels import define_kernel
 from singa_core.layer import Layer, NeuronLayer, kAggGrad
 from singa_core.param import DTYPE
+
+
+# -- the gate arithmetic of a step, one launch each way on a GPU --------------------------------
+def gru_forward_host(h, z, tz, r, tr, c, hu_c, bz, br, bc, out, has_bias) -> None:
+    """From the six products (``z = x·W_zᵀ``, ``tz = h·U_zᵀ``, likewise ``r``/``tr``, ``c =
+    x·W_cᵀ``, ``hu_c = h·U_cᵀ``): the gates ``z``, ``r``, ``c`` in place and ``out = z ⊙
+    (h − c) + c``; ``tz`` ends as scratch."""
+    for gate, t, b in ((z, tz, bz), (r, tr, br)):
+        gate += t
+        if has_bias:
+            gate += b
+        sigmoid_forward(gate, gate)
+    np.multiply(r, hu_c, out=tz)
+    c += tz
+    if has_bias:
+        c += bc
+    np.tanh(c, out=c)
+    np.subtract(h, c, out=tz)  # h = z ⊙ (h_prev − c) + c
+    tz *= z
+    np.add(tz, c, out=out)
+
+
+def gru_backward_host(grad, grad2, z, r, c, h, hu_c, g, dz, dr, dc, dcr, t) -> None:
+    """``g = grad + grad2`` and the gates' gradients ``dz``, ``dr``, ``dc``, ``dcr = dc ⊙
+    r`` (see the module doc); ``t`` ends as ``g ⊙ z``, the direct part of h_prev's."""
+    np.add(grad, grad2, out=g)
+    # dc = g ⊙ (1 − z) ⊙ (1 − c²)
+    np.multiply(c, c, out=t)
+    np.subtract(1.0, t, out=t)
+    np.subtract(1.0, z, out=dc)
+    dc *= t
+    dc *= g
+    # dz = g ⊙ (h_prev − c) ⊙ z(1 − z)
+    np.subtract(1.0, z, out=t)
+    t *= z
+    np.subtract(h, c, out=dz)
+    dz *= t
+    dz *= g
+    # dr = dc ⊙ (h_prev U_cᵀ) ⊙ r(1 − r)
+    np.subtract(1.0, r, out=t)
+    t *= r
+    np.multiply(dc, hu_c, out=dr)
+    dr *= t
+    np.multiply(dc, r, out=dcr)
+    np.multiply(g, z, out=t)
+
+
+define_kernel(
+    "gru_forward",
+    host=gru_forward_host,
+    generic=gru_forward_host,
+    cuda=elementwise_kernel(
+        "singa_gru_forward",
+        "const float* h, float* z, const float* tz, float* r, const float* tr, float* c, "
+        "const float* hu_c, float* out, const float* bz, const float* br, const float* bc",
+        """
+float zv = z[i] + tz[i];
+float rv = r[i] + tr[i];
+float cv = c[i];
+const int k = (int)(i % hdim);
+if (has_bias) { zv = zv + bz[k]; rv = rv + br[k]; }
+zv = 1.0f / (expf(-zv) + 1.0f);
+rv = 1.0f / (expf(-rv) + 1.0f);
+cv = cv + __fmul_rn(rv, hu_c[i]);
+if (has_bias) cv = cv + bc[k];
+cv = tanhf(cv);
+z[i] = zv; r[i] = rv; c[i] = cv;
+out[i] = __fmul_rn(h[i] - cv, zv) + cv;
+""",
+        gru_forward_host,
+        scalars="long long hdim, int has_bias",
+        pick=lambda h, z, tz, r, tr, c, hu_c, bz, br, bc, out, has_bias: (
+            h,
+            z,
+            tz,
+            r,
+            tr,
+            c,
+            hu_c,
+            out,
+        ),
+        extra=lambda h, z, tz, r, tr, c, hu_c, bz, br, bc, out, has_bias: (
+            (bz, br, bc),
+            (np.int64(z.shape[-1]), np.int32(bool(has_bias))),
+        ),
+    ),
+    doc="a GRU step's gates and output from its six products (one launch on a GPU)",
+)
+define_kernel(
+    "gru_backward",
+    host=gru_backward_host,
+    generic=gru_backward_host,
+    cuda=elementwise_kernel(
+        "singa_gru_backward",
+        "const float* grad, const float* grad2, const float* z, const float* r, "
+        "const float* c, const float* h, const float* hu_c, float* g, float* dz, float* dr, "
+        "float* dc, float* dcr, float* t",
+        """
+const float gv = grad[i] + grad2[i];
+const float zv = z[i], rv = r[i], cv = c[i];
+const float dcv = __fmul_rn(__fmul_rn(1.0f - zv, 1.0f - __fmul_rn(cv, cv)), gv);
+g[i] = gv;
+dc[i] = dcv;
+dz[i] = __fmul_rn(__fmul_rn(h[i] - cv, __fmul_rn(1.0f - zv, zv)), gv);
+dr[i] = __fmul_rn(__fmul_rn(dcv, hu_c[i]), __fmul_rn(1.0f - rv, rv));
+dcr[i] = __fmul_rn(dcv, rv);
+t[i] = __fmul_rn(gv, zv);
+""",
+        gru_backward_host,
+    ),
+    doc="a GRU step's gate gradients (one launch on a GPU)",
+)
 
 _ROLES = ("w_z_hx", "w_r_hx", "w_c_hx", "w_z_hh", "w_r_hh", "w_c_hh", "b_z", "b_r", "b_c")
 
@@ -131,7 +245,8 @@ class GRULayer(NeuronLayer):
         self._h0 = buf(B, hdim)  # h_prev without a previous GRU: zeros, or a carried state
         self._z, self._r, self._c = buf(B, hdim), buf(B, hdim), buf(B, hdim)
         self._hu_c = buf(B, hdim)  # h_prev U_cᵀ
-        self._t = buf(B, hdim)  # scratch
+        self._t = buf(B, hdim)  # h_prev U_zᵀ, then scratch
+        self._tr = buf(B, hdim)  # h_prev U_rᵀ
         self._g = buf(B, hdim)  # grad + grad2
         self._dz, self._dr, self._dc = buf(B, hdim), buf(B, hdim), buf(B, hdim)
         self._dcr = buf(B, hdim)  # dc ⊙ r
@@ -189,24 +304,17 @@ class GRULayer(NeuronLayer):
     def forward(self, phase, srcs):
         x, h = self._x(srcs), self._hprev(srcs)
         p = [q.value for q in self.params]
-        z, r, c, t = self._z, self._r, self._c, self._t
-        for k, gate in ((0, z), (1, r)):
-            np.dot(x, p[k].T, out=gate)
-            np.dot(h, p[k + 3].T, out=t)
-            gate += t
-            if self.has_bias:
-                gate += p[k + 6]
-            sigmoid_forward(gate, gate)
+        z, r, c = self._z, self._r, self._c
+        np.dot(x, p[0].T, out=z)
+        np.dot(h, p[3].T, out=self._t)
+        np.dot(x, p[1].T, out=r)
+        np.dot(h, p[4].T, out=self._tr)
         np.dot(h, p[5].T, out=self._hu_c)
         np.dot(x, p[2].T, out=c)
-        np.multiply(r, self._hu_c, out=t)
-        c += t
-        if self.has_bias:
-            c += p[8]
-        np.tanh(c, out=c)
-        np.subtract(h, c, out=t)  # h = z ⊙ (h_prev − c) + c
-        t *= z
-        np.add(t, c, out=self.data)
+        bz, br, bc = (p[6], p[7], p[8]) if self.has_bias else (self._hu_c,) * 3
+        self.kernels.gru_forward(
+            h, z, self._t, r, self._tr, c, self._hu_c, bz, br, bc, self.data, self.has_bias
+        )
 
     def _param_grad(self, i: int, a: np.ndarray, b: np.ndarray | None, agg: bool) -> None:
         """Param ``i``'s gradient ``aᵀ b`` (or ``Σ_rows a`` when ``b`` is None), added to
@@ -227,26 +335,10 @@ class GRULayer(NeuronLayer):
         p = [q.value for q in self.params]
         z, r, c, t = self._z, self._r, self._c, self._t
         dz, dr, dc, dcr = self._dz, self._dr, self._dc, self._dcr
-        g = np.add(self.grad, self.grad2, out=self._g)
-        # dc = g ⊙ (1 − z) ⊙ (1 − c²)
-        np.multiply(c, c, out=t)
-        np.subtract(1.0, t, out=t)
-        np.subtract(1.0, z, out=dc)
-        dc *= t
-        dc *= g
-        # dz = g ⊙ (h_prev − c) ⊙ z(1 − z)
-        np.subtract(1.0, z, out=t)
-        t *= z
-        np.subtract(h, c, out=dz)
-        dz *= t
-        dz *= g
-        # dr = dc ⊙ (h_prev U_cᵀ) ⊙ r(1 − r)
-        np.subtract(1.0, r, out=t)
-        t *= r
-        np.multiply(dc, self._hu_c, out=dr)
-        dr *= t
-        np.multiply(dc, r, out=dcr)
-
+        g = self._g
+        self.kernels.gru_backward(
+            self.grad, self.grad2, z, r, c, h, self._hu_c, g, dz, dr, dc, dcr, t
+        )  # t = g ⊙ z
         agg = bool(phase & kAggGrad)
         for k, (d, dh) in enumerate(((dz, dz), (dr, dr), (dc, dcr))):
             self._param_grad(k, d, x, agg)
@@ -260,7 +352,6 @@ class GRULayer(NeuronLayer):
         if len(srcs) == 2:
             buf = srcs[1].grad_for(self)
             if buf is not None:
-                np.multiply(g, z, out=t)
                 self._src_grad(buf, ((dz, p[3]), (dr, p[4]), (dcr, p[5])), self._gh, t, t)
 
     @staticmethod

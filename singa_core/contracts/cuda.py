@@ -306,28 +306,34 @@ def dense_alike(arrays) -> bool:
     return all(s >= 0 for s in first.strides)
 
 
-def launch_elementwise(rt, source: str, name: str, arrays, scalars=()) -> bool:
+def launch_elementwise(rt, source: str, name: str, arrays, scalars=(), others=()) -> bool:
     """Launch an :func:`elementwise_source` kernel over ``arrays`` when they are
-    :func:`dense_alike`; False (nothing launched) when they are not, so that the caller
+    :func:`dense_alike` (``others``: further C-contiguous arrays the body indexes itself,
+    passed after them); False (nothing launched) when they are not, so that the caller
     takes its general path."""
-    if not dense_alike(arrays):
+    if not dense_alike(arrays) or not all(a.flags.c_contiguous for a in others):
         return False
     n = int(arrays[0].size)
     if n:
-        rt.kernel(source, name)(grid_for(n), BLOCK, (*arrays, np.int64(n), *scalars))
+        rt.kernel(source, name)(grid_for(n), BLOCK, (*arrays, *others, np.int64(n), *scalars))
     return True
 
 
-def elementwise_kernel(name: str, arrays: str, body: str, host, *, scalars: str = "", pick=None):
+def elementwise_kernel(
+    name: str, arrays: str, body: str, host, *, scalars: str = "", pick=None, extra=None
+):
     """A kernel's ``cuda`` implementation for an element-wise host function: one launch
     over the arrays ``pick(*args)`` chooses (default: all the arguments) when they are
     :func:`dense_alike`, else ``host`` itself (numpy's functions, which dispatch to CuPy).
-    Returns a callable taking the host function's arguments and ``rt``."""
+    ``extra(*args)`` gives ``(other arrays, scalar values)`` passed after them (a bias
+    the body indexes itself, sizes). Returns a callable taking the host function's
+    arguments and ``rt``."""
     source = elementwise_source(name, arrays, scalars, body)
 
     def run(*args, rt=CUPY):
         chosen = pick(*args) if pick is not None else args
-        if not launch_elementwise(rt, source, name, chosen):
+        others, values = extra(*args) if extra is not None else ((), ())
+        if not launch_elementwise(rt, source, name, chosen, values, others):
             host(*args)
 
     run.source = source

@@ -9,6 +9,7 @@ import pytest
 import singa_builtins.layers._conv  # noqa: F401  (defines its kernels)
 import singa_builtins.layers._pool  # noqa: F401
 import singa_builtins.layers.activation  # noqa: F401
+import singa_builtins.layers.gru  # noqa: F401
 import singa_builtins.layers.lrn  # noqa: F401
 import singa_builtins.layers.softmax_loss  # noqa: F401
 import singa_builtins.updaters.sgd  # noqa: F401
@@ -173,7 +174,24 @@ def _col2im_case(rng, window, nchw=False):
     return [col, target, *window], [1], 0
 
 
+def _gru_forward_case(rng, bias):
+    B, H = 5, 7
+    a = [_f32(rng, B, H) for _ in range(7)]  # h, z, tz, r, tr, c, hu_c
+    b = [_f32(rng, H) for _ in range(3)]
+    return [*a, *b, np.empty((B, H), np.float32), bias], [1, 3, 5, 10], 3e-7
+
+
+def _gru_backward_case(rng):
+    B, H = 5, 7
+    grad, grad2, h, hu_c = (_f32(rng, B, H) for _ in range(4))
+    z, r, c = (1 / (1 + np.exp(-_f32(rng, B, H))) for _ in range(3))
+    outs = [np.empty((B, H), np.float32) for _ in range(6)]
+    return [grad, grad2, z, r, c, h, hu_c, *outs], [7, 8, 9, 10, 11, 12], 3e-7
+
+
 CASES = {
+    "gru_forward": [lambda r: _gru_forward_case(r, True), lambda r: _gru_forward_case(r, False)],
+    "gru_backward": [_gru_backward_case],
     "lrn_forward": [
         lambda r, C=C, n=n, b=b, t=t: _lrn_forward_case(r, C, n, b, t)
         for C, n in ((7, 5), (3, 3), (1, 3), (2, 5))
