@@ -227,6 +227,26 @@ class _CallbackReporter(Reporter):
         self._emit(Event("checkpoint", step, {}, path, seconds))
 
 
+def _cluster_devices(cfg, override: str | None):
+    """(the ``--device`` this machine prepares the job with, the workers' device specs on
+    the cluster or None) for an engine whose workers run on other machines (Ray): a GPU
+    worker's device is checked against the cluster's nodes (the engine asks Ray for it),
+    not opened here; this machine builds its nets on the CPU (the same Params and layout)."""
+    from singa_core.device import parse_device, worker_device_specs
+
+    n = max(int(cfg.job.cluster.nworkers_per_group), 1)
+    specs = worker_device_specs(list(cfg.job.gpu), n, override)
+    out, cuda = [], False
+    for i, spec in enumerate(specs):
+        where = "--device" if override is not None else cfg.locate(f"gpu[{i}]")
+        kind, index = parse_device(spec, where) if spec != "cpu" else ("cpu", -1)
+        cuda = cuda or kind == "cuda"
+        out.append(f"cuda:{index}" if kind == "cuda" else spec)
+    if not cuda:
+        return override, None
+    return ",".join("cpu" if x.startswith("cuda") else x for x in out), out
+
+
 def select_engine(host, job, name: str | None):
     """The engine class to run ``job``: the one named, or the highest-priority installed
     engine that supports its cluster configuration."""
@@ -412,6 +432,9 @@ class Job:
             return self._prepared
         from singa_core.running.job import prepare_job
 
+        device, remote = self.device, None
+        if self.engine_name == "ray":  # the workers' GPUs are the cluster's
+            device, remote = _cluster_devices(self.cfg, self.device)
         prepared = prepare_job(
             self.cfg,
             self.host,
@@ -419,8 +442,11 @@ class Job:
             resume_from=resume_from,
             seed=self.seed,
             workspace=self.workspace_override,
-            device=self.device,
+            device=device,
         )
+        prepared.device_override = self.device
+        if remote is not None:
+            prepared.remote_device_specs = remote
         for line in prepared.notices.values():
             print(line, file=self.err)
         self._prepared, self._prepared_key = prepared, key

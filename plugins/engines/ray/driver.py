@@ -47,7 +47,6 @@ from singa_builtins.engines.ray.placement import (
     check_fits,
     create_placement_group,
     plan,
-    process_requests,
 )
 from singa_builtins.engines.ray.runtime import Runtime
 from singa_builtins.engines.ray.segments import check_nodes_room
@@ -153,9 +152,7 @@ class Attempt:
         self.deadline = time.monotonic() + timeout
         nodes = self.nodes = self.runtime.nodes()
         driver_node = self.driver_node = ray.get_runtime_context().get_node_id()
-        requests = process_requests(
-            self.topo, engine.layout, len(engine.state_names), self.options.cpus_per_worker
-        )
+        requests = engine.requests()
         self._check_startup_signal()
         try:
             facts, gone = check_nodes(
@@ -174,7 +171,10 @@ class Attempt:
                     + f"{len(nodes) - len(gone)} that remain"
                 )
                 nodes = self.nodes = [n for n in nodes if n.id in facts]
-            check_fits(requests, nodes, self.options.cpus_per_worker, engine.prepared.cfg.locate)
+            check_fits(
+                requests, nodes, self.options.cpus_per_worker, engine.prepared.cfg.locate,
+                engine.gpu_where(),
+            )  # fmt: skip
             self.node_of = plan(self.topo, requests, nodes, self.options.placement, driver_node)
             self.expected = traffic.expected(
                 self.topo, engine.layout, self.node_of, len(engine.state_names), driver_node
@@ -240,6 +240,8 @@ class Attempt:
             }
             if r.memory:
                 opts["memory"] = r.memory
+            if r.gpus:  # Ray gives the actor its GPUs (CUDA_VISIBLE_DEVICES)
+                opts["num_gpus"] = r.gpus
             self.actors.append(
                 actor_cls.options(**opts).remote(
                     r.index, shared, os.getcwd(), engine.process_blas_threads(r),
@@ -252,7 +254,9 @@ class Attempt:
         engine.reporter.note(
             "ray: "
             + "; ".join(
-                f"{spec.role()} on {w['address']} (node {w['node_id'][:12]}, pid {w['pid']})"
+                f"{spec.role()} on {w['address']} (node {w['node_id'][:12]}, pid {w['pid']}"
+                + (f", GPU {','.join(w['gpus'])}" if w.get("gpus") else "")
+                + ")"
                 for spec, w in zip(self.topo.procs, self.where, strict=True)
             )
         )

@@ -22,7 +22,6 @@ from singa_builtins.engines.ray.placement import (
     STRATEGIES,
     check_fits,
     plan,
-    process_requests,
 )
 from singa_builtins.engines.ray.runtime import Runtime
 from singa_builtins.engines.ray.segments import check_nodes_room
@@ -108,7 +107,7 @@ def network_lines(engine, nodes, node_of: list[str], driver: str) -> list[str]:
     checkpoint, and what the other placements would (:mod:`.traffic`)."""
     topo, layout, opts = engine.topology, engine.layout, engine.ray_options
     nstate = len(engine.state_names)
-    requests = process_requests(topo, layout, nstate, opts.cpus_per_worker)
+    requests = engine.requests()
     chosen = traffic.expected(topo, layout, node_of, nstate, driver)
     lines = [
         f"  between nodes ({opts.placement}): {traffic.describe(chosen)}; "
@@ -140,12 +139,12 @@ def placement_lines(engine, cwd: str) -> list[str]:
         by_id = {n.id: n for n in nodes}
         lines = [
             f"  cluster: {runtime.describe()}, {len(nodes)} node(s): "
-            + ", ".join(f"{n.label()} with {n.cpus:g} CPU" for n in nodes)
+            + ", ".join(f"{n.label()} with {n.free_text()}" for n in nodes)
         ]
-        requests = process_requests(
-            engine.topology, engine.layout, len(engine.state_names), opts.cpus_per_worker
+        requests = engine.requests()
+        check_fits(
+            requests, nodes, opts.cpus_per_worker, engine.prepared.cfg.locate, engine.gpu_where()
         )
-        check_fits(requests, nodes, opts.cpus_per_worker, engine.prepared.cfg.locate)
         node_of = plan(engine.topology, requests, nodes, opts.placement, driver)
         for spec, req in zip(engine.topology.procs, requests, strict=True):
             node = by_id[node_of[req.index]]

@@ -144,6 +144,23 @@ class RayEngine(SharedMemoryEngine):
                 )
         self.ray_options = o
 
+    def requests(self) -> list:
+        """What each SINGA process asks Ray for (CPUs, memory, GPUs: one per distinct GPU
+        device of its workers, the cluster's, not this machine's)."""
+        from singa_builtins.engines.ray.placement import process_requests
+        from singa_builtins.engines.shm.context import worker_device_specs
+
+        return process_requests(
+            self.topology, self.layout, len(self.state_names),
+            self.ray_options.cpus_per_worker, worker_device_specs(self.prepared),
+        )  # fmt: skip
+
+    def gpu_where(self) -> str:
+        """Where the job asks for GPUs: --device, or job.conf's gpu field."""
+        if getattr(self.prepared, "device_override", None):
+            return "--device"
+        return self.prepared.cfg.locate("gpu")
+
     def process_blas_threads(self, request) -> int:
         """BLAS threads of one SINGA process: num_openblas_threads, else the driver's
         OPENBLAS_NUM_THREADS / OMP_NUM_THREADS, else its CPUs."""

@@ -23,12 +23,20 @@ written) first, then by address.
 * ``spread``: a process on every node before a second on any.
 * ``pack``: fill the nodes in order.
 
-A job that needs more CPUs than the cluster has, or a process bigger than every node, is an
-error before any actor starts.
+A process whose workers compute on a GPU asks for one GPU per distinct device of its
+workers (``num_gpus`` in its bundle and actor), so it goes to a node with that many free
+GPUs; the other processes go anywhere, nodes without GPUs first when the job uses GPUs.
+
+Plans are made on what is **free** now on each node (the totals less what other jobs'
+actors and placement groups hold), so a job that fits beside them is placed there. A job
+that needs more CPUs or GPUs than the cluster has, or than it has free, or a process bigger
+than every node's free room, is an error before any actor starts, naming each node's free
+CPUs, memory and GPUs.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -45,6 +53,7 @@ class ProcessRequest:
     index: int
     cpus: float
     memory: int  # bytes; 0 for a process without servers
+    gpus: float = 0.0  # one per distinct GPU device of its workers
 
     def bundle(self) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -52,11 +61,40 @@ class ProcessRequest:
             out["CPU"] = self.cpus
         if self.memory:
             out["memory"] = float(self.memory)
+        if self.gpus:
+            out["GPU"] = self.gpus
         return out
 
 
-def process_requests(topology, layout, nstate: int, cpus_per_worker: float) -> list:
-    """One :class:`ProcessRequest` per SINGA process."""
+STANDIN_GPU_ENV = "SINGA_RAY_STANDIN_GPU"
+
+
+def is_gpu_spec(spec: str) -> bool:
+    """Whether a worker on device ``spec`` needs a GPU of its node: ``cuda:N``; and the
+    stand-in device when ``SINGA_RAY_STANDIN_GPU=1`` (the test hook: on a cluster whose
+    nodes declare GPUs they do not have, ``ray start --num-gpus 1``, the stand-in stands for
+    the GPU Ray gives the worker)."""
+    spec = str(spec)
+    if spec.startswith(("cuda", "gpu")):
+        return True
+    return spec == "standin" and os.environ.get(STANDIN_GPU_ENV) == "1"
+
+
+def gpu_devices_of(spec_proc, device_specs) -> list[str]:
+    """The distinct GPU device specs the workers of one process run on, in order."""
+    out: list[str] = []
+    for _, j in spec_proc.workers:
+        spec = device_specs[j] if j < len(device_specs) else "cpu"
+        if is_gpu_spec(spec) and spec not in out:
+            out.append(spec)
+    return out
+
+
+def process_requests(
+    topology, layout, nstate: int, cpus_per_worker: float, device_specs=()
+) -> list:
+    """One :class:`ProcessRequest` per SINGA process; ``device_specs``: the device of each
+    worker of a group (worker j on ``device_specs[j]``, the CPU beyond the list)."""
     per_server = {}
     for sj in range(topology.nservers_per_group):
         values = sum(s.size for s in layout.slices_of_server(sj))
@@ -65,54 +103,119 @@ def process_requests(topology, layout, nstate: int, cpus_per_worker: float) -> l
     out = []
     for spec in topology.procs:
         memory = sum(per_server[j] for _, j in spec.servers)
-        out.append(ProcessRequest(spec.index, len(spec.workers) * cpus_per_worker, memory))
+        gpus = float(len(gpu_devices_of(spec, list(device_specs))))
+        out.append(ProcessRequest(spec.index, len(spec.workers) * cpus_per_worker, memory, gpus))
     return out
 
 
-def check_fits(requests, nodes, cpus_per_worker: float, locate) -> None:
+def nodes_free_text(nodes) -> str:
+    """Each node's free CPUs, memory and GPUs, for an error."""
+    return "; ".join(f"{n.label()}: {n.free_text()}" for n in nodes)
+
+
+def check_fits(requests, nodes, cpus_per_worker: float, locate, gpu_where=None) -> None:
+    """A located error, before anything waits, when the job cannot fit the cluster: more
+    CPUs or GPUs than it has in all or free, or a process bigger than every node.
+    ``gpu_where``: where the job asks for GPUs (job.conf's ``gpu`` or ``--device``)."""
     need = sum(r.cpus for r in requests)
     have = sum(n.cpus for n in nodes)
+    free = sum(n.avail_cpus for n in nodes)
     threads = sum(1 for r in requests if r.cpus)
+    each = f"; per node: {nodes_free_text(nodes)}"
     help_text = (
         "add nodes to the cluster (`ray start --address HEAD:PORT` on another machine), "
         "use fewer workers, or let a worker thread ask for less than a CPU: "
         "--engine-option cpus_per_worker=0.5"
     )
-    if need > have + 1e-9:
+    asks = (
+        f"the cluster section needs {need:g} CPUs ({threads} process(es) with workers, "
+        f"{cpus_per_worker:g} CPU per worker thread)"
+    )
+    if need > have + EPS:
         raise SingaError(
-            f"the cluster section needs {need:g} CPUs ({threads} process(es) with workers, "
-            f"{cpus_per_worker:g} CPU per worker thread) but the Ray cluster has {have:g} "
-            f"on {len(nodes)} node(s)",
+            f"{asks} but the Ray cluster has {have:g} on {len(nodes)} node(s){each}",
             where=locate("cluster"),
             help=help_text,
         )
+    if need > free + EPS:
+        raise SingaError(
+            f"{asks} but only {free:g} of the Ray cluster's {have:g} are free (other jobs hold "
+            f"the rest){each}",
+            where=locate("cluster"),
+            help="wait for other jobs to end, or " + help_text,
+        )
+    gpus = sum(r.gpus for r in requests)
+    if gpus:
+        where = gpu_where or locate("gpu")
+        total = sum(n.gpus for n in nodes)
+        free_gpus = sum(n.avail_gpus for n in nodes)
+        if gpus > free_gpus + EPS:
+            held = f" ({total:g} in all, others held by other jobs)" if total > free_gpus else ""
+            raise SingaError(
+                f"the job's workers ask for {gpus:g} GPUs but the Ray cluster has "
+                f"{free_gpus:g} free{held}{each}",
+                where=where,
+                help="start nodes with GPUs (`ray start --num-gpus N` declares them), put "
+                "fewer workers on GPUs, or run them on the CPU (--device cpu)",
+            )
+        big = max(requests, key=lambda r: r.gpus)
+        most = max((n.avail_gpus for n in nodes), default=0.0)
+        if big.gpus > most + EPS:
+            raise SingaError(
+                f"SINGA process {big.index} runs workers on {big.gpus:g} GPUs but no node has "
+                f"more than {most:g} free{each}",
+                where=locate("cluster.nworkers_per_procs"),
+                help="put fewer GPU workers in a process (nworkers_per_procs)",
+            )
     biggest = max(requests, key=lambda r: r.cpus)
     largest = max((n.cpus for n in nodes), default=0.0)
-    if biggest.cpus > largest + 1e-9:
+    if biggest.cpus > largest + EPS:
         raise SingaError(
             f"SINGA process {biggest.index} needs {biggest.cpus:g} CPUs on one node but the "
             f"largest node has {largest:g}",
             where=locate("cluster.nworkers_per_procs"),
             help="put fewer workers in a process (nworkers_per_procs) or " + help_text[4:],
         )
+    roomiest = max((n.avail_cpus for n in nodes), default=0.0)
+    if biggest.cpus > roomiest + EPS:
+        raise SingaError(
+            f"SINGA process {biggest.index} needs {biggest.cpus:g} CPUs on one node but no "
+            f"node has more than {roomiest:g} free{each}",
+            where=locate("cluster.nworkers_per_procs"),
+            help="wait for other jobs to end, or put fewer workers in a process "
+            "(nworkers_per_procs)",
+        )
 
 
 class _Room:
-    """What is left of each node while a plan is made."""
+    """What is left of each node while a plan is made (from what is free now)."""
 
     def __init__(self, nodes) -> None:
         self.nodes = list(nodes)
-        self.cpus = {n.id: n.cpus for n in nodes}
-        self.memory = {n.id: n.memory for n in nodes}
+        self.cpus = {n.id: n.avail_cpus for n in nodes}
+        self.memory = {n.id: n.avail_memory for n in nodes}
+        self.gpus = {n.id: n.avail_gpus for n in nodes}
         self.count = dict.fromkeys(self.cpus, 0)
 
-    def fits(self, node: str, cpus: float, memory: int) -> bool:
-        return self.cpus[node] + EPS >= cpus and self.memory[node] + EPS >= memory
+    def fits(self, node: str, cpus: float, memory: int, gpus: float = 0.0) -> bool:
+        return (
+            self.cpus[node] + EPS >= cpus
+            and self.memory[node] + EPS >= memory
+            and self.gpus[node] + EPS >= gpus
+        )
 
-    def take(self, node: str, cpus: float, memory: int) -> None:
+    def take(self, node: str, cpus: float, memory: int, gpus: float = 0.0) -> None:
         self.cpus[node] -= cpus
         self.memory[node] -= memory
+        self.gpus[node] -= gpus
         self.count[node] += 1
+
+    def text(self) -> str:
+        return "; ".join(
+            f"{n.label()}: {self.cpus[n.id]:g} CPUs, {self.memory[n.id] / 2**30:.1f} GiB "
+            f"memory, {self.gpus[n.id]:g} GPUs left"
+            for n in self.nodes
+        )
 
 
 def order_nodes(nodes, first: str | None = None) -> list:
@@ -161,16 +264,26 @@ def _units(topo) -> list[list[int]]:
 
 def _place_process(room: _Room, order: list[str], req, prefer=None) -> str:
     """A node for one process: ``prefer`` when it has room, else the first in ``order``."""
-    for node in ([prefer] if prefer else []) + order:
-        if room.fits(node, req.cpus, req.memory):
-            room.take(node, req.cpus, req.memory)
+    for node in ([prefer] if prefer else []) + _for(room, order, req.gpus):
+        if room.fits(node, req.cpus, req.memory, req.gpus):
+            room.take(node, req.cpus, req.memory, req.gpus)
             return node
+    gpus = f", GPU {req.gpus:g}" if req.gpus else ""
     raise SingaError(
-        f"SINGA process {req.index} (CPU {req.cpus:g}, memory {req.memory / 2**20:.0f} MiB) "
-        "fits on no node beside the processes placed before it",
+        f"SINGA process {req.index} (CPU {req.cpus:g}, memory {req.memory / 2**20:.0f} MiB"
+        f"{gpus}) fits on no node beside the processes placed before it; free per node "
+        f"after them: {room.text()}",
         help="add nodes or memory, use fewer workers, or let a worker thread ask for less "
         "than a CPU: --engine-option cpus_per_worker=0.5",
     )
+
+
+def _for(room: _Room, order: list[str], gpus: float) -> list[str]:
+    """``order`` for a request: one without GPUs tries the nodes without GPUs first (when
+    any node has one), keeping the GPU nodes' CPUs for the GPU workers."""
+    if gpus or not any(room.gpus.values()):
+        return order
+    return sorted(order, key=lambda n: room.gpus[n] > EPS)  # stable
 
 
 def plan(topo, requests, nodes, strategy: str, first: str | None = None) -> list[str]:
@@ -194,14 +307,15 @@ def plan(topo, requests, nodes, strategy: str, first: str | None = None) -> list
     for k, members in enumerate(_units(topo)):
         reqs = [requests[i] for i in members]
         cpus, memory = sum(r.cpus for r in reqs), sum(r.memory for r in reqs)
-        fitting = [n for n in ordered if room.fits(n, cpus, memory)]
+        gpus = sum(r.gpus for r in reqs)
+        fitting = [n for n in _for(room, ordered, gpus) if room.fits(n, cpus, memory, gpus)]
         if fitting:  # the whole unit on the node with the fewest units, then most room; the
             # first (server group 0's, whose values a checkpoint writes) on the driver's node
             node = min(fitting, key=lambda n: (units[n], -room.cpus[n]))
             if k == 0 and ordered[0] in fitting:
                 node = ordered[0]
             for r in reqs:
-                room.take(node, r.cpus, r.memory)
+                room.take(node, r.cpus, r.memory, r.gpus)
                 out[r.index] = node
             units[node] += 1
             continue

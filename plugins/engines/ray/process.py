@@ -126,6 +126,24 @@ class RayProcessContext:
         return ray.get(refs)
 
 
+def actor_devices(shared, spec):
+    """``shared`` with the device specs this actor opens: Ray gives an actor the GPUs its
+    bundle asked for (``CUDA_VISIBLE_DEVICES``, seen here as ``cuda:0`` .. ``cuda:k-1``), so
+    the k distinct GPU devices of its workers become those, in order; the GPU devices of
+    workers that run elsewhere are not opened here (the CPU stands in for them)."""
+    import dataclasses
+
+    from singa_builtins.engines.ray.placement import gpu_devices_of
+
+    specs = list(getattr(shared, "device_specs", []) or [])
+    if not any(str(x).startswith(("cuda", "gpu")) for x in specs):
+        return shared  # no real GPU (the stand-in needs no mapping)
+    mine = [x for x in gpu_devices_of(spec, specs) if str(x).startswith(("cuda", "gpu"))]
+    local = {x: f"cuda:{k}" for k, x in enumerate(mine)}
+    specs = [local.get(x, "cpu" if str(x).startswith(("cuda", "gpu")) else x) for x in specs]
+    return dataclasses.replace(shared, device_specs=specs)
+
+
 class SingaProcess:
     def __init__(
         self, index, shared, cwd, blas_threads, values, versions, state, attempt=""
@@ -142,7 +160,7 @@ class SingaProcess:
         self.shared = shared
         topo, layout = shared.topology, shared.layout
         self.spec = topo.procs[index]
-        self.prepared = prepared_job_of(shared)
+        self.prepared = prepared_job_of(actor_devices(shared, self.spec))
         # what the workers build their nets from: a private copy, so that the shared start
         # values do not stay pinned in this node's object store for the whole run
         self.values = np.array(values) if self.spec.workers else None
@@ -288,6 +306,7 @@ class SingaProcess:
             "node_id": ray.get_runtime_context().get_node_id(),
             "address": ray.util.get_node_ip_address(),
             "pid": os.getpid(),
+            "gpus": [str(g) for g in ray.get_gpu_ids()],  # the GPUs Ray gave this actor
             "shm_free": shm_free(),
             "segments": self.segments.names(),
             "requests": self.requests.address() if self.requests else None,

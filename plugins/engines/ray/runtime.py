@@ -154,9 +154,33 @@ class Node:
     address: str  # its IP address
     cpus: float
     memory: float  # bytes
+    gpus: float = 0.0
+    # what is free now (others' actors and placement groups hold the rest); None: all of it
+    free_cpus: float | None = None
+    free_memory: float | None = None
+    free_gpus: float | None = None
 
     def label(self) -> str:
         return f"{self.address} (node {self.id[:12]})"
+
+    @property
+    def avail_cpus(self) -> float:
+        return self.cpus if self.free_cpus is None else self.free_cpus
+
+    @property
+    def avail_memory(self) -> float:
+        return self.memory if self.free_memory is None else self.free_memory
+
+    @property
+    def avail_gpus(self) -> float:
+        return self.gpus if self.free_gpus is None else self.free_gpus
+
+    def free_text(self) -> str:
+        """``2 of 4 CPUs, 3.1 of 8.0 GiB memory, 0 of 1 GPUs free``."""
+        return (
+            f"{self.avail_cpus:g} of {self.cpus:g} CPUs, {self.avail_memory / 2**30:.1f} of "
+            f"{self.memory / 2**30:.1f} GiB memory, {self.avail_gpus:g} of {self.gpus:g} GPUs free"
+        )
 
 
 class Runtime:
@@ -282,11 +306,26 @@ class Runtime:
         """The cluster's live nodes."""
         import ray
 
+        try:  # what other jobs leave free on each node (actors, placement groups)
+            from ray._private.state import available_resources_per_node
+
+            free = available_resources_per_node()
+        except Exception:  # noqa: BLE001 - an older or newer Ray: plan on the totals
+            free = {}
         out = []
         for n in ray.nodes():
             if not n.get("Alive"):
                 continue
             res = n.get("Resources", {})
-            cpus, memory = res.get("CPU", 0.0), res.get("memory", 0)
-            out.append(Node(n["NodeID"], n["NodeManagerAddress"], cpus, memory))
+            cpus, memory, gpus = res.get("CPU", 0.0), res.get("memory", 0), res.get("GPU", 0.0)
+            avail = free.get(n["NodeID"])
+            node = Node(n["NodeID"], n["NodeManagerAddress"], cpus, memory, gpus)
+            if avail is not None:
+                node = Node(
+                    node.id, node.address, cpus, memory, gpus,
+                    free_cpus=min(cpus, avail.get("CPU", 0.0)),
+                    free_memory=min(memory, avail.get("memory", 0.0)),
+                    free_gpus=min(gpus, avail.get("GPU", 0.0)),
+                )  # fmt: skip
+            out.append(node)
         return sorted(out, key=lambda n: (n.address, n.id))

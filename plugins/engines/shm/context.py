@@ -63,6 +63,14 @@ class JobShared:
         return Path(self.workspace)
 
 
+def worker_device_specs(prepared) -> list[str]:
+    """The device of each worker of a group: the devices opened here, or, for an engine
+    whose workers run on other machines, the specs set aside for them (the Ray engine's
+    GPUs, which this machine need not have: ``remote_device_specs``)."""
+    remote = getattr(prepared, "remote_device_specs", None)
+    return list(remote) if remote else [d.name for d in prepared.devices]
+
+
 def job_shared(engine, layer_states, **transport) -> JobShared:
     """The JobShared of ``engine``'s job (a SharedMemoryEngine or a subclass); ``transport``
     gives the rest (segments, queues, events, blas_threads, extras)."""
@@ -83,7 +91,7 @@ def job_shared(engine, layer_states, **transport) -> JobShared:
         layout=engine.layout,
         state_names=list(engine.state_names),
         bridges=list(engine.bridges),
-        device_specs=[d.name for d in prepared.devices],
+        device_specs=worker_device_specs(prepared),
         **transport,
     )
 
