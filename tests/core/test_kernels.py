@@ -282,8 +282,14 @@ def emulated():
 
 
 def test_every_kernel_with_a_cuda_implementation_has_a_case():
+    # the updaters' kernels: test_an_updater_kernel_equals_its_apply, per updater type
+    for module in ("rmsprop", "adagrad", "nesterov", "adam", "adadelta", "adammax"):
+        __import__(f"singa_builtins.updaters.{module}")
+    updaters = {f"{m}_update" for m in ("rmsprop", "adagrad", "nesterov", "adam", "adadelta",
+                                        "adammax")}  # fmt: skip
     with_cuda = {name for name, k in K.kernels().items() if k.cuda is not None and not k.composite}
-    assert with_cuda - set(CASES) == set()
+    assert with_cuda - set(CASES) - updaters == set()
+    assert updaters <= with_cuda
 
 
 @pytest.mark.parametrize(
