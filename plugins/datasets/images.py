@@ -42,8 +42,10 @@ Every file is written atomically.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
+import signal
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
@@ -201,11 +203,25 @@ def _decode_all(tasks, log):
             yield from _load_chunk(chunk)
         return
     log(f"decoding {len(tasks)} images in {min(n, len(chunks))} processes")
-    with ProcessPoolExecutor(
-        max_workers=min(n, len(chunks)), mp_context=get_context("spawn")
-    ) as ex:
-        for results in ex.map(_load_chunk, chunks):
+    ex = ProcessPoolExecutor(max_workers=min(n, len(chunks)), mp_context=get_context("spawn"))
+    try:
+        # the workers start (all of them, as map submits every chunk) with SIGINT blocked:
+        # a Ctrl-C is this process's to handle (one `interrupted` line, exit 130), never a
+        # KeyboardInterrupt traceback from each worker; a Ctrl-C meanwhile waits in this
+        # process until the mask is restored
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            done = ex.map(_load_chunk, chunks)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for results in done:
             yield from results
+    except BaseException:  # interrupted or failed: the workers are stopped, work dropped
+        for proc in list((getattr(ex, "_processes", None) or {}).values()):
+            proc.terminate()  # SIGTERM: their SIGINT is blocked, and a chunk is not waited for
+        ex.shutdown(wait=True, cancel_futures=True)
+        raise
+    ex.shutdown(wait=True)
 
 
 # -- the converter ----------------------------------------------------------------------------
@@ -360,19 +376,22 @@ class ImagesConverter(DatasetConverter):
         decoded: dict[int, tuple[bytes, np.ndarray]] = {}
         skipped: list[tuple[int, str]] = []
         shape = None
-        for index, payload, chw, problem, note in _decode_all(tasks, log):
-            if note is not None:
-                log(f"warning: {items[index][0]} {note}")
-            if problem is None and shape is not None and chw.shape != shape:
-                problem = (
-                    f"is {chw.shape[2]}x{chw.shape[1]}, but the first image is "
-                    f"{shape[2]}x{shape[1]} (use --resize W H)"
-                )
-            if problem is not None:
-                skipped.append((index, problem))
-                continue
-            shape = shape or chw.shape
-            decoded[index] = (payload, chw)
+        # closed however the loop ends (a Ctrl-C while a result is handled here included):
+        # the worker processes are shut down, never left waiting for work at exit
+        with contextlib.closing(_decode_all(tasks, log)) as results:
+            for index, payload, chw, problem, note in results:
+                if note is not None:
+                    log(f"warning: {items[index][0]} {note}")
+                if problem is None and shape is not None and chw.shape != shape:
+                    problem = (
+                        f"is {chw.shape[2]}x{chw.shape[1]}, but the first image is "
+                        f"{shape[2]}x{shape[1]} (use --resize W H)"
+                    )
+                if problem is not None:
+                    skipped.append((index, problem))
+                    continue
+                shape = shape or chw.shape
+                decoded[index] = (payload, chw)
         if skipped:
             log(f"skipped {len(skipped)} unreadable image(s):")
             for index, problem in skipped:

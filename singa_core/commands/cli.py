@@ -89,6 +89,9 @@ class _Group(TyperGroup):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
+        except KeyboardInterrupt:  # typer makes it a silent exit 130: say it, in one line
+            print("interrupted", file=sys.stderr)
+            raise
         except OSError as exc:
             if exc.errno != errno.ENAMETOOLONG:
                 raise

@@ -6,6 +6,7 @@ run (a copy of the one pip writes, named ``singa``), and so is ``python -m``."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -105,3 +106,69 @@ def test_the_command_itself_gets_python_s_interrupt_back():
     )
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines()[-1] == "default_int_handler", res.stdout
+
+
+def test_sigint_while_a_command_runs_is_one_line_too(tmp_path):
+    # typer turns a KeyboardInterrupt in a command into a silent exit 130
+    script = tmp_path / "singa"
+    script.write_text(PRELUDE + CONSOLE_SCRIPT)
+    res = subprocess.run(
+        [sys.executable, str(script), "list-plugins"],
+        cwd=REPO,
+        env={**os.environ, "SIGINT_AT": "singa_builtins.layers"},  # the plugins load
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 130, res.stderr
+    assert res.stderr.strip() == "interrupted" and res.stdout == "", res.stderr
+
+
+# in a worker process of `singa data images`: Ctrl-C (to the process group, as a terminal
+# sends it) when the worker starts decoding
+WORKER_SIGINT = textwrap.dedent(
+    """
+    import os, signal, sys
+
+    class SignalOnImport:
+        def find_spec(self, name, path=None, target=None):
+            if name == "PIL.PngImagePlugin" and "multiprocessing" in sys.modules:
+                import multiprocessing
+                if multiprocessing.parent_process() is not None:
+                    sys.meta_path.remove(self)
+                    os.killpg(os.getpgid(0), signal.SIGINT)
+            return None
+
+    sys.meta_path.insert(0, SignalOnImport())
+    """
+)
+
+
+def test_sigint_while_images_decode_in_worker_processes(tmp_path):
+    Image = pytest.importorskip("PIL.Image")
+    import numpy as np
+
+    src = tmp_path / "src"
+    rng = np.random.default_rng(0)
+    for c in ("a", "b"):
+        (src / c).mkdir(parents=True)
+        for i in range(70):  # two chunks of 64: two worker processes
+            Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).save(
+                src / c / f"{i}.png"
+            )
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(WORKER_SIGINT)
+    out = tmp_path / "out"
+    res = subprocess.run(
+        [sys.executable, "-m", "singa_core.commands.cli", "data", "images", str(src),
+         "--out", str(out), "--backend", "lmdb"],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "site")},
+        capture_output=True, text=True, timeout=120, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+    if "in 2 processes" not in res.stderr:
+        pytest.skip(f"decoding did not use worker processes here: {res.stderr}")
+    assert res.returncode == 130, res.stderr
+    assert res.stderr.splitlines()[-1] == "interrupted" and "Traceback" not in res.stderr
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]
