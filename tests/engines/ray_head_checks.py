@@ -78,3 +78,99 @@ def test_a_killed_gcs_ends_the_job_within_30_s_naming_the_checkpoint(tmp_path):
     assert "Traceback" not in err
     time.sleep(1.0)
     assert not _children(proc.pid)  # the runtime's processes ended with it
+
+
+def _stat(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return []
+
+
+def _started(pid: int) -> str:
+    fields = _stat(pid)
+    return fields[19] if len(fields) > 19 else ""
+
+
+def _state(pid: int) -> str:
+    fields = _stat(pid)
+    return fields[0] if fields else "X"
+
+
+MOMENTS = ["nodes", "reserve", "actors", "gate", "init"]
+
+
+def _ours(names: set[str], pids: set[int]) -> set[str]:
+    """Segment names owned by one of ``pids`` (singa-ray-<node>-<pid>-...)."""
+    out = set()
+    for name in names:
+        fields = name[len("singa-ray-") :].split("-")
+        if len(fields) > 1 and fields[1].isdigit() and int(fields[1]) in pids:
+            out.add(name)
+    return out
+
+
+def _segments() -> set[str]:
+    return {n for n in os.listdir("/dev/shm") if n.startswith("singa-ray-")}
+
+
+def test_the_heads_loss_at_five_moments_of_start_up_is_located_within_15_s(tmp_path):
+    """The private runtime's GCS killed with -9 while ray.init runs (as soon as it exists),
+    during the node checks, the reservation, the actors' construction and before the start
+    gate (the driver held there by the test hook SINGA_RAY_HOLD_AT): each time exit 2
+    within 15 s naming the GCS and the newest checkpoint (of an earlier run: --resume), no
+    process of the run and no segment of its actors left."""
+    conf = tmp_path / "job.conf"
+    conf.write_text(mlp_job(blobs_csv(tmp_path / "blobs.csv"), steps=10**6)
+                    .replace("disp_freq: 10", "disp_freq: 10\ncheckpoint_freq: 20"))  # fmt: skip
+    ws = tmp_path / "ws"
+    first = subprocess.run(
+        [sys.executable, "-m", "singa_core.commands.cli", "train", str(conf), "-q",
+         "--workspace", str(ws), "-o", "train_steps=20"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    for moment in MOMENTS:
+        err_path = tmp_path / f"err-{moment}"
+        env = dict(os.environ)
+        if moment != "init":
+            env["SINGA_RAY_HOLD_AT"] = moment
+        log = open(err_path, "w")  # noqa: SIM115
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "singa_core.commands.cli", "train", str(conf), "--engine",
+             "ray", "--workspace", str(ws), "--resume"],
+            cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
+        )  # fmt: skip
+        seen: dict[int, str] = {}  # pid -> its start time (a pid may be reused later)
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                assert proc.poll() is None, (moment, err_path.read_text())
+                assert time.monotonic() < deadline, (moment, err_path.read_text())
+                kids = _children(proc.pid)
+                seen.update({k: _started(k) for k in kids if k not in seen})
+                gcs = [p for p in kids if _name(p) == "gcs_server"]
+                if gcs and (moment == "init" or f"holding at {moment}" in err_path.read_text()):
+                    break
+                time.sleep(0.02 if moment == "init" else 0.2)
+            if moment == "init":
+                assert "ray: " not in err_path.read_text()  # ray.init had not returned
+            t0 = time.monotonic()
+            os.kill(gcs[0], signal.SIGKILL)
+            code = proc.wait(timeout=60)
+            took = time.monotonic() - t0
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            log.close()
+        err = err_path.read_text()
+        print(f"{moment}: exit {code} {took:.1f} s after the GCS was killed")
+        assert code == 2 and took < 15, (moment, took, err)
+        assert "error: the job stopped: lost the private Ray runtime's GCS" in err, err
+        assert "the newest complete checkpoint is" in err and "(step 20)" in err, err
+        assert "Traceback" not in err and "Failed to connect to GCS" not in err, err
+        time.sleep(1.0)
+        assert not _children(proc.pid), moment  # the runtime's processes ended with it
+        left = [p for p, t in seen.items() if t and _started(p) == t and _state(p) not in "ZX"]
+        assert not left, (moment, {p: _name(p) for p in left})
+        assert not _ours(_segments(), set(seen) | {proc.pid}), moment

@@ -36,6 +36,7 @@ from __future__ import annotations
 import os
 import secrets
 import signal
+import sys
 import time
 
 from singa_builtins.engines.ray import traffic
@@ -66,6 +67,19 @@ POLL = 0.5  # seconds an actor holds the driver's events call when it has nothin
 LOST_GRACE = 3.0  # seconds to find the dead process after a worker saw a peer vanish
 
 
+HOLD_ENV = "SINGA_RAY_HOLD_AT"
+
+
+def hold(stage: str) -> None:
+    """The test hook ``SINGA_RAY_HOLD_AT=STAGE`` (nodes, reserve, actors, gate): the
+    driver says so on stderr and waits there up to 60 s, so that a test can take the head
+    away at that moment of start-up."""
+    if os.environ.get(HOLD_ENV) != stage:
+        return
+    print(f"ray: holding at {stage} ({HOLD_ENV}, a test hook)", file=sys.stderr, flush=True)
+    time.sleep(60)
+
+
 class ProcessLost(Exception):
     """A SINGA process (its actor, or its node) is gone; ``node`` is its Ray node id when
     known."""
@@ -87,8 +101,9 @@ class Driver:
         from singa_builtins.engines.ray.driverlog import LOG_NAME, RayReports
 
         reports = RayReports(Path(engine.prepared.workspace) / LOG_NAME, self.options.ray_log)
-        with Runtime(self.options.address, insecure=self.options.insecure,
-                     reports=reports) as runtime:  # fmt: skip
+        with Runtime(self.options.address, insecure=self.options.insecure, reports=reports,
+                     workspace=engine.prepared.workspace,
+                     restarts=self.options.max_restarts) as runtime:  # fmt: skip
             while True:
                 try:
                     return Attempt(engine, runtime, suspect).run()
@@ -117,7 +132,11 @@ class Driver:
             resume=True,
             seed=prepared.seed,
             workspace=str(prepared.workspace),
+            device=",".join(d.name for d in prepared.devices) or None,  # as prepared here
         )
+        for name in ("device_override", "remote_device_specs"):  # the cluster's devices
+            if hasattr(prepared, name):
+                setattr(again, name, getattr(prepared, name))
         new = type(engine)(again, engine.reporter)
         new.configure(engine.options)
         return new
@@ -143,6 +162,8 @@ class Attempt:
         self.started = self.finished = 0.0  # the start gate opened; the last worker ended
         self.signals = runtime.signals  # installed by the runtime for its whole life
         self.driver_node = ""  # the Ray node id this driver runs on
+        if runtime.guard is not None:  # the head lost: these segments removed here
+            runtime.guard.attempts.add(self.attempt)
 
     def run(self) -> TrainResult:
         import ray
@@ -155,6 +176,7 @@ class Attempt:
         requests = engine.requests()
         self._check_startup_signal()
         try:
+            hold("nodes")
             facts, gone = check_nodes(
                 nodes,
                 self.deadline,
@@ -224,6 +246,7 @@ class Attempt:
             shared.extras["evaluated"] = list(prepared.resume_meta.get("evaluated", ()))
         # group 0 worker 0 sends Param histograms when the Reporter takes them
         shared.extras["param_histograms"] = getattr(engine.reporter, "param_histograms", False)
+        hold("reserve")
         self.pg = create_placement_group(
             requests, self.node_of, max(0.5, self.deadline - time.monotonic()),
             tick=self._check_startup_signal,
@@ -248,6 +271,7 @@ class Attempt:
                     values, start.versions, state, self.attempt,
                 )
             )  # fmt: skip
+        hold("actors")
         self.where = self._startup_get(
             [a.where.remote() for a in self.actors], "starting the actors"
         )
@@ -267,6 +291,7 @@ class Attempt:
         del values, state  # every actor has made its servers: free the object store
         # every actor has attached its node's segments: their names can go
         self._startup_get([a.unlink_segments.remote() for a in self.actors], "sharing memory")
+        hold("gate")
         result = self._supervise()
         self._note_traffic(result)
         return result

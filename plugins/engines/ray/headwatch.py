@@ -18,6 +18,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -55,6 +56,103 @@ class HeadWatch:
         return self.lost_for() > GRACE
 
 
+class HeadGuard:
+    """The head watched from before ``ray.init`` to the runtime's end, in a thread of its
+    own, so that its loss at any moment of start-up (joining, the node checks, the
+    reservation, the actors' construction, the start gate) or training ends the job within
+    seconds, whatever the main thread is blocked in: a private runtime's ``gcs_server`` (a
+    process below this one) that exits is lost at once; a cluster's GCS that takes no TCP
+    connection for :data:`GRACE` seconds is lost. Then the segments of this process's
+    attempts on this machine are removed (:attr:`attempts`), a private runtime's processes
+    killed, the located error printed, and the process exits 2 (:func:`head_lost`)."""
+
+    def __init__(self, address: str | None, workspace, *, private: bool, restarts: int) -> None:
+        self.private = private
+        self.workspace = workspace
+        self.restarts = restarts
+        self.attempts: set[str] = set()  # attempt tokens in segment names (segments.py)
+        self.address = address or ""
+        self._watch = _watch_of(address) if address else None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._gcs: dict[int, float] = {}  # private: gcs_server pid -> when it was last seen
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="singa-head-guard", daemon=True)
+        self._thread.start()
+
+    def joined(self, gcs_address: str) -> None:
+        """``ray.init`` returned: watch the GCS it connected to."""
+        if gcs_address and (self._watch is None or self._watch.address != gcs_address):
+            self.address = gcs_address
+            self._watch = _watch_of(gcs_address)
+
+    def stop(self) -> None:
+        """Before the runtime is shut down on purpose (which ends a private GCS)."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        me = os.getpid()
+        # Ray's ray.init holds the interpreter while it waits for its GCS (a private
+        # runtime's port file: Runtime bounds that wait and looks itself); from its return
+        # on this thread sees every moment
+        while not self._stop.wait(0.1 if self.private and not self._watch else CHECK / 2):
+            down = self.private_down(me) if self.private else None
+            watch = self._watch
+            if down is None and watch is not None and watch.lost():
+                down = watch.lost_for()
+            if down is not None and not self._stop.is_set():
+                self._lost(down)
+
+    def private_down(self, me: int | None = None) -> float | None:
+        """Seconds since the private runtime's ``gcs_server`` (a process below this one)
+        exited or became a zombie; None while it runs or before it exists."""
+        now = time.monotonic()
+        alive = set()
+        for pid in descendants(os.getpid() if me is None else me):
+            if _comm(pid) == "gcs_server":
+                if _state(pid) in ("Z", "X", ""):
+                    self._gcs.setdefault(pid, now)
+                else:
+                    alive.add(pid)
+        for pid in alive:
+            self._gcs[pid] = now
+        gone = [t for pid, t in self._gcs.items() if pid not in alive]
+        return now - max(gone) if gone else None
+
+    def _lost(self, down: float) -> None:
+        from singa_builtins.engines.ray.segments import unlink_attempt
+
+        for attempt in list(self.attempts):  # what Ray can no longer be asked to remove
+            unlink_attempt(attempt)
+        head_lost(self.address, down, self.workspace, private=self.private, restarts=self.restarts)
+
+
+def _watch_of(address: str) -> HeadWatch | None:
+    if address.startswith("ray://") or ":" not in address:
+        return None  # a client address, or "auto": watched once ray.init has resolved it
+    try:
+        return HeadWatch(address)
+    except ValueError:
+        return None
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
 def head_lost_message(address: str, down: float, workspace, private: bool, restarts: int) -> str:
     from singa_builtins.engines.shm.launcher import stopped_error
 
@@ -79,12 +177,24 @@ def head_lost(address: str, down: float, workspace, *, private: bool, restarts: 
     print(head_lost_message(address, down, workspace, private, restarts), file=sys.stderr)
     sys.stderr.flush()
     if private:
-        for pid in descendants(os.getpid()):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        end_descendants()
     os._exit(2)
+
+
+def end_descendants(rounds: int = 5) -> None:
+    """SIGKILL every process below this one: each round stops them all first (so none
+    starts another, as a raylet starts workers, or is orphaned out of reach), then kills."""
+    for _ in range(rounds):
+        pids = descendants(os.getpid())
+        if not pids:
+            return
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            for pid in pids:
+                try:
+                    os.kill(pid, sig)
+                except OSError:
+                    pass
+        time.sleep(0.05)
 
 
 def descendants(root: int) -> list[int]:

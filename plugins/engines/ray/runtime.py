@@ -24,6 +24,7 @@ leaves, such as the autoscaler monitor after a failed start, is ended by pid:
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import os
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from singa_builtins.engines.ray.auth import PrivateToken, check_cluster
-from singa_builtins.engines.ray.headwatch import descendants
+from singa_builtins.engines.ray.headwatch import HeadGuard, descendants
 from singa_builtins.engines.shm.launcher import SignalCatcher
 
 from singa_core.errors import SingaError
@@ -183,10 +184,31 @@ class Node:
         )
 
 
+GCS_WAIT_ENV = "RAY_gcs_server_port_wait_time_s"
+GCS_WAIT = "10"  # seconds; Ray's default is 30, during which it holds the interpreter
+
+
+@contextlib.contextmanager
+def _bounded_gcs_wait():
+    """Ray's wait for a new GCS's port file (the GCS lost while the private runtime
+    starts) bounded to :data:`GCS_WAIT` seconds unless the user set it."""
+    if os.environ.get(GCS_WAIT_ENV):
+        yield
+        return
+    os.environ[GCS_WAIT_ENV] = GCS_WAIT
+    try:
+        yield
+    finally:
+        os.environ.pop(GCS_WAIT_ENV, None)
+
+
 class Runtime:
     """The Ray runtime of one ``singa`` command (a context manager)."""
 
-    def __init__(self, address: str | None, *, insecure: bool = False, reports=None) -> None:
+    def __init__(
+        self, address: str | None, *, insecure: bool = False, reports=None, workspace=None,
+        restarts: int = 0,
+    ) -> None:  # fmt: skip
         text = str(address) if address else os.environ.get("RAY_ADDRESS") or None
         self.address = None if text == "local" else text  # Ray's word for a new runtime
         self.private = self.address is None
@@ -197,6 +219,12 @@ class Runtime:
         self._token = PrivateToken()  # the private runtime's own token, in the environment
         self.signals = SignalCatcher()  # SIGINT/SIGTERM while the runtime is up
         self.reports = reports  # a driverlog.RayReports: Ray's published errors to a file
+        # a training run: the head watched from before ray.init (headwatch.HeadGuard)
+        self.guard = (
+            HeadGuard(self.address, workspace, private=self.private, restarts=restarts)
+            if workspace is not None
+            else None
+        )
 
     def describe(self) -> str:
         if self.private:
@@ -225,14 +253,21 @@ class Runtime:
         # on it); a signal that arrives meanwhile waits and is then collected
         blocked = _block_stop_signals()
         self._before = set(descendants(os.getpid())) if self.private else set()
+        if self.guard is not None:
+            self.guard.start()
         try:
             try:
                 if self.private:
                     self._token.install()  # Ray would write ~/.ray/auth_token otherwise
-                    ray.init(address="local", num_cpus=usable_cpus(), **kwargs)
+                    with _bounded_gcs_wait():
+                        ray.init(address="local", num_cpus=usable_cpus(), **kwargs)
                 else:
                     ray.init(address=self.address, **kwargs)
             except Exception as exc:  # any class: Ray raises bare Exceptions at start-up too
+                lost = None
+                if self.guard is not None:
+                    self.guard.stop()
+                    lost = self.guard.private_down() if self.private else None
                 tree = process_tree(self._before) if self.private else {}  # ray.init's
                 try:
                     ray.shutdown()  # whatever ray.init had started (a no-op when nothing)
@@ -242,9 +277,19 @@ class Runtime:
                     if self.private:
                         self._token.restore()
                         end_leftovers(ray_tree(tree), tree)
+                if lost is not None:  # its GCS exited while ray.init waited for it
+                    from singa_builtins.engines.shm.launcher import stopped_error
+
+                    raise stopped_error(
+                        self.guard.workspace,
+                        "lost the private Ray runtime's GCS while the runtime started "
+                        f"(ray.init: {type(exc).__name__})",
+                    ) from None
                 raise self._init_error(exc) from None
             if self.private:
                 self._roots = process_tree(self._before)
+            if self.guard is not None:
+                self.guard.joined(ray.get_runtime_context().gcs_address)
             # after ray.init, which installs its own SIGTERM handler in this process
             self.signals.install()
             if self.reports is not None:  # after ray.init, which sets Ray's printing up
@@ -284,6 +329,8 @@ class Runtime:
         )
 
     def __exit__(self, *exc) -> None:
+        if self.guard is not None:
+            self.guard.stop()  # before the runtime ends on purpose
         try:
             if self._owned:
                 import ray
