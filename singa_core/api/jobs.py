@@ -87,6 +87,7 @@ class JobRecord:
     machine: str = ""  # machine_id() of the submitting machine ("" in older records)
     training_pid: int = 0
     training_start: str = ""
+    cluster: str = ""  # a job submitted to a cluster (its address): its registry is there
 
 
 #: job.json's fields and the types they must have
@@ -94,6 +95,7 @@ _FIELD_TYPES = {
     "id": str, "name": str, "conf": str, "args": list, "engine": str, "host": str,
     "workspace": str, "submitted": (int, float), "cwd": str, "runner_pid": int,
     "runner_start": str, "machine": str, "training_pid": int, "training_start": str,
+    "cluster": str,
 }  # fmt: skip
 _REQUIRED = ("id", "name", "conf", "args", "engine", "host", "workspace", "submitted", "cwd")
 
@@ -453,6 +455,12 @@ def job_info(folder: Path) -> JobInfo:
         record = read_record(folder)
     except DamagedRecord as err:
         return _damaged_info(folder, err)
+    if record.cluster:  # its registry is the cluster's
+        return JobInfo(
+            record, "unknown", checked=False,
+            message=f"runs on the cluster at {record.cluster}: `singa jobs --address "
+            f"{record.cluster}` shows it",
+        )  # fmt: skip
     step, total, metrics = _progress(Path(record.workspace), record.id)
     log = folder / "log"
     last_step, engine = _from_log(log)
@@ -545,6 +553,89 @@ def list_jobs(root: Path | None = None) -> list[JobInfo]:
     root = root or jobs_dir()
     infos = [job_info(folder) for folder in _job_folders(root)]
     return sorted(infos, key=lambda i: (i.record.submitted, i.record.id))
+
+
+# -- jobs on a cluster -----------------------------------------------------------------------
+def cluster_engine(engine: str | None = None):
+    """The engine class whose cluster console serves: ``engine`` (a name) when given, else
+    the first installed engine that has one; None when there is none."""
+    from singa_core.contracts.engine import Engine
+    from singa_core.plugin_host import get_host
+
+    host = get_host()
+    names = [engine] if engine else host.registry("engine").names()
+    for name in names:
+        try:
+            cls = host.get("engine", name)
+        except SingaError:
+            if engine:
+                raise
+            continue
+        if getattr(cls.cluster_jobs, "__func__", None) is not Engine.cluster_jobs.__func__:
+            return cls
+    return None
+
+
+def cluster_address(address: str | None, engine: str | None = None) -> tuple[object, str] | None:
+    """(the engine class, the cluster's address) when ``address`` (``--address``) or the
+    engine's own default (Ray: RAY_ADDRESS) names a cluster; None for this machine's jobs."""
+    if address == "local":
+        return None
+    cls = cluster_engine(engine)
+    if cls is None:
+        if address:
+            raise SingaError(
+                "no installed engine runs jobs on a cluster",
+                where="--address",
+                help="install one: pip install 'singa-classic[ray]'",
+            )
+        return None
+    address = address or cls.default_address()
+    return (cls, address) if address else None
+
+
+def submit_to_cluster(cls, address: str, conf, args: list[str], insecure: bool,
+                      root: Path | None = None) -> dict:  # fmt: skip
+    """Submit ``singa train CONF ARGS`` to the cluster at ``address`` (its supervisor on
+    the head; the job's paths are the head's); a pointer to it is kept in this machine's
+    jobs folder. The job.conf is parsed here first: its mistakes are reported here."""
+    from singa_core.jobconf.parse import load_job
+
+    args = list(args)
+    overrides = [args[i + 1] for i, a in enumerate(args[:-1]) if a in ("-o", "--override")]
+    cfg = load_job(conf, overrides)
+    job = cfg.job
+    workspace = _option(args, "--workspace") or (
+        job.cluster.workspace if job.cluster.HasField("workspace") else ""
+    )
+    if not workspace:
+        raise SingaError(
+            "job.conf names no workspace",
+            where=cfg.locate("cluster"),
+            help='add `cluster { workspace: "path/to/folder" }`, or --workspace DIR',
+        )
+    cwd = os.getcwd()
+    conf_path = str(Path(conf).absolute())
+    name = job.name or Path(conf).stem
+    with cls.cluster_jobs(address, insecure) as console:
+        rec = console.submit(conf_path, args, name=name, workspace=workspace, cwd=cwd)
+    root = root or jobs_dir()
+    try:
+        (root / rec["id"]).mkdir(parents=True, exist_ok=True)
+        pointer = JobRecord(
+            id=rec["id"], name=name, conf=conf_path, args=args, engine="ray",
+            host=socket.gethostname(), workspace=workspace, submitted=rec["submitted"],
+            cwd=cwd, machine=machine_id(), cluster=address,
+        )  # fmt: skip
+        _write_json(root / rec["id"] / "job.json", asdict(pointer))
+    except OSError:
+        pass  # the registry is the cluster's; this is only a pointer
+    return rec
+
+
+def cluster_pointers(address: str, root: Path | None = None) -> list[JobInfo]:
+    """The jobs this machine submitted to the cluster at ``address`` (its pointers)."""
+    return [i for i in list_jobs(root) if i.record.cluster == address]
 
 
 # -- following and stopping -------------------------------------------------------------------

@@ -49,6 +49,21 @@ class Engine:
     def unavailable(cls) -> str | None:
         return None
 
+    @classmethod
+    def cluster_jobs(cls, address: str | None, insecure: bool = False):
+        """The jobs that run on a cluster this engine joins (``singa submit --engine NAME
+        --address``, ``singa jobs|logs|stop --address``): a context manager with
+        ``submit(conf, args, name=, workspace=, cwd=)``, ``find(id)``, ``info(id)``,
+        ``list()``, ``log(id, offset)`` and ``stop(id, now)`` over job records (dicts);
+        None (the default) when the engine has no cluster of its own."""
+        return None
+
+    @classmethod
+    def default_address(cls) -> str | None:
+        """The cluster the user named for this engine outside the command line (Ray:
+        ``RAY_ADDRESS``), or None."""
+        return None
+
     def __init__(self, prepared, reporter) -> None:
         self.prepared = prepared
         self.reporter = reporter

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from singa_core.api import jobs as api
-from tests.conftest import run_singa
+from tests.conftest import needs, run_singa
 
 
 @pytest.fixture
@@ -207,3 +207,25 @@ def test_two_stops_stop_once_and_progress_is_the_jobs_own(jobs, small_job):
     assert again.step == step_at_stop and again.total == 1_000_000, again
     assert again.metrics == stopped.metrics
     assert _singa("jobs").stdout.count(" inprocess ") == 2
+
+
+# -- a job submitted to a cluster ---------------------------------------------------------------
+@needs("ray")
+@pytest.mark.slow
+def test_a_cluster_that_does_not_answer_lists_its_jobs_as_unknown(jobs):
+    """This machine's pointer to a job it submitted to a cluster: `singa jobs` shows it
+    unknown (its registry is the cluster's); `singa jobs --address` of a cluster that does
+    not answer is a located error listing it as unknown, naming the address, never running."""
+    gone = "127.0.0.1:1"
+    _record(jobs / "c00001", host=os.uname().nodename, machine=api.machine_id(), cluster=gone)
+    info = api.job_info(jobs / "c00001")
+    assert info.state == "unknown" and f"--address {gone}" in info.message
+    res = _singa("jobs", "--address", gone, "--json")
+    assert res.returncode == 2 and "--address: error:" in res.stderr, res.stderr
+    (rec,) = json.loads(res.stdout)
+    assert rec["id"] == "c00001" and rec["state"] == "unknown" and gone in rec["message"]
+    res = _singa("jobs", "--address", gone)
+    assert res.returncode == 2 and "unknown" in res.stdout and "running" not in res.stdout
+    for args in (["logs", "c00001"], ["stop", "c00001"]):
+        res = _singa(*args, "--address", gone)
+        assert res.returncode == 2 and "Traceback" not in res.stderr and "help:" in res.stderr

@@ -103,6 +103,17 @@ class RayEngine(SharedMemoryEngine):
             return f"Ray is not installed; install it with: {PIP_COMMAND}"
         return super().supports(job)
 
+    @classmethod
+    def cluster_jobs(cls, address: str | None, insecure: bool = False):
+        from singa_builtins.engines.ray.clusterjobs import RayClusterJobs
+
+        return RayClusterJobs(address, insecure)
+
+    @classmethod
+    def default_address(cls) -> str | None:
+        text = os.environ.get("RAY_ADDRESS") or None
+        return None if text == "local" else text
+
     def __init__(self, prepared, reporter) -> None:
         super().__init__(prepared, reporter)
         self.ray_options = RayOptions()
