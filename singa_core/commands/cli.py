@@ -14,7 +14,6 @@ with quiet_interrupts():  # Ctrl-C while the command line loads: "interrupted", 
     import errno
     import json
     import os
-    import re
     from pathlib import Path
     from typing import Annotated
 
@@ -22,6 +21,7 @@ with quiet_interrupts():  # Ctrl-C while the command line loads: "interrupted", 
     from typer.core import TyperCommand, TyperGroup
 
     from singa_core.commands import jobs as _jobs_commands
+    from singa_core.commands.override_words import override_word_error
     from singa_core.contracts.errors import USER_ERROR_EXIT, SingaError
     from singa_core.contracts.version import __version__
 
@@ -132,46 +132,10 @@ def name_too_long(exc: OSError, argv: list[str]) -> SingaError:
     )
 
 
-_NUMBER = re.compile(r"-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
-
-
 def _check_override_words(args: list[str]) -> None:
-    """An ``-o`` value must be one FIELD=VALUE word. ``-o train_steps 100`` (click: "Got
-    unexpected extra argument (100)") and ``-o train_steps = 100`` are refused naming the
-    word to write; so is ``-o train_steps`` with nothing to join."""
-    i = 0
-    while i < len(args):
-        arg, value, at = args[i], None, i
-        if arg == "--":
-            return
-        if arg in ("-o", "--override") and i + 1 < len(args):
-            value, at = args[i + 1], i + 1
-        elif arg.startswith("--override="):
-            value = arg.split("=", 1)[1]
-        elif arg.startswith("-o") and not arg.startswith("--") and len(arg) > 2:
-            value = arg[2:]
-        i = at + 1
-        if value is None or "=" in value:
-            continue
-        after = args[at + 1 : at + 3]  # the words a space split off: "100", "= 100", "=100"
-        used = after[:2] if after[:1] == ["="] else after[:1]
-        word = "".join(used).lstrip("=")
-        option_like = used and used[-1].startswith("-") and not _NUMBER.fullmatch(used[-1])
-        joined = f"{value}={word}" if word and not option_like else None
-        shown = _printable(" ".join([value, *used] if joined else [value]))
-        _fail(
-            SingaError(
-                "an override must look like FIELD=VALUE, one word",
-                where=f"command line: -o {shown}",
-                help=f"write -o {_printable(joined)} (no spaces around '=')"
-                if joined
-                else f"write -o {_printable(value)}=VALUE, e.g. -o train_steps=100",
-            )
-        )
-
-
-def _printable(text: str) -> str:
-    return text if text.isprintable() else text.encode("unicode_escape").decode()
+    err = override_word_error(args)
+    if err is not None:
+        _fail(err)
 
 
 def _argument_name(param) -> str:

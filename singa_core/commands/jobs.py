@@ -192,10 +192,12 @@ def register(app) -> None:
         paths (job.conf, stores, workspace, this folder) are then the head's."""
         from singa_core.api.jobs import _option, cluster_address, submit_to_cluster
         from singa_core.api.jobs import submit as submit_job
-        from singa_core.commands.cli import _check_override_words
+        from singa_core.commands.override_words import override_word_error
 
         args = list(ctx.args)
-        _check_override_words(args)  # -o train_steps 100: the word to write
+        spaced = override_word_error(args)  # -o train_steps 100: the word to write
+        if spaced is not None:
+            _fail(spaced)
         try:
             engine = _option(args, "--engine")
             cluster = cluster_address(_option(args, "--address"), engine) if engine else None
