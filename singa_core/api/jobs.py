@@ -28,6 +28,12 @@ state, unchecked. A record that cannot be read is **damaged**, listed with what 
 Progress (the step reached of the job's total, the latest loss and accuracy) is the job's
 own: the workspace's ``metrics.jsonl`` records after the ``start`` record that carries the
 job's id (the runner gives the training ``SINGA_JOB_ID``), and the last step from its log.
+
+Jobs on a cluster (``singa submit --engine ray --address HEAD``; ``singa jobs|logs|stop
+--address``) go through the engine's console (``Engine.cluster_jobs``: the Ray engine's
+supervisor actors and its registry in the GCS), so this module names no engine; this
+machine keeps only a pointer to each job it submitted there (``cluster`` in job.json),
+listed as unknown.
 """
 
 from __future__ import annotations
