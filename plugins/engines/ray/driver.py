@@ -33,6 +33,7 @@ after its step (group 0 checkpoints; exit 130/143), a second tears down at once 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import signal
@@ -68,6 +69,7 @@ LOST_GRACE = 3.0  # seconds to find the dead process after a worker saw a peer v
 
 
 HOLD_ENV = "SINGA_RAY_HOLD_AT"
+FREE_RECHECKS = 3  # more looks at what is free before a job that fits the totals is refused
 
 
 def hold(stage: str) -> None:
@@ -193,10 +195,7 @@ class Attempt:
                     + f"{len(nodes) - len(gone)} that remain"
                 )
                 nodes = self.nodes = [n for n in nodes if n.id in facts]
-            check_fits(
-                requests, nodes, self.options.cpus_per_worker, engine.prepared.cfg.locate,
-                engine.gpu_where(),
-            )  # fmt: skip
+            nodes = self.nodes = self._fit(requests, nodes)
             self.node_of = plan(self.topo, requests, nodes, self.options.placement, driver_node)
             self.expected = traffic.expected(
                 self.topo, engine.layout, self.node_of, len(engine.state_names), driver_node
@@ -221,6 +220,36 @@ class Attempt:
             raise stopped_error(engine.prepared.workspace, f"Ray reported {summary(exc)}") from None
         finally:
             self._teardown()
+
+    def _fit(self, requests, nodes):
+        """The nodes, once the job fits what they have free (:func:`check_fits` and a
+        plan). Ray's view of what is free lags a moment behind what was just released (a
+        job that ended a second ago): a job that fits the totals is given up to
+        :data:`FREE_RECHECKS` more looks, a second apart, before it is refused."""
+        engine = self.engine
+        for tries in range(FREE_RECHECKS + 1):
+            try:
+                check_fits(
+                    requests, nodes, self.options.cpus_per_worker, engine.prepared.cfg.locate,
+                    engine.gpu_where(),
+                )  # fmt: skip
+                plan(self.topo, requests, nodes, self.options.placement, self.driver_node)
+                return nodes
+            except SingaError as refused:
+                totals = [dataclasses.replace(n, free_cpus=None, free_memory=None,
+                                              free_gpus=None) for n in nodes]  # fmt: skip
+                try:
+                    check_fits(requests, totals, self.options.cpus_per_worker, str)
+                    plan(self.topo, requests, totals, self.options.placement, self.driver_node)
+                except SingaError:
+                    raise refused from None  # it does not fit the cluster at all
+                if tries == FREE_RECHECKS:
+                    raise
+            time.sleep(1.0)
+            self._check_startup_signal()
+            fresh = {n.id: n for n in self.runtime.nodes()}
+            nodes = [fresh.get(n.id, n) for n in nodes]
+        return nodes
 
     def _start_and_supervise(self, requests) -> TrainResult:
         import ray
