@@ -324,16 +324,71 @@ def _host(*arrays) -> bool:
     return all(isinstance(x, np.ndarray) for x in arrays)
 
 
+def _gemm_host(a, b, c, beta: float) -> None:
+    """``c = a @ b + beta·c`` on the host: cblas_sgemm on strided views where the layouts
+    allow, numpy (with a temporary) otherwise."""
+    if _call_sgemm(a, b, c, 1.0, beta):
+        return
+    if beta == 0.0:
+        c[...] = a @ b
+    else:
+        if beta != 1.0:
+            c *= beta
+        c += a @ b
+
+
+def _gemm_generic(a, b, c, beta: float) -> None:
+    """Any device: the array module's product, then the accumulation."""
+    if beta == 0.0:
+        c[...] = a @ b
+    else:
+        if beta != 1.0:
+            c *= beta
+        c += a @ b
+
+
+def _gemm_cuda(a, b, c, beta: float) -> None:
+    """cuBLAS's SGEMM with beta (``cupy.cublas.gemm``): one launch where ``a`` and ``b``
+    are C- or F-contiguous (a transposed view counts) and ``c`` is C-contiguous."""
+    import cupy.cublas
+
+    if c.flags.c_contiguous and a.dtype == b.dtype == c.dtype:
+        cupy.cublas.gemm("N", "N", a, b, out=c, alpha=1.0, beta=float(beta))
+    else:
+        _gemm_generic(a, b, c, beta)
+
+
+def _define_gemm() -> None:
+    from singa_core.contracts.kernels import define_kernel
+
+    define_kernel(
+        "gemm",
+        host=_gemm_host,
+        cuda=_gemm_cuda,
+        generic=_gemm_generic,
+        doc="c = a @ b + beta·c (one cuBLAS call on a GPU, one cblas call on the host)",
+    )
+
+
+_define_gemm()
+
+
 def gemm_acc(a, b, c) -> None:
     """``c += a @ b`` in place (one GEMM with beta = 1, no temporary), with numpy's own BLAS.
 
     ``a`` and ``b`` may be transposed views (``x.T``); ``c`` must be C-contiguous float32.
     Layers accumulating parameter gradients over unrolled time steps (``kAggGrad``) use it.
-    Falls back to numpy when the layout or dtype does not allow a direct call.
+    Falls back to numpy when the layout or dtype does not allow a direct call. Device
+    arrays go through the kernel ``gemm`` (cuBLAS with beta = 1 on a GPU).
     """
-    if _host(a, b, c) and c.flags.c_contiguous and _call_sgemm(a, b, c, 1.0, 1.0):
+    if _host(a, b, c):
+        if c.flags.c_contiguous and _call_sgemm(a, b, c, 1.0, 1.0):
+            return
+        c += a @ b
         return
-    c += a @ b
+    from singa_core.contracts.kernels import kernels_for
+
+    kernels_for(c).gemm(a, b, c, 1.0)
 
 
 def gemm(a, b, c, *, beta: float = 0.0) -> None:
@@ -343,13 +398,12 @@ def gemm(a, b, c, *, beta: float = 0.0) -> None:
     of its axes has unit stride (BLAS's leading dimension): the convolutions multiply
     shifted windows of their column buffers and accumulate into them this way, without
     copies. ``beta`` is 0 (overwrite) or 1 (accumulate) in practice. Falls back to numpy
-    (with a temporary) when the layout or dtype does not allow a direct call.
+    (with a temporary) when the layout or dtype does not allow a direct call; device arrays
+    go through the kernel ``gemm``.
     """
-    if _host(a, b, c) and _call_sgemm(a, b, c, 1.0, beta):
+    if _host(a, b, c):
+        _gemm_host(a, b, c, beta)
         return
-    if beta == 0.0:
-        c[...] = a @ b
-    else:
-        if beta != 1.0:
-            c *= beta
-        c += a @ b
+    from singa_core.contracts.kernels import kernels_for
+
+    kernels_for(c).gemm(a, b, c, beta)

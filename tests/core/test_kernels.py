@@ -14,6 +14,7 @@ import singa_builtins.layers.lrn  # noqa: F401
 import singa_builtins.layers.softmax_loss  # noqa: F401
 import singa_builtins.updaters.sgd  # noqa: F401
 
+import singa_core.blas  # noqa: F401
 import singa_core.running.numeric  # noqa: F401
 from singa_core import kernels as K
 from singa_core.contracts import standin
@@ -189,7 +190,17 @@ def _gru_backward_case(rng):
     return [grad, grad2, z, r, c, h, hu_c, *outs], [7, 8, 9, 10, 11, 12], 3e-7
 
 
+def _gemm_case(rng, beta, ta=False):
+    a = _f32(rng, 6, 5)
+    a = np.ascontiguousarray(a.T).T if ta else a  # a transposed view (F-contiguous)
+    return [a, _f32(rng, 5, 7), _f32(rng, 6, 7), beta], [2], 2e-6
+
+
+#: kernels whose CUDA side is a library call (cuBLAS), not CUDA C: checked on a GPU only
+LIBRARY_CALLS = {"gemm"}
+
 CASES = {
+    "gemm": [lambda r, b=b, t=t: _gemm_case(r, b, t) for b in (0.0, 1.0) for t in (False, True)],
     "gru_forward": [lambda r: _gru_forward_case(r, True), lambda r: _gru_forward_case(r, False)],
     "gru_backward": [_gru_backward_case],
     "lrn_forward": [
@@ -293,11 +304,13 @@ def test_every_kernel_with_a_cuda_implementation_has_a_case():
 
 
 @pytest.mark.parametrize(
-    ("name", "i"), [(n, i) for n, cases in CASES.items() for i in range(len(cases))]
+    ("name", "i"),
+    [(n, i) for n, cases in CASES.items() if n not in LIBRARY_CALLS for i in range(len(cases))],
 )
 def test_the_cuda_implementation_equals_the_host_one(emulated, name, i):
     """The CUDA C compiled for the CPU and run thread by thread gives the host kernel's
-    results (exactly, or within float32 rounding where the order of a sum differs)."""
+    results (exactly, or within float32 rounding where the order of a sum differs); the
+    library calls are checked on a GPU (tests/test_gpu.py)."""
     kernel = K.get_kernel(name)
     args, outs, tol = CASES[name][i](np.random.default_rng(i))
     host_args, cuda_args = _copy(args), _copy(args)
@@ -404,6 +417,8 @@ def test_every_cuda_source_compiles_with_nvcc(tmp_path):
         pytest.skip("nvcc is not installed")
     rt = _Recording()
     for name, cases in CASES.items():
+        if name in LIBRARY_CALLS:
+            continue
         for make in cases:
             args, _, _ = make(np.random.default_rng(0))
             fn = K.get_kernel(name).cuda
