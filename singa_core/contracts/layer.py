@@ -428,13 +428,14 @@ class Layer:
             self._metric_count[name] = self._metric_count.get(name, 0) + count
 
     def pop_metrics(self) -> dict[str, float]:
-        """Averages of the metrics added since the last call; resets them."""
-        return pop_metrics_of([self])[0]
+        """Averages of the metrics added since the last call; resets them. A layer may
+        override it (its own metric arithmetic); :func:`pop_metrics_of` calls it then."""
+        return _pop_together([self], reset=True)[0]
 
     def metric_state(self) -> list[list]:
         """``[name, sum, count]`` of each metric since the last pop (device sums read):
         what a checkpoint keeps so that a resumed run displays the same averages."""
-        sums = pop_metrics_of([self], reset=False)[0]
+        sums = _pop_together([self], reset=False)[0]
         return [[k, v, self._metric_count.get(k, 0)] for k, v in sums.items()]
 
     def load_metric_state(self, state: list) -> None:
@@ -457,10 +458,26 @@ class Layer:
         return self._metric_sum
 
 
-def pop_metrics_of(layers: Sequence[Layer], *, reset: bool = True) -> list[dict[str, float]]:
+def pop_metrics_of(layers: Sequence[Layer]) -> list[dict[str, float]]:
     """Every layer's metric averages since the last pop, resetting them, with one read
     per device of what the layers kept there (a displayed step's only synchronisation).
-    ``reset=False``: the sums instead of the averages, nothing reset."""
+    A layer class that overrides :meth:`Layer.pop_metrics` is asked itself."""
+    out: list = [None] * len(layers)
+    plain = []
+    for i, layer in enumerate(layers):
+        if type(layer).pop_metrics is not Layer.pop_metrics:
+            out[i] = layer.pop_metrics()
+        else:
+            plain.append(i)
+    for i, metrics in zip(plain, _pop_together([layers[i] for i in plain], reset=True),
+                          strict=True):  # fmt: skip
+        out[i] = metrics
+    return out
+
+
+def _pop_together(layers: Sequence[Layer], *, reset: bool) -> list[dict[str, float]]:
+    """The metrics of layers that keep them the base class's way; ``reset=False``: the
+    sums instead of the averages, nothing reset."""
     groups: dict[int, tuple[Any, list]] = {}  # array module -> (module, [(i, name, value)])
     for i, layer in enumerate(layers):
         pending = list(layer._metric_pending.items())
