@@ -44,8 +44,10 @@ from singa_builtins.layers._window import (
     as_chwn,
     batch_innermost,
     check_output_size,
+    padded_copy,
     spatial_input,
     window_from_conf,
+    window_launch_args,
     window_slice,
 )
 
@@ -65,10 +67,8 @@ ROW_COLUMNS_MIN_K = 64
 def im2col_host(x, col, kh, kw, ph, pw, sh, sw) -> None:
     """``col[c, i, j, oh, ow, b] = xpad[c, oh·sh + i, ow·sw + j, b]`` for the CHWN view
     ``x`` (unpadded, any strides; padding reads zero)."""
-    c, h, w, b = x.shape
     oh, ow = col.shape[3], col.shape[4]
-    xp = np.zeros((c, h + 2 * ph, w + 2 * pw, b), dtype=DTYPE)
-    xp[:, ph : ph + h, pw : pw + w] = x
+    xp = padded_copy(x, ph, pw)
     win = Window(kh, kw, ph, pw, sh, sw)
     for i, j in win.positions:
         np.copyto(col[:, i, j], xp[window_slice(win, i, j, oh, ow)])
@@ -142,20 +142,13 @@ extern "C" __global__ void singa_col2im(const float* __restrict__ col,
 """
 
 
-def _geometry_args(img, col, kh, kw, ph, pw, sh, sw) -> tuple:
-    c, h, w, b = img.shape
-    oh, ow = col.shape[3], col.shape[4]
-    ints = tuple(np.int32(v) for v in (c, h, w, b, oh, ow, kh, kw, ph, pw, sh, sw))
-    return ints + tuple(np.int64(s // img.itemsize) for s in img.strides)
-
-
 def im2col_cuda(x, col, kh, kw, ph, pw, sh, sw, rt=CUPY) -> None:
-    args = _geometry_args(x, col, kh, kw, ph, pw, sh, sw)
+    args = window_launch_args(x, *col.shape[3:5], kh, kw, ph, pw, sh, sw)
     rt.kernel(_IM2COL, "singa_im2col")(grid_for(col.size), BLOCK, (x, col, *args))
 
 
 def col2im_cuda(col, target, kh, kw, ph, pw, sh, sw, rt=CUPY) -> None:
-    args = _geometry_args(target, col, kh, kw, ph, pw, sh, sw)
+    args = window_launch_args(target, *col.shape[3:5], kh, kw, ph, pw, sh, sw)
     rt.kernel(_COL2IM, "singa_col2im")(grid_for(target.size), BLOCK, (col, target, *args))
 
 

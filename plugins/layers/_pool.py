@@ -32,8 +32,10 @@ from singa_builtins.layers._window import (
     as_chwn,
     batch_innermost,
     check_output_size,
+    padded_copy,
     spatial_input,
     window_from_conf,
+    window_launch_args,
     window_slice,
 )
 
@@ -49,19 +51,11 @@ MAX, AVG = job_pb2.PoolingProto.MAX, job_pb2.PoolingProto.AVG
 
 
 # -- one launch each way on a GPU (the kernels ``pool_forward`` / ``pool_backward``) --------
-def _geometry(x, out_shape, kh, kw, ph, pw, sh, sw):
-    c, h, w, b = x.shape
-    _, oh, ow, _ = out_shape
-    return c, h, w, b, oh, ow
-
-
 def pool_forward_host(x, out, argmax, kh, kw, ph, pw, sh, sw, method, record) -> None:
     """Pool the CHWN view ``x`` (unpadded, any strides) into ``out`` (C, oH, oW, B); MAX
     records each output's first maximal window offset in ``argmax`` when ``record``."""
-    c, h, w, b, oh, ow = _geometry(x, out.shape, kh, kw, ph, pw, sh, sw)
-    fill = -np.inf if method == MAX else 0.0
-    xp = np.full((c, h + 2 * ph, w + 2 * pw, b), fill, dtype=DTYPE)
-    xp[:, ph : ph + h, pw : pw + w] = x
+    oh, ow = out.shape[1], out.shape[2]
+    xp = padded_copy(x, ph, pw, -np.inf if method == MAX else 0.0)
     win = Window(kh, kw, ph, pw, sh, sw)
     slices = [window_slice(win, i, j, oh, ow) for i, j in win.positions]
     np.copyto(out, xp[slices[0]])
@@ -167,29 +161,22 @@ extern "C" __global__ void singa_pool_backward(const float* __restrict__ g,
 """
 
 
-def _strides(a) -> tuple:
-    return tuple(np.int64(s // a.itemsize) for s in a.strides)
-
-
 def pool_forward_cuda(x, out, argmax, kh, kw, ph, pw, sh, sw, method, record, rt=CUPY):
-    c, h, w, b, oh, ow = _geometry(x, out.shape, kh, kw, ph, pw, sh, sw)
-    ints = [np.int32(v) for v in (c, h, w, b, oh, ow, kh, kw, ph, pw, sh, sw)]
+    geometry = window_launch_args(x, out.shape[1], out.shape[2], kh, kw, ph, pw, sh, sw)
     rt.kernel(_POOL_FORWARD, "singa_pool_forward")(
         grid_for(out.size),
         BLOCK,
-        (x, out, argmax, *ints, *_strides(x), np.int32(method == AVG), np.int32(bool(record)),
+        (x, out, argmax, *geometry, np.int32(method == AVG), np.int32(bool(record)),
          np.float32(1.0 / (kh * kw))),
     )  # fmt: skip
 
 
 def pool_backward_cuda(g, argmax, target, kh, kw, ph, pw, sh, sw, method, rt=CUPY):
-    c, h, w, b = target.shape
-    _, oh, ow, _ = g.shape
-    ints = [np.int32(v) for v in (c, h, w, b, oh, ow, kh, kw, ph, pw, sh, sw)]
+    geometry = window_launch_args(target, g.shape[1], g.shape[2], kh, kw, ph, pw, sh, sw)
     rt.kernel(_POOL_BACKWARD, "singa_pool_backward")(
         grid_for(target.size),
         BLOCK,
-        (g, argmax, target, *ints, *_strides(target), np.int32(method == AVG),
+        (g, argmax, target, *geometry, np.int32(method == AVG),
          np.float32(1.0 / (kh * kw))),
     )  # fmt: skip
 

@@ -140,6 +140,23 @@ def _window_field(conf, conf_field: str, name: str, square: bool) -> str:
     return conf_field
 
 
+# -- what the one-launch window kernels share ------------------------------------------------
+def padded_copy(x: np.ndarray, ph: int, pw: int, fill: float = 0.0) -> np.ndarray:
+    """A new ``(C, H + 2·ph, W + 2·pw, B)`` host array: the CHWN view ``x`` in the middle,
+    ``fill`` around it (the host reference of the window kernels)."""
+    c, h, w, b = x.shape
+    out = np.full((c, h + 2 * ph, w + 2 * pw, b), fill, dtype=DTYPE)
+    out[:, ph : ph + h, pw : pw + w] = x
+    return out
+
+
+def window_launch_args(img, oh: int, ow: int, kh, kw, ph, pw, sh, sw) -> tuple:
+    """The geometry a window kernel takes: C, H, W, B of the CHWN view ``img``, the output
+    size, the window (int32), then ``img``'s strides in elements (int64)."""
+    ints = tuple(np.int32(v) for v in (*img.shape, oh, ow, kh, kw, ph, pw, sh, sw))
+    return ints + tuple(np.int64(s // img.itemsize) for s in img.strides)
+
+
 # -- which algorithm a device runs ------------------------------------------------------------
 def _host_window_paths() -> bool:
     """The host: False, the convolution and pooling layers run their BLAS and numba paths

@@ -327,14 +327,8 @@ def _host(*arrays) -> bool:
 def _gemm_host(a, b, c, beta: float) -> None:
     """``c = a @ b + beta·c`` on the host: cblas_sgemm on strided views where the layouts
     allow, numpy (with a temporary) otherwise."""
-    if _call_sgemm(a, b, c, 1.0, beta):
-        return
-    if beta == 0.0:
-        c[...] = a @ b
-    else:
-        if beta != 1.0:
-            c *= beta
-        c += a @ b
+    if not _call_sgemm(a, b, c, 1.0, beta):
+        _gemm_generic(a, b, c, beta)
 
 
 def _gemm_generic(a, b, c, beta: float) -> None:

@@ -334,8 +334,9 @@ def _classify(name: str, result, inputs) -> str:
     return "kernels"
 
 
-def _op(name: str, run, inputs=()):
-    """Run one stand-in call, counted when :func:`counting` is on."""
+def _op(name: str, run, inputs=(), *, launches: int | None = None):
+    """Run one stand-in call, counted when :func:`counting` is on (``launches``: a
+    kernel's launches, instead of classifying the call)."""
     counts = _counts
     if counts is None or getattr(_depth, "n", 0):
         return run()
@@ -344,7 +345,10 @@ def _op(name: str, run, inputs=()):
         result = run()
     finally:
         _depth.n = 0
-    counts.record(name, _classify(name, result, inputs))
+    if launches is None:
+        counts.record(name, _classify(name, result, inputs))
+    for _ in range(launches or 0):
+        counts.record(name, "kernels")
     return result
 
 
@@ -356,17 +360,9 @@ def launcher(name: str, host_fn, launches: int = 1):
 
     def run(*args, **kwargs):
         _refuse_host(args, kwargs)
-        counts = _counts
-        if counts is None or getattr(_depth, "n", 0):
-            return _wrap(host_fn(*_unwrap(args), **_unwrap(kwargs)))
-        _depth.n = 1
-        try:
-            result = _wrap(host_fn(*_unwrap(args), **_unwrap(kwargs)))
-        finally:
-            _depth.n = 0
-        for _ in range(launches):
-            counts.record(name, "kernels")
-        return result
+        return _op(
+            name, lambda: _wrap(host_fn(*_unwrap(args), **_unwrap(kwargs))), launches=launches
+        )
 
     run.__name__ = name
     return run
