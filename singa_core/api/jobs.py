@@ -149,13 +149,12 @@ def job_workspace(conf: str | Path, args: list[str] = ()) -> str:
     )
 
 
-def submit(conf: str | Path, args: list[str] = (), *, root: Path | None = None) -> JobRecord:
-    """Start ``singa train CONF ARGS`` detached; returns its record once the runner runs.
-    The job.conf is parsed first (with ``-o`` overrides), so its mistakes are reported here
-    and not in a log."""
+def _parsed_job(conf, args: list[str]):
+    """``(cfg, workspace)`` of a job to submit: job.conf parsed with the ``-o`` overrides
+    of ``args`` (its mistakes reported before anything starts) and the workspace it runs
+    in (``--workspace``, else the job.conf's)."""
     from singa_core.jobconf.parse import load_job
 
-    args = list(args)
     overrides = [args[i + 1] for i, a in enumerate(args[:-1]) if a in ("-o", "--override")]
     cfg = load_job(conf, overrides)
     job = cfg.job
@@ -168,6 +167,16 @@ def submit(conf: str | Path, args: list[str] = (), *, root: Path | None = None) 
             where=cfg.locate("cluster"),
             help='add `cluster { workspace: "path/to/folder" }`, or --workspace DIR',
         )
+    return cfg, workspace
+
+
+def submit(conf: str | Path, args: list[str] = (), *, root: Path | None = None) -> JobRecord:
+    """Start ``singa train CONF ARGS`` detached; returns its record once the runner runs.
+    The job.conf is parsed first (with ``-o`` overrides), so its mistakes are reported here
+    and not in a log."""
+    args = list(args)
+    cfg, workspace = _parsed_job(conf, args)
+    job = cfg.job
     root = root or jobs_dir()
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -605,21 +614,9 @@ def submit_to_cluster(cls, address: str, conf, args: list[str], insecure: bool,
     """Submit ``singa train CONF ARGS`` to the cluster at ``address`` (its supervisor on
     the head; the job's paths are the head's); a pointer to it is kept in this machine's
     jobs folder. The job.conf is parsed here first: its mistakes are reported here."""
-    from singa_core.jobconf.parse import load_job
-
     args = list(args)
-    overrides = [args[i + 1] for i, a in enumerate(args[:-1]) if a in ("-o", "--override")]
-    cfg = load_job(conf, overrides)
+    cfg, workspace = _parsed_job(conf, args)
     job = cfg.job
-    workspace = _option(args, "--workspace") or (
-        job.cluster.workspace if job.cluster.HasField("workspace") else ""
-    )
-    if not workspace:
-        raise SingaError(
-            "job.conf names no workspace",
-            where=cfg.locate("cluster"),
-            help='add `cluster { workspace: "path/to/folder" }`, or --workspace DIR',
-        )
     cwd = os.getcwd()
     conf_path = str(Path(conf).absolute())
     name = job.name or Path(conf).stem

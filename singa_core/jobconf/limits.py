@@ -35,6 +35,13 @@ PAD = Limit(0, None, "a padding", 1)
 DIM = Limit(0, None, "a dimension index", 0)
 NONNEG = Limit(0, None, "a number that cannot be negative", 0)
 
+#: a convolution's or pooling's window: kernel, pad and stride, for both axes or each
+WINDOW_LIMITS = {
+    **{f"kernel{axis}": SIZE for axis in ("", "_x", "_y")},
+    **{f"pad{axis}": PAD for axis in ("", "_x", "_y")},
+    **{f"stride{axis}": SIZE for axis in ("", "_x", "_y")},
+}
+
 #: message full name -> field -> its limit (repeated fields: every entry)
 LIMITS: dict[str, dict[str, Limit]] = {
     "singa.JobProto": {
@@ -82,29 +89,11 @@ LIMITS: dict[str, dict[str, Limit]] = {
     "singa.CharRNNProto": {"unroll_len": COUNT, "batchsize": BATCH},
     "singa.OnehotProto": {"vocab_size": NONNEG},
     "singa.ConvolutionProto": {
+        **WINDOW_LIMITS,
         "num_filters": COUNT,
-        "kernel": SIZE,
-        "kernel_x": SIZE,
-        "kernel_y": SIZE,
-        "pad": PAD,
-        "pad_x": PAD,
-        "pad_y": PAD,
-        "stride": SIZE,
-        "stride_x": SIZE,
-        "stride_y": SIZE,
         "workspace_byte_limit": NONNEG,
     },
-    "singa.PoolingProto": {
-        "kernel": SIZE,
-        "kernel_x": SIZE,
-        "kernel_y": SIZE,
-        "pad": PAD,
-        "pad_x": PAD,
-        "pad_y": PAD,
-        "stride": SIZE,
-        "stride_x": SIZE,
-        "stride_y": SIZE,
-    },
+    "singa.PoolingProto": WINDOW_LIMITS,
     "singa.DummyProto": {"shape": SIZE},
     "singa.InnerProductProto": {"num_output": COUNT},
     "singa.LRNProto": {"local_size": SIZE},
