@@ -56,6 +56,7 @@ GRU layers (the next time step and a stacked GRU) loses one of their gradients.
 from __future__ import annotations
 
 import numpy as np
+from singa_builtins.layers._gru_sequence import GRURun
 from singa_builtins.layers.sigmoid import sigmoid_forward
 
 from singa_core.blas import gemm_acc
@@ -63,6 +64,7 @@ from singa_core.cuda import elementwise_kernel
 from singa_core.kernels import define_kernel
 from singa_core.layer import Layer, NeuronLayer, kAggGrad
 from singa_core.param import DTYPE
+from singa_core.sequences import stacked
 
 
 # -- the gate arithmetic of a step, one launch each way on a GPU --------------------------------
@@ -243,6 +245,7 @@ class GRULayer(NeuronLayer):
             return self.xp.zeros(shape, dtype=DTYPE)
 
         self._h0 = buf(B, hdim)  # h_prev without a previous GRU: zeros, or a carried state
+        self._h0_zero = True  # whether _h0 is zeros (a run then skips its gradient terms)
         self._z, self._r, self._c = buf(B, hdim), buf(B, hdim), buf(B, hdim)
         self._hu_c = buf(B, hdim)  # h_prev U_cᵀ
         self._t = buf(B, hdim)  # h_prev U_zᵀ, then scratch
@@ -257,9 +260,37 @@ class GRULayer(NeuronLayer):
 
     def carry_state(self, last: Layer | None = None) -> None:
         np.copyto(self._h0, (last or self).data)
+        self._h0_zero = False
 
     def reset_state(self) -> None:
         self._h0.fill(0.0)
+        self._h0_zero = True
+
+    @classmethod
+    def sequence_run(cls, copies, srcs):
+        """Copies fed one by one (copy i ≥ 1 takes copy i − 1 as its previous state) over
+        inputs in one arena run as one (``_gru_sequence.GRURun``)."""
+        first = copies[0]
+        if len(srcs[0]) != 1 or any(
+            len(s) != 2 or s[1] is not copies[i - 1] for i, s in enumerate(srcs) if i
+        ):
+            return None
+        x = stacked([s[0] for s in srcs], "data")
+        out = stacked(copies, "data")
+        grad = stacked(copies, "grad")
+        if x is None or out is None or (grad is None and first.grad is not None):
+            return None
+        for k, q in enumerate(first.params):
+            if any(c.params[k].value is not q.value or c.params[k].grad is not q.grad
+                   for c in copies):  # fmt: skip
+                return None
+        bufs = [s[0].grad_for(c) for s, c in zip(srcs, copies, strict=True)]
+        gx = None
+        if any(b is not None for b in bufs):
+            gx = stacked([s[0] for s in srcs], "grad", bufs)
+            if gx is None:
+                return None
+        return GRURun(copies, srcs, x, out, grad, gx)
 
     def grad_for(self, consumer: Layer) -> np.ndarray | None:
         return self.grad2 if isinstance(consumer, GRULayer) else self.grad

@@ -7,7 +7,8 @@ partitions when the layer is partitioned on dimension 1, i.e. ``partition_dim > 
 * param 0, the weight: ``(hdim, vdim)`` (SINGA's ``(out, in)``), or ``(vdim, hdim)`` with
   ``transpose: true``; param 1, the bias: ``(hdim,)``. Both must be configured (0.3 always
   creates the bias, ``bias_term`` is unused).
-* forward: ``y = x·Wᵀ + b`` (``y = x·W + b`` transposed);
+* forward: ``y = x·Wᵀ + b`` (``y = x·W + b`` transposed); on a device, an activation that
+  alone reads ``y`` adds ``b`` in its own launch (``bias_to_defer``; ``y`` ends the same);
 * backward: ``gW = gᵀ·x`` (``xᵀ·g``), ``gb = Σ_rows g``, ``gx = g·W`` (``g·Wᵀ``); with the
   ``kAggGrad`` phase flag (BPTT) the param gradients are accumulated instead of overwritten.
   The source gradient is skipped when the source takes none (``grad_for`` returns None).
@@ -20,6 +21,7 @@ import numpy as np
 from singa_core.blas import gemm_acc
 from singa_core.layer import NeuronLayer, kAggGrad, kDeploy
 from singa_core.param import DTYPE
+from singa_core.sequences import SequenceRun, stacked
 
 
 class InnerProductLayer(NeuronLayer):
@@ -71,6 +73,11 @@ class InnerProductLayer(NeuronLayer):
         # singa keeps the weight (out, in), or (in, out) with transpose: y = x·Wᵀ + b
         return g.add("Gemm", [x, w, b], name=self.name, transB=0 if self.transpose else 1)
 
+    def bias_to_defer(self):
+        # on a device its consumer may add the bias in its own launch (Layer.absorbs_bias);
+        # not on the few-row predicting path, whose add is also the transposing copy
+        return self.bias if self._yt is None else None
+
     def forward(self, phase, srcs):
         x = srcs[0].data.reshape(self.batchsize, self.vdim)
         w = self.weight.value
@@ -79,7 +86,8 @@ class InnerProductLayer(NeuronLayer):
             np.add(self._yt.T, self.bias.value, out=self.data)
             return
         np.dot(x, w if self.transpose else w.T, out=self.data)
-        self.data += self.bias.value
+        if self.deferred_bias is None:  # else its consumer adds it (bias_to_defer)
+            self.data += self.bias.value
 
     def flops(self, srcs):
         mm = 2.0 * self.batchsize * self.vdim * self.hdim  # one (B x V)·(V x H) product
@@ -109,3 +117,65 @@ class InnerProductLayer(NeuronLayer):
                 np.dot(g, wx, out=buf.reshape(self.batchsize, self.vdim))
             else:  # a strided view: reshape would copy, so assign instead
                 buf[...] = np.dot(g, wx).reshape(buf.shape)
+
+    # -- all unrolled copies at once (singa_core.sequences) -------------------------------
+    @classmethod
+    def sequence_run(cls, copies, srcs):
+        """Copies over consecutive time steps of one source: one product over all ``T·B``
+        rows each way, the weight and bias gradients summed in one GEMM each."""
+        first = copies[0]
+        if any(len(s) != 1 for s in srcs) or first._yt is not None:
+            return None
+        x = stacked([s[0] for s in srcs], "data")
+        y = stacked(copies, "data")
+        same = all(
+            c.weight.value is first.weight.value
+            and c.bias.value is first.bias.value
+            and c.weight.grad is first.weight.grad
+            and c.bias.grad is first.bias.grad
+            for c in copies
+        )
+        deferred = {c.deferred_bias is None for c in copies}
+        if x is None or y is None or not same or len(deferred) != 1:
+            return None
+        g = stacked(copies, "grad")
+        bufs = [s[0].grad_for(c) for s, c in zip(srcs, copies, strict=True)]
+        gx = None if bufs[0] is None else stacked([s[0] for s in srcs], "grad", bufs)
+        if g is None and first.grad is not None or bufs[0] is not None and gx is None:
+            return None
+        return _InnerProductRun(copies, srcs, x, y, g, gx)
+
+
+class _InnerProductRun(SequenceRun):
+    def __init__(self, copies, srcs, x, y, g, gx) -> None:
+        super().__init__(copies)
+        first = copies[0]
+        rows = len(copies) * first.batchsize
+        self.srcs = srcs
+        self.x = x.reshape(rows, first.vdim)
+        self.y = y.reshape(rows, first.hdim)
+        self.g = None if g is None else g.reshape(rows, first.hdim)
+        self.gx = None if gx is None else gx.reshape(rows, first.vdim)
+        self.ones = first.xp.ones(rows, dtype=DTYPE)
+
+    def forward(self, phase):
+        first = self.layers[0]
+        self.fetch([s[0] for s in self.srcs])
+        w = first.weight.value
+        np.dot(self.x, w if first.transpose else w.T, out=self.y)
+        if first.deferred_bias is None:  # else the copies' consumers add it (bias fusion)
+            self.y += first.bias.value
+
+    def backward(self, phase):
+        if not phase & kAggGrad:  # each copy overwrites the gradients: copy by copy
+            for copy, srcs in zip(reversed(self.layers), reversed(self.srcs), strict=True):
+                copy.backward(phase, srcs)
+            return
+        first = self.layers[0]
+        g, x = self.g, self.x
+        wp, bp = first.weight, first.bias
+        gemm_acc(x.T, g, wp.grad) if first.transpose else gemm_acc(g.T, x, wp.grad)
+        gemm_acc(self.ones[None, :], g, bp.grad.reshape(1, -1))
+        if self.gx is not None:
+            w = wp.value
+            np.dot(g, w.T if first.transpose else w, out=self.gx)

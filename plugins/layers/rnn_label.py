@@ -37,7 +37,7 @@ class RNNLabelLayer(InputLayer):
                 help="char_rnn_conf.unroll_len must be at least the net's unroll_len",
             )
         self._next = seq[t + 1]
-        self.aux = self.xp.zeros(seq.shape[1], dtype=np.int64)
+        self.aux = self.buffer("aux", (seq.shape[1],), np.int64)  # the copies' share one array
         self.alloc((seq.shape[1],), grad=False)
 
     def forward(self, phase, srcs):

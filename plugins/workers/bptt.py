@@ -3,6 +3,11 @@
 The net is unrolled by the core (``unroll_len``; copies ``i#L`` whose Params share the value
 and the gradient of copy 0). TrainOneBatch:
 
+The net is executed as ``net.units()``: the layers, except that all copies of a layer whose
+class runs them at once (``Layer.sequence_run``: kGRU, kInnerProduct, kSoftmaxLoss, the
+device copies) form one unit (:mod:`singa_core.sequences`); ``SINGA_SEQUENCE_RUNS=0`` runs
+every copy by itself.
+
 1. forward over the layers in net order with ``kTrain | kForward``; before a layer runs, the
    Params holding their own gradient (copy 0 of each unrolled Param) are collected and their
    gradient is zeroed;
@@ -26,6 +31,7 @@ from __future__ import annotations
 from singa_core.errors import SingaError
 from singa_core.layer import kAggGrad, kBackward, kForward, kTrain
 from singa_core.names import base_layer_name, unrolled_name
+from singa_core.sequences import SequenceRun
 from singa_core.worker import Worker
 
 
@@ -40,38 +46,45 @@ class BPTTWorker(Worker):
 
     # -- training ------------------------------------------------------------------------
     def _plan(self, net):
-        """Per layer: the gradient-owning Params to zero before its forward, and those to
-        send after its backward (their last contributor)."""
+        """The net's units (``net.units()``: single layers, and runs of all copies of a
+        layer at once) and, per unit, the gradient-owning Params to zero before its
+        forward and those to send after its backward (their last contributor)."""
         plan = self._plans.get(id(net))
         if plan is None:
+            units = net.units()
             first_use: dict[int, int] = {}
             owners = {}
-            for i, layer in enumerate(net.layers):
-                for p in layer.params:
+            for i, unit in enumerate(units):
+                for p in unit.params:
                     g = p.grad_owner
                     owners[id(g)] = g
                     first_use.setdefault(id(g), i)
-            zero_before = [[] for _ in net.layers]
-            send_after = [[] for _ in net.layers]
+            zero_before = [[] for _ in units]
+            send_after = [[] for _ in units]
             for key, g in owners.items():
                 zero_before[first_use[key]].append(g)
                 send_after[first_use[key]].append(g)  # backward runs in reverse order
-            plan = (zero_before, send_after)
+            steps = [
+                (unit.forward, unit.backward, None)
+                if isinstance(unit, SequenceRun)
+                else (unit.forward, unit.backward, net.srclayers(unit))
+                for unit in units
+            ]
+            plan = (steps, zero_before, send_after)
             self._plans[id(net)] = plan
         return plan
 
     def train_one_batch(self, step: int, net, stub) -> None:
-        zero_before, send_after = self._plan(net)
+        steps, zero_before, send_after = self._plan(net)
         fwd, bwd = kTrain | kForward, kTrain | kBackward | kAggGrad
-        layers = net.layers
-        for i, layer in enumerate(layers):
+        for i, (forward, _, srcs) in enumerate(steps):
             for p in zero_before[i]:
                 stub.collect(p)
                 p.grad.fill(0.0)
-            layer.forward(fwd, net.srclayers(layer))
-        for i in range(len(layers) - 1, -1, -1):
-            layer = layers[i]
-            layer.backward(bwd, net.srclayers(layer))
+            forward(fwd) if srcs is None else forward(fwd, srcs)
+        for i in range(len(steps) - 1, -1, -1):
+            backward, srcs = steps[i][1], steps[i][2]
+            backward(bwd) if srcs is None else backward(bwd, srcs)
             for p in send_after[i]:
                 stub.update(step, p)
 
@@ -115,8 +128,12 @@ class BPTTWorker(Worker):
             state = self._eval[id(net)]
         flag = phase | kForward
         dynamic = state["dynamic"] if state["batch"] > 0 else {}
-        for layer in net.layers:
-            layer.forward(flag, dynamic.get(layer.name) or net.srclayers(layer))
+        if dynamic:
+            for layer in net.layers:
+                layer.forward(flag, dynamic.get(layer.name) or net.srclayers(layer))
+        else:
+            for forward, _, srcs in self._plan(net)[0]:
+                forward(flag) if srcs is None else forward(flag, srcs)
         for layer in state["carriers"]:
             layer.carry_state()
         state["batch"] += 1

@@ -25,6 +25,7 @@ from singa_core.contracts.errors import Location, SingaError
 from singa_core.contracts.memory import charge as charge_memory
 from singa_core.contracts.names import split_replica_name
 from singa_core.contracts.param import DTYPE, Param
+from singa_core.contracts.sequences import SequenceRun, SequenceSlot
 from singa_core.schema import job_pb2
 
 # Phase bit flags (SINGA's Phase enum); flags passed to forward/backward are OR-ed sets.
@@ -54,6 +55,9 @@ class LayerContext:
     # where the layer computes (its worker's device); the default is the device in effect
     # (the CPU unless inside singa_core.contracts.device.using_device)
     device: Device = field(default_factory=default_device)
+    # an unrolled copy's slot in the arena its layer's copies allocate from
+    # (singa_core.contracts.sequences); None for a layer that is not unrolled
+    sequence: SequenceSlot | None = None
 
 
 def zeros_laid_out_like(src, dtype=DTYPE, xp=None):
@@ -116,6 +120,18 @@ class Layer:
     recurrent: bool = False
     needs_whole_source: bool = False
     deploy_role: str | None = "keep"
+    #: bias fusion across an edge (decided once per net on a device, never on the host, by
+    #: singa_core.netbuilder.fusion): a layer whose only source is a producer offering a
+    #: bias (:meth:`bias_to_defer`) and read by nothing else can add it itself in its
+    #: first launch when its class says ``absorbs_bias = True``. The pass then sets the
+    #: producer's ``deferred_bias`` (it leaves ``data`` without the bias) and the consumer's
+    #: ``absorbed_bias`` to that Param; the consumer's forward adds ``absorbed_bias.value``
+    #: (over the last axis) to ``srcs[0].data`` in place and computes from the sum, so after
+    #: it the producer's ``data`` is what it would have been without fusion. Backward is
+    #: unchanged (the producer computes its bias gradient).
+    absorbs_bias: bool = False
+    deferred_bias: Param | None = None
+    absorbed_bias: Param | None = None
 
     def __init__(self, conf, ctx: LayerContext | None = None) -> None:
         self.conf = conf  # singa.LayerProto
@@ -215,11 +231,26 @@ class Layer:
         evaluation pass and at the end of a run; may be called again, and the layer may
         keep working (appending) afterwards."""
 
+    @classmethod
+    def sequence_run(
+        cls, copies: Sequence[Layer], srcs: Sequence[Sequence[Layer]]
+    ) -> SequenceRun | None:
+        """Optional: one object running all unrolled copies of a layer at once (``copies``
+        in time order, ``srcs[i]`` copy i's sources), or None (the default): the worker
+        runs them one by one. The contract is in :mod:`singa_core.contracts.sequences`."""
+        return None
+
     def flops(self, srcs: Sequence[Layer]) -> tuple[float, float] | None:
         """Optional: the floating-point operations of one ``forward`` and one ``backward``
         over the current batch, given the layer's sources (a multiply-add counts as two;
         the gradient for a source whose ``grad_for`` is None is not computed). ``singa
         time`` shows GFLOP/s from it; None (the default): the layer does not say."""
+        return None
+
+    def bias_to_defer(self) -> Param | None:
+        """The Param (a bias over the last axis of ``data``, C-contiguous) this layer may
+        leave to its only consumer to add (see ``absorbs_bias``); None (the default): it
+        adds its own. A layer returning one skips the add while ``deferred_bias`` is set."""
         return None
 
     # -- helpers for subclasses ---------------------------------------------------------
@@ -253,8 +284,20 @@ class Layer:
         charge_memory(self, "data", shape)
         if grad:
             charge_memory(self, "grad", shape)
-        self.data = self.device.zeros(shape, dtype=DTYPE)
-        self.grad = self.device.zeros(shape, dtype=DTYPE) if grad else None
+        self.data = self.buffer("data", shape)
+        self.grad = self.buffer("grad", shape) if grad else None
+
+    def buffer(self, kind: str, shape: Sequence[int], dtype=DTYPE):
+        """Zeros of ``shape`` on the layer's device for the buffer ``kind`` (``"data"``,
+        ``"grad"``, ``"aux"``). An unrolled copy's come from its layer's arena (element
+        ``unroll_index`` of one array for all copies, see
+        :mod:`singa_core.contracts.sequences`), so the copies can run as one."""
+        slot = self.ctx.sequence
+        if slot is not None:
+            view = slot.alloc(kind, shape, dtype, self.device)
+            if view is not None:
+                return view
+        return self.device.zeros(tuple(int(s) for s in shape), dtype=dtype)
 
     def alloc_like(self, src: np.ndarray, *, grad: bool = True) -> None:
         """Allocate ``data`` (and ``grad``) shaped like ``src`` *and laid out like it in

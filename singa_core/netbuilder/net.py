@@ -27,7 +27,9 @@ from singa_core.contracts.layer import Layer, LayerContext, kDeploy, kTest, kTra
 from singa_core.contracts.memory import charge as charge_memory
 from singa_core.contracts.names import plain_param_name, split_replica_name, split_unrolled_name
 from singa_core.contracts.param import Param, fill_param
+from singa_core.netbuilder.fusion import fuse_biases
 from singa_core.netbuilder.partition import partition
+from singa_core.netbuilder.sequences import plan_units, sequence_slots, transfer_slot
 from singa_core.netbuilder.specs import LayerSpec, layer_type_name, spec_location
 from singa_core.netbuilder.transfer import DeviceTransfer, needs_transfer
 from singa_core.netbuilder.unrolling import unroll
@@ -64,6 +66,15 @@ class NeuralNet:
 
     def srclayers(self, layer: Layer) -> list[Layer]:
         return self._srcs[layer.name]
+
+    def units(self) -> list:
+        """What a worker of an unrolled net executes, in order: single layers and runs of
+        all copies of a layer at once (:mod:`singa_core.netbuilder.sequences`); a net
+        without runs gives its layers. Decided once per net."""
+        units = self.__dict__.get("_units")
+        if units is None:
+            units = self._units = plan_units(self)
+        return units
 
     @property
     def owner_params(self) -> list[Param]:
@@ -110,6 +121,7 @@ class NeuralNet:
         _resolve_share_from(specs, locate)
         specs = _insert_split_layers(specs, get_plugin)
         ordered = _topological_order(specs, get_plugin, locate)
+        slots = sequence_slots(ordered)
 
         for spec in ordered:
             conf = spec.conf
@@ -143,6 +155,7 @@ class NeuralNet:
                 sample_shape=sample_shape,
                 param_values=param_values,
                 device=_device_of_partition(devices, int(conf.partition_id)),
+                sequence=slots.get(conf.name),
             )
             layer = layer_cls(conf, ctx)
             # a source later in the order (only for order_after_first_src_only layers, e.g.
@@ -192,12 +205,14 @@ class NeuralNet:
                 if srcs[i] is None:
                     srcs[i] = net.by_name[name].output_for(layer)
         _bind_params(net, locate, get_plugin, seed, init_params)
+        fuse_biases(net)  # on a device: a bias added in its consumer's launch (fusion.py)
         return net
 
     def _add_transfer(self, src, consumer: Layer) -> Layer:
         """A DeviceTransfer from ``src`` to ``consumer``'s device, set up and placed in the
         order (before the consumer, after its sources)."""
-        transfer = DeviceTransfer(src, consumer)
+        arenas = self.__dict__.setdefault("_transfer_arenas", {})
+        transfer = DeviceTransfer(src, consumer, sequence=transfer_slot(src, consumer, arenas))
         name = transfer.name
         k = 1
         while name in self.by_name:

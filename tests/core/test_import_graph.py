@@ -48,6 +48,7 @@ ALIASES = {
     "device",
     "kernels",
     "cuda",
+    "sequences",
     "memory",
     "names",
     "resources",

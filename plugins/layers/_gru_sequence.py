@@ -1,0 +1,282 @@
+"""kGRU over all unrolled time steps at once (a :class:`singa_core.sequences.SequenceRun`).
+
+The copies ``0#gru … T−1#gru`` of an unrolled GRU compute, one by one, six products per
+step and per direction. Run together (``GRULayer.sequence_run``), with ``X`` the ``T·B``
+input rows of all steps and the weights stacked as ``W = [W_z; W_r; W_c]`` (``3H × V``) and
+``U = [U_z; U_r; U_c]`` (``3H × H``):
+
+* forward: ``G = X·Wᵀ`` for every step in one GEMM; then per step ``P_t = h_{t−1}·Uᵀ`` (one
+  GEMM) and one kernel (``gru_step_forward``) turning ``G_t``, ``P_t`` and the biases into
+  the gates (kept in ``G_t``) and ``h_t`` (copy t's ``data``);
+* backward, from the last step down: one kernel (``gru_step_backward``) gives the gate
+  gradients ``Dx_t = [dz | dr | dc]`` and ``Dh_t = [dz | dr | dc ⊙ r]`` and the direct part
+  ``g ⊙ z`` of ``h_{t−1}``'s gradient, then one GEMM adds ``Dh_t·U`` to it; the weight
+  gradients are then ``Dxᵀ·X``, ``Dhᵀ·[h_0 … h_{T−2}]`` and the column sums of ``Dx``: one
+  GEMM each over all ``T·B`` rows, added into the nine Param gradients; the input's gradient
+  is ``Dx·W`` in one GEMM.
+
+The formulas are kGRU's (see plugins/layers/gru.py); the kernels keep its order of
+operations, so a step's gates are the copy's, and the sums over the steps differ only in
+float32 rounding. A copy's gradient buffer ``grad2`` (written by a GRU consumer other than
+the next step, e.g. a stacked GRU) is added as the copy-by-copy path adds it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from singa_builtins.layers.sigmoid import sigmoid_forward
+
+from singa_core.blas import gemm
+from singa_core.cuda import BLOCK, CUPY, elementwise_source, grid_for
+from singa_core.kernels import define_kernel
+from singa_core.layer import kAggGrad
+from singa_core.param import DTYPE
+from singa_core.sequences import SequenceRun
+
+
+# -- the kernels of one time step ------------------------------------------------------------
+def gru_step_forward_host(g, p, bz, br, bc, h, out, has_bias) -> None:
+    """``g`` (B×3H): ``x·Wᵀ`` of the step, becomes ``[z | r | c]``; ``p`` (B×3H): ``h·Uᵀ``
+    (its first block ends as scratch, the last, ``h·U_cᵀ``, is kept for backward);
+    ``out = z ⊙ (h − c) + c``."""
+    H = out.shape[-1]
+    z, r, c = g[:, :H], g[:, H : 2 * H], g[:, 2 * H :]
+    tz, tr, hu = p[:, :H], p[:, H : 2 * H], p[:, 2 * H :]
+    for gate, t, b in ((z, tz, bz), (r, tr, br)):
+        gate += t
+        if has_bias:
+            gate += b
+        sigmoid_forward(gate, gate)
+    np.multiply(r, hu, out=tz)
+    c += tz
+    if has_bias:
+        c += bc
+    np.tanh(c, out=c)
+    np.subtract(h, c, out=tz)
+    tz *= z
+    np.add(tz, c, out=out)
+
+
+def gru_step_backward_host(grad, grad2, rec, g, p, h, dx, dh, rec_prev) -> None:
+    """The step's gradient ``grad + grad2 + rec`` (``rec``: from the next step) through the
+    gates ``g = [z | r | c]``: ``dx = [dz | dr | dc]``, ``dh = [dz | dr | dc ⊙ r]``,
+    ``rec_prev = (grad + grad2 + rec) ⊙ z``."""
+    H = rec.shape[-1]
+    z, r, c = g[:, :H], g[:, H : 2 * H], g[:, 2 * H :]
+    hu = p[:, 2 * H :]
+    dz, dr, dc = dx[:, :H], dx[:, H : 2 * H], dx[:, 2 * H :]
+    sz, sr, dcr = dh[:, :H], dh[:, H : 2 * H], dh[:, 2 * H :]
+    gv = rec_prev
+    np.add(grad, grad2, out=gv)
+    gv += rec
+    # dc = (1 − z)(1 − c²) g
+    np.multiply(c, c, out=dc)
+    np.subtract(1.0, dc, out=dc)
+    np.subtract(1.0, z, out=sz)
+    dc *= sz
+    dc *= gv
+    # dz = (h − c) · (1 − z)z · g
+    sz *= z
+    np.subtract(h, c, out=dz)
+    dz *= sz
+    dz *= gv
+    # dr = dc · (h·U_cᵀ) · (1 − r)r
+    np.subtract(1.0, r, out=sr)
+    sr *= r
+    np.multiply(dc, hu, out=dr)
+    dr *= sr
+    np.copyto(sz, dz)
+    np.copyto(sr, dr)
+    np.multiply(dc, r, out=dcr)
+    gv *= z
+
+
+_FORWARD = elementwise_source(
+    "singa_gru_step_forward",
+    "float* g, float* p, const float* bz, const float* br, const float* bc, const float* h, "
+    "float* out",
+    """
+const long long row = i / hdim, k = i % hdim, base = row * 3 * hdim + k;
+float zv = g[base] + p[base];
+float rv = g[base + hdim] + p[base + hdim];
+float cv = g[base + 2 * hdim];
+if (has_bias) { zv = zv + bz[k]; rv = rv + br[k]; }
+zv = 1.0f / (expf(-zv) + 1.0f);
+rv = 1.0f / (expf(-rv) + 1.0f);
+cv = cv + __fmul_rn(rv, p[base + 2 * hdim]);
+if (has_bias) cv = cv + bc[k];
+cv = tanhf(cv);
+g[base] = zv; g[base + hdim] = rv; g[base + 2 * hdim] = cv;
+out[i] = __fmul_rn(h[i] - cv, zv) + cv;
+""",
+    "long long hdim, int has_bias",
+)
+
+_BACKWARD = elementwise_source(
+    "singa_gru_step_backward",
+    "const float* grad, const float* grad2, const float* rec, const float* g, const float* p, "
+    "const float* h, float* dx, float* dh, float* rec_prev",
+    """
+const long long row = i / hdim, k = i % hdim, base = row * 3 * hdim + k;
+const float gv = (grad[i] + grad2[i]) + rec[i];
+const float zv = g[base], rv = g[base + hdim], cv = g[base + 2 * hdim];
+const float dcv = __fmul_rn(__fmul_rn(1.0f - zv, 1.0f - __fmul_rn(cv, cv)), gv);
+const float dzv = __fmul_rn(__fmul_rn(h[i] - cv, __fmul_rn(1.0f - zv, zv)), gv);
+const float drv = __fmul_rn(__fmul_rn(dcv, p[base + 2 * hdim]), __fmul_rn(1.0f - rv, rv));
+dx[base] = dzv; dx[base + hdim] = drv; dx[base + 2 * hdim] = dcv;
+dh[base] = dzv; dh[base + hdim] = drv; dh[base + 2 * hdim] = __fmul_rn(dcv, rv);
+rec_prev[i] = __fmul_rn(gv, zv);
+""",
+    "long long hdim",
+)
+
+
+def _dense(*arrays) -> bool:
+    return all(a.flags.c_contiguous for a in arrays)
+
+
+def gru_step_forward_cuda(g, p, bz, br, bc, h, out, has_bias, rt=CUPY) -> None:
+    if not _dense(g, p, bz, br, bc, h, out):
+        gru_step_forward_host(g, p, bz, br, bc, h, out, has_bias)
+        return
+    n, hdim = int(out.size), int(out.shape[-1])
+    args = (g, p, bz, br, bc, h, out, np.int64(n), np.int64(hdim), np.int32(bool(has_bias)))
+    rt.kernel(_FORWARD, "singa_gru_step_forward")(grid_for(n), BLOCK, args)
+
+
+def gru_step_backward_cuda(grad, grad2, rec, g, p, h, dx, dh, rec_prev, rt=CUPY) -> None:
+    if not _dense(grad, grad2, rec, g, p, h, dx, dh, rec_prev):
+        gru_step_backward_host(grad, grad2, rec, g, p, h, dx, dh, rec_prev)
+        return
+    n, hdim = int(rec.size), int(rec.shape[-1])
+    args = (grad, grad2, rec, g, p, h, dx, dh, rec_prev, np.int64(n), np.int64(hdim))
+    rt.kernel(_BACKWARD, "singa_gru_step_backward")(grid_for(n), BLOCK, args)
+
+
+gru_step_forward_cuda.source = _FORWARD
+gru_step_backward_cuda.source = _BACKWARD
+
+define_kernel(
+    "gru_step_forward",
+    host=gru_step_forward_host,
+    generic=gru_step_forward_host,
+    cuda=gru_step_forward_cuda,
+    doc="one time step of a GRU run: gates and output from the stacked products",
+)
+define_kernel(
+    "gru_step_backward",
+    host=gru_step_backward_host,
+    generic=gru_step_backward_host,
+    cuda=gru_step_backward_cuda,
+    doc="one time step of a GRU run: the stacked gate gradients and h_prev's direct part",
+)
+
+
+# -- the run ----------------------------------------------------------------------------------
+class GRURun(SequenceRun):
+    """Copies ``0 … T−1`` of one kGRU, each but the first fed by the one before (see the
+    module doc). ``x``: the inputs' arena ``(T, B, …)``; ``gx``: their gradient buffers'
+    arena, or None when no gradient flows to the input."""
+
+    def __init__(self, copies, srcs, x, out, grad, gx) -> None:
+        super().__init__(copies)
+        first = copies[0]
+        self.first, self.srcs = first, srcs
+        T, B, H, V = len(copies), first.batchsize, first.hdim, first.vdim
+        self.T, self.B, self.H, self.V = T, B, H, V
+        xp = first.xp
+        self.x = x.reshape(T * B, V)
+        self.out = out  # (T, B, H): the copies' data
+        self.grad = grad  # (T, B, H): the copies' grad (from their other consumers)
+        self.gx = None if gx is None else gx.reshape(T * B, V)
+        self.outs = [c.data for c in copies]
+        self.grad2 = [c.grad2 for c in copies]
+        self.grads = [c.grad for c in copies]
+        self.gates = xp.zeros((T, B, 3 * H), dtype=DTYPE)  # x·Wᵀ, then [z | r | c]
+        self.hprod = xp.zeros((T, B, 3 * H), dtype=DTYPE)  # h_{t−1}·Uᵀ
+        self.w = xp.empty((3 * H, V), dtype=DTYPE)  # [W_z; W_r; W_c]
+        self.u = xp.empty((3 * H, H), dtype=DTYPE)  # [U_z; U_r; U_c]
+        self._back = None  # the backward's arrays, made on its first call
+
+    def _hprev(self, t: int):
+        return self.first._h0 if t == 0 else self.outs[t - 1]
+
+    def forward(self, phase):
+        first, H = self.first, self.H
+        self.fetch([s[0] for s in self.srcs])
+        p = [q.value for q in first.params]
+        np.concatenate((p[0], p[1], p[2]), axis=0, out=self.w)
+        np.concatenate((p[3], p[4], p[5]), axis=0, out=self.u)
+        bz, br, bc = (p[6], p[7], p[8]) if first.has_bias else (self.w[0],) * 3
+        gates2 = self.gates.reshape(self.T * self.B, 3 * H)
+        np.dot(self.x, self.w.T, out=gates2)
+        step = first.kernels.gru_step_forward
+        ut = self.u.T
+        for t in range(self.T):
+            h = self._hprev(t)
+            np.dot(h, ut, out=self.hprod[t])
+            step(self.gates[t], self.hprod[t], bz, br, bc, h, self.outs[t], first.has_bias)
+
+    def _backward_arrays(self):
+        if self._back is None:
+            xp, T, B, H, V = self.first.xp, self.T, self.B, self.H, self.V
+            self._back = {
+                "dx": xp.empty((T, B, 3 * H), dtype=DTYPE),
+                "dh": xp.empty((T, B, 3 * H), dtype=DTYPE),
+                "rec": [xp.empty((B, H), dtype=DTYPE), xp.empty((B, H), dtype=DTYPE)],
+                "zero": xp.zeros((B, H), dtype=DTYPE),
+                "gw": xp.empty((3 * H, V), dtype=DTYPE),
+                "gu": xp.empty((3 * H, H), dtype=DTYPE),
+                "gb": xp.empty(3 * H, dtype=DTYPE),
+                "ones": xp.ones(T * B, dtype=DTYPE),
+            }
+        return self._back
+
+    def backward(self, phase):
+        first, T, B, H = self.first, self.T, self.B, self.H
+        a = self._backward_arrays()
+        dx, dh, rec = a["dx"], a["dh"], a["rec"]
+        step = first.kernels.gru_step_backward
+        current = a["zero"]
+        for t in range(T - 1, -1, -1):
+            prev = rec[t % 2]
+            step(
+                self.grads[t], self.grad2[t], current, self.gates[t], self.hprod[t],
+                self._hprev(t), dx[t], dh[t], prev,
+            )  # fmt: skip
+            if t > 0:
+                gemm(dh[t], self.u, prev, beta=1.0)  # h_{t−1}'s gradient: + Dh_t·U
+            current = prev
+        dx2 = dx.reshape(T * B, 3 * H)
+        params = first.params
+        agg = bool(phase & kAggGrad)
+        # the weight gradients over all steps, then into the nine Params
+        np.dot(dx2.T, self.x, out=a["gw"])
+        self._add(params[0:3], a["gw"], agg)
+        gu = a["gu"]
+        if T > 1:
+            np.dot(
+                dh[1:].reshape((T - 1) * B, 3 * H).T, self.out[:-1].reshape((T - 1) * B, H),
+                out=gu,
+            )  # fmt: skip
+            if not first._h0_zero:
+                gemm(dh[0].T, first._h0, gu, beta=1.0)
+        else:
+            np.dot(dh[0].T, first._h0, out=gu)
+        self._add(params[3:6], gu, agg)
+        if first.has_bias:
+            np.dot(a["ones"], dx2, out=a["gb"])
+            self._add(params[6:9], a["gb"], agg)
+        if self.gx is not None:
+            np.dot(dx2, self.w, out=self.gx)
+
+    def _add(self, params, stacked_grad, agg: bool) -> None:
+        """Param k's gradient (+)= block k of ``stacked_grad``. Without ``kAggGrad`` the
+        gradient of the whole sequence is written (the copies would each overwrite it)."""
+        H = self.H
+        for k, q in enumerate(params):
+            block = stacked_grad[k * H : (k + 1) * H]
+            if agg:
+                q.grad += block
+            else:
+                q.grad[...] = block
