@@ -172,3 +172,25 @@ def test_every_cuda_kernel_equals_its_host_implementation_on_the_gpu(gpu):
             getattr(gpu.kernels, name)(*dev_args)
             for j in outs:
                 tk._close(host_args[j], back(dev_args[j]), max(tol, 2e-6), f"{name}[{i}] arg {j}")
+
+
+def test_a_fused_bias_and_activation_on_the_gpu_compute_what_the_cpu_does(gpu, tmp_path):
+    """kInnerProduct → activation paired on a GPU (one bias_*_forward launch): the product's
+    data is still x·Wᵀ + b and the activation's output the CPU's, for every activation."""
+    from singa_core.device import to_host
+    from tests.test_bias_fusion import HIDDEN, _forward, _net
+
+    b = np.random.default_rng(1).standard_normal(16).astype(np.float32)
+    for key, hidden in HIDDEN.items():
+        folder = tmp_path / key.replace(" ", "-")
+        folder.mkdir()
+        nets = {d: _net(folder, d, hidden) for d in ("cpu", "cuda:0")}
+        dev, cpu = nets["cuda:0"], nets["cpu"]
+        assert dev.by_name["hidden"].absorbed_bias is dev.by_name["ip1"].bias, key
+        for net in nets.values():
+            _forward(net, {"ip1": b})
+        for name in ("ip1", "hidden", "ip2"):
+            np.testing.assert_allclose(
+                to_host(dev.by_name[name].data), cpu.by_name[name].data, rtol=1e-5, atol=1e-6,
+                err_msg=f"{key}: {name}",
+            )  # fmt: skip

@@ -20,6 +20,7 @@ import numpy as np
 import singa_builtins.layers.relu  # noqa: F401  (defines relu_forward/relu_backward)
 import singa_builtins.layers.sigmoid  # noqa: F401  (defines sigmoid_forward/_backward)
 from singa_builtins.layers import CUDNN_ALIAS_NOTE
+from singa_builtins.layers._bias import define_bias_activation
 from singa_builtins.layers.stanh import stanh_onnx
 
 from singa_core.cuda import elementwise_kernel
@@ -62,6 +63,7 @@ define_kernel(
     ),
     doc="out = g·(1 − y²)",
 )
+define_bias_activation("tanh", tanh_forward, "tanhf(v)", "y = tanh x")
 
 #: the kernels of each activation type (relu.py, sigmoid.py, stanh.py define theirs)
 _FUNCS = {
@@ -75,6 +77,7 @@ _FUNCS = {
 class ActivationLayer(NeuronLayer):
     type_names = ("kActivation", "kCudnnActivation")
     placement = "device"
+    absorbs_bias = True
     alias_note = CUDNN_ALIAS_NOTE
 
     def setup(self, srcs):
@@ -112,7 +115,12 @@ class ActivationLayer(NeuronLayer):
         return g.add(op, inputs, name=self.name)
 
     def forward(self, phase, srcs):
-        getattr(self.kernels, self._fwd)(srcs[0].data, self.data)
+        if self.absorbed_bias is None:
+            getattr(self.kernels, self._fwd)(srcs[0].data, self.data)
+        else:  # the source's bias, added in the same launch (Layer.absorbs_bias)
+            getattr(self.kernels, "bias_" + self._fwd)(
+                srcs[0].data, self.absorbed_bias.value, self.data
+            )
 
     def backward(self, phase, srcs):
         buf = srcs[0].grad_for(self)

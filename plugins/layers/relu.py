@@ -6,6 +6,7 @@ As in 0.3, ``relu_conf.negative_slope`` is ignored (the layer is always a plain 
 from __future__ import annotations
 
 import numpy as np
+from singa_builtins.layers._bias import define_bias_activation
 
 from singa_core.cuda import elementwise_kernel
 from singa_core.kernels import define_kernel
@@ -48,11 +49,13 @@ define_kernel(
     ),
     doc="out = g·[y > 0]",
 )
+define_bias_activation("relu", relu_forward, "(v > 0.0f || v != v) ? v : 0.0f", "y = max(0, x)")
 
 
 class ReLULayer(NeuronLayer):
     type_names = ("kReLU",)
     placement = "device"
+    absorbs_bias = True
 
     def setup(self, srcs):
         self.expect_srcs(srcs)
@@ -64,7 +67,10 @@ class ReLULayer(NeuronLayer):
         return g.add("Relu", inputs, name=self.name)
 
     def forward(self, phase, srcs):
-        self.kernels.relu_forward(srcs[0].data, self.data)
+        if self.absorbed_bias is None:
+            self.kernels.relu_forward(srcs[0].data, self.data)
+        else:  # the source's bias, added in the same launch (Layer.absorbs_bias)
+            self.kernels.bias_relu_forward(srcs[0].data, self.absorbed_bias.value, self.data)
 
     def backward(self, phase, srcs):
         buf = srcs[0].grad_for(self)

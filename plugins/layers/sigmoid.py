@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from singa_builtins.layers._bias import define_bias_activation
 
 from singa_core.cuda import elementwise_kernel
 from singa_core.kernels import define_kernel
@@ -50,11 +51,13 @@ define_kernel(
     ),
     doc="out = g·y·(1 − y)",
 )
+define_bias_activation("sigmoid", sigmoid_forward, "1.0f / (expf(-v) + 1.0f)", "y = 1/(1 + e^−x)")
 
 
 class SigmoidLayer(NeuronLayer):
     type_names = ("kSigmoid",)
     placement = "device"
+    absorbs_bias = True
 
     def setup(self, srcs):
         self.expect_srcs(srcs)
@@ -68,7 +71,10 @@ class SigmoidLayer(NeuronLayer):
         return g.add("Sigmoid", inputs, name=self.name)
 
     def forward(self, phase, srcs):
-        self.kernels.sigmoid_forward(srcs[0].data, self.data)
+        if self.absorbed_bias is None:
+            self.kernels.sigmoid_forward(srcs[0].data, self.data)
+        else:  # the source's bias, added in the same launch (Layer.absorbs_bias)
+            self.kernels.bias_sigmoid_forward(srcs[0].data, self.absorbed_bias.value, self.data)
 
     def backward(self, phase, srcs):
         buf = srcs[0].grad_for(self)

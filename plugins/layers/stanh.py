@@ -6,6 +6,7 @@ Backward uses the output only: ``gx = g·(0.66666667·1.7159047 − (0.66666667/
 from __future__ import annotations
 
 import numpy as np
+from singa_builtins.layers._bias import define_bias_activation
 
 from singa_core.cuda import elementwise_kernel
 from singa_core.kernels import define_kernel
@@ -60,11 +61,15 @@ define_kernel(
     ),
     doc="out = g·(A·B − (B/A)·y²)",
 )
+define_bias_activation(
+    "stanh", stanh_forward, f"tanhf(v * {_F['B']}) * {_F['A']}", "y = 1.7159047·tanh(0.66666667·x)"
+)
 
 
 class STanhLayer(NeuronLayer):
     type_names = ("kSTanh",)
     placement = "device"
+    absorbs_bias = True
 
     def setup(self, srcs):
         self.expect_srcs(srcs)
@@ -78,7 +83,10 @@ class STanhLayer(NeuronLayer):
         return stanh_onnx(g, inputs[0], self.name)
 
     def forward(self, phase, srcs):
-        self.kernels.stanh_forward(srcs[0].data, self.data)
+        if self.absorbed_bias is None:
+            self.kernels.stanh_forward(srcs[0].data, self.data)
+        else:  # the source's bias, added in the same launch (Layer.absorbs_bias)
+            self.kernels.bias_stanh_forward(srcs[0].data, self.absorbed_bias.value, self.data)
 
     def backward(self, phase, srcs):
         buf = srcs[0].grad_for(self)

@@ -4,7 +4,9 @@
   layer set-up, Param binding and initialisation);
 * :mod:`.unrolling` and :mod:`.partition`: the graph transforms for recurrent nets and for
   the workers of a group;
-* :mod:`.slicing`: Param slices for the parameter servers (§4.1).
+* :mod:`.slicing`: Param slices for the parameter servers (§4.1);
+* :mod:`.fusion`: work fused across an edge of a built net on a device (a bias added in
+  its only reader's launch).
 
 Imports :mod:`singa_core.contracts`, :mod:`singa_core.schema` and the registries of
 :mod:`singa_core.plugin_host`; never the runner or the commands.

@@ -86,6 +86,18 @@ def _act_backward_case(rng, layout="c", mask=False):
     return [y, g, out, scratch], [2], 4e-7
 
 
+def _bias_act_case(rng, layout="c"):
+    """A product's data, its bias (one per column) and the activation's output: on a
+    device the activation adds the bias in place and applies itself in one launch."""
+    x = _f32(rng, 9, 7) * 3
+    b = _f32(rng, 7)
+    x[0, :2] = (-b[0], -b[1])  # sums of exactly 0.0
+    out = np.empty_like(x)
+    if layout == "t":  # not C-contiguous: the column of element i is not i % 7 (numpy's path)
+        x, out = np.ascontiguousarray(x.T).T, np.ascontiguousarray(out.T).T
+    return [x, b, out], [0, 2], 4e-7
+
+
 ACTIVATIONS = ("relu", "sigmoid", "tanh", "stanh")
 
 #: (kh, kw, ph, pw, sh, sw): overlapping, non-overlapping, padded, rectangular windows
@@ -250,6 +262,9 @@ CASES = {
             lambda r, m=(a == "relu"): _act_backward_case(r, "t", mask=m),
         ]
         for a in ACTIVATIONS
+    },
+    **{
+        f"bias_{a}_forward": [_bias_act_case, lambda r: _bias_act_case(r, "t")] for a in ACTIVATIONS
     },
     "sgd_update": [lambda r: _sgd_case(r, 0.9), lambda r: _sgd_case(r, 0.0)],
     "softmax_xent": [
