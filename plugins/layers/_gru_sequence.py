@@ -95,6 +95,7 @@ _FORWARD = elementwise_source(
     "singa_gru_step_forward",
     "float* g, float* p, const float* bz, const float* br, const float* bc, const float* h, "
     "float* out",
+    "long long hdim, int has_bias",
     """
 const long long row = i / hdim, k = i % hdim, base = row * 3 * hdim + k;
 float zv = g[base] + p[base];
@@ -109,13 +110,13 @@ cv = tanhf(cv);
 g[base] = zv; g[base + hdim] = rv; g[base + 2 * hdim] = cv;
 out[i] = __fmul_rn(h[i] - cv, zv) + cv;
 """,
-    "long long hdim, int has_bias",
 )
 
 _BACKWARD = elementwise_source(
     "singa_gru_step_backward",
     "const float* grad, const float* grad2, const float* rec, const float* g, const float* p, "
     "const float* h, float* dx, float* dh, float* rec_prev",
+    "long long hdim",
     """
 const long long row = i / hdim, k = i % hdim, base = row * 3 * hdim + k;
 const float gv = (grad[i] + grad2[i]) + rec[i];
@@ -127,7 +128,6 @@ dx[base] = dzv; dx[base + hdim] = drv; dx[base + 2 * hdim] = dcv;
 dh[base] = dzv; dh[base + hdim] = drv; dh[base + 2 * hdim] = __fmul_rn(dcv, rv);
 rec_prev[i] = __fmul_rn(gv, zv);
 """,
-    "long long hdim",
 )
 
 
@@ -214,7 +214,7 @@ class GRURun(SequenceRun):
         ut = self.u.T
         for t in range(self.T):
             h = self._hprev(t)
-            np.dot(h, ut, out=self.hprod[t])
+            gemm(h, ut, self.hprod[t])
             step(self.gates[t], self.hprod[t], bz, br, bc, h, self.outs[t], first.has_bias)
 
     def _backward_arrays(self):

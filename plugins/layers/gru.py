@@ -31,8 +31,9 @@ Backward, with ``g`` the gradient of the output (both buffers summed, see below)
     gx      = dz W_z + dr W_r + dc W_c
     gh_prev = dz U_z + dr U_r + (dc ⊙ r) U_c + g ⊙ z
 
-Gradient buffers: a consumer that is itself a GRU (the next time step) writes into a second
-buffer ``grad2`` (0.3's ``gradvec[1]``); every other consumer writes into ``grad``.
+Gradient buffers: a GRU taking this one as its previous state (the next time step) writes
+into a second buffer ``grad2`` (0.3's ``gradvec[1]``); every other consumer, a stacked GRU
+included, writes into ``grad``.
 Backward uses ``grad + grad2``. The layer is kOneToMany: the net inserts no split layer, so
 its output consumer and the next GRU attach to it directly.
 
@@ -47,10 +48,14 @@ Deviations from 0.3:
 * ``gh_prev`` includes ``g ⊙ z``; 0.3 added ``z`` instead (a bug: the gradient through the
   update gate's direct path ignored ``g``).
 * param gradients are overwritten unless ``kAggGrad`` is set (0.3 always accumulated);
-* the param count must be 6 or 9 (a configuration error otherwise).
+* the param count must be 6 or 9 (a configuration error otherwise);
+* only a GRU taking this one as ``h_prev`` writes into ``grad2``. 0.3 gave it to every GRU
+  consumer, so a GRU feeding a stacked GRU and its own next step lost one of the two
+  gradients.
 
-Limitation (as in 0.3): all GRU consumers share the one second buffer, so a GRU feeding two
-GRU layers (the next time step and a stacked GRU) loses one of their gradients.
+An unrolled GRU's copies run as one under kBPTT (``sequence_run``, plugins/layers/
+_gru_sequence.py): the same arrays and gradients, with the products of all time steps in a
+few large GEMMs.
 """
 
 from __future__ import annotations
@@ -221,6 +226,9 @@ class GRULayer(NeuronLayer):
             )
         B = int(x.shape[0])
         self.batchsize, self.vdim, self.hdim = B, int(x.size // B), hdim
+        self._state_consumers: set[int] = set()  # the GRUs taking this one as h_prev
+        if len(srcs) == 2 and isinstance(srcs[1], GRULayer):
+            srcs[1]._state_consumers.add(id(self))
         if len(srcs) == 2:
             h = srcs[1].data
             if h is None or h.size != B * hdim or (h.ndim > 0 and h.shape[0] != B):
@@ -293,7 +301,7 @@ class GRULayer(NeuronLayer):
         return GRURun(copies, srcs, x, out, grad, gx)
 
     def grad_for(self, consumer: Layer) -> np.ndarray | None:
-        return self.grad2 if isinstance(consumer, GRULayer) else self.grad
+        return self.grad2 if id(consumer) in self._state_consumers else self.grad
 
     # -- helpers ------------------------------------------------------------------------
     def _x(self, srcs) -> np.ndarray:

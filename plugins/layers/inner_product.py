@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from singa_core.blas import gemm_acc
+from singa_core.blas import gemm, gemm_acc
 from singa_core.layer import NeuronLayer, kAggGrad, kDeploy
 from singa_core.param import DTYPE
 from singa_core.sequences import SequenceRun, stacked
@@ -85,7 +85,7 @@ class InnerProductLayer(NeuronLayer):
             np.dot(w, x.T, out=self._yt)
             np.add(self._yt.T, self.bias.value, out=self.data)
             return
-        np.dot(x, w if self.transpose else w.T, out=self.data)
+        gemm(x, w if self.transpose else w.T, self.data)  # x·Wᵀ: see blas.FEW_ROWS
         if self.deferred_bias is None:  # else its consumer adds it (bias_to_defer)
             self.data += self.bias.value
 
@@ -162,7 +162,7 @@ class _InnerProductRun(SequenceRun):
         first = self.layers[0]
         self.fetch([s[0] for s in self.srcs])
         w = first.weight.value
-        np.dot(self.x, w if first.transpose else w.T, out=self.y)
+        gemm(self.x, w if first.transpose else w.T, self.y)
         if first.deferred_bias is None:  # else the copies' consumers add it (bias fusion)
             self.y += first.bias.value
 

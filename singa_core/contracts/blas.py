@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
+import threading
 
 _SETTERS = (
     "scipy_openblas_set_num_threads64_",
@@ -324,11 +325,55 @@ def _host(*arrays) -> bool:
     return all(isinstance(x, np.ndarray) for x in arrays)
 
 
+#: ``c = a·b`` with at most this many rows (and at least 128 and twice as many columns),
+#: ``a`` C-contiguous and ``b`` the transpose of a C-contiguous matrix (``x·Wᵀ``), is
+#: computed transposed, ``cᵀ = W·aᵀ``, and copied: OpenBLAS is 10-45% faster with the few
+#: rows on that side, more than the copy costs (measured: a GRU step's 50 x 512 x 1536 at
+#: 0.77-0.78 of the time at 1 and 2 threads, MLP-sized 64 x 784 x 2500 at 0.86-0.91). With
+#: ``b`` C-contiguous (a convolution's columns) the transposed call is slower: not used.
+FEW_ROWS = 64
+_scratch = threading.local()
+
+
 def _gemm_host(a, b, c, beta: float) -> None:
     """``c = a @ b + beta·c`` on the host: cblas_sgemm on strided views where the layouts
-    allow, numpy (with a temporary) otherwise."""
+    allow (a product of few rows transposed, see :data:`FEW_ROWS`), numpy (with a
+    temporary) otherwise."""
+    import numpy as np
+
+    m, n = c.shape if c.ndim == 2 else (0, 0)
+    if (
+        0 < m <= FEW_ROWS
+        and n >= max(128, 2 * m)
+        and beta in (0.0, 1.0)
+        and b.ndim == 2
+        and b.flags.f_contiguous
+        and not b.flags.c_contiguous
+        and a.flags.c_contiguous
+    ):
+        t = _transposed_scratch(n, m)
+        if _call_sgemm(b.T, a.T, t, 1.0, 0.0):
+            if beta == 0.0:
+                np.copyto(c, t.T)
+            else:
+                c += t.T
+            return
     if not _call_sgemm(a, b, c, 1.0, beta):
         _gemm_generic(a, b, c, beta)
+
+
+def _transposed_scratch(n: int, m: int):
+    import numpy as np
+
+    cache = getattr(_scratch, "arrays", None)
+    if cache is None:
+        cache = _scratch.arrays = {}
+    t = cache.get((n, m))
+    if t is None:
+        if len(cache) > 16:
+            cache.clear()
+        t = cache[(n, m)] = np.empty((n, m), dtype=np.float32)
+    return t
 
 
 def _gemm_generic(a, b, c, beta: float) -> None:

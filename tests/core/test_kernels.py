@@ -202,6 +202,23 @@ def _gru_backward_case(rng):
     return [grad, grad2, z, r, c, h, hu_c, *outs], [7, 8, 9, 10, 11, 12], 3e-7
 
 
+def _gru_step_forward_case(rng, bias):
+    B, H = 5, 7
+    g, p = _f32(rng, B, 3 * H), _f32(rng, B, 3 * H)  # x·Wᵀ and h·Uᵀ, stacked
+    b = [_f32(rng, H) for _ in range(3)]
+    # p's first block is the host's scratch: only the gates and the output are compared
+    return [g, p, *b, _f32(rng, B, H), np.empty((B, H), np.float32), bias], [0, 6], 3e-7
+
+
+def _gru_step_backward_case(rng):
+    B, H = 5, 7
+    grad, grad2, rec, h = (_f32(rng, B, H) for _ in range(4))
+    gates = (1 / (1 + np.exp(-_f32(rng, B, 3 * H)))).astype(np.float32)
+    p = _f32(rng, B, 3 * H)
+    outs = [np.empty((B, 3 * H), np.float32), np.empty((B, 3 * H), np.float32)]
+    return [grad, grad2, rec, gates, p, h, *outs, np.empty((B, H), np.float32)], [6, 7, 8], 3e-7
+
+
 def _gemm_case(rng, beta, ta=False):
     a = _f32(rng, 6, 5)
     a = np.ascontiguousarray(a.T).T if ta else a  # a transposed view (F-contiguous)
@@ -215,6 +232,11 @@ CASES = {
     "gemm": [lambda r, b=b, t=t: _gemm_case(r, b, t) for b in (0.0, 1.0) for t in (False, True)],
     "gru_forward": [lambda r: _gru_forward_case(r, True), lambda r: _gru_forward_case(r, False)],
     "gru_backward": [_gru_backward_case],
+    "gru_step_forward": [
+        lambda r: _gru_step_forward_case(r, True),
+        lambda r: _gru_step_forward_case(r, False),
+    ],
+    "gru_step_backward": [_gru_step_backward_case],
     "lrn_forward": [
         lambda r, C=C, n=n, b=b, t=t: _lrn_forward_case(r, C, n, b, t)
         for C, n in ((7, 5), (3, 3), (1, 3), (2, 5))

@@ -136,6 +136,18 @@ def test_param_grads_overwritten_or_aggregated():
         np.testing.assert_allclose(p.grad, 2 * want, rtol=1e-5, atol=1e-7)
 
 
+def test_a_stacked_gru_writes_into_grad_and_the_next_step_into_grad2():
+    """gru1 feeding a stacked GRU (as its input x) and its own next step (as h_prev): the
+    two gradients go to two buffers (0.3 gave both the second one: one was lost)."""
+    rng = np.random.default_rng(6)
+    x1 = SourceLayer(rng.standard_normal((3, 4)), name="x1")
+    gru1 = gru([x1], hdim=3, seed=1)
+    stacked_gru = gru([gru1], hdim=2, seed=2)  # gru1's output is its input
+    next_step = gru([x1, gru1], hdim=3, seed=3)  # gru1's output is its previous state
+    assert gru1.grad_for(stacked_gru) is gru1.grad
+    assert gru1.grad_for(next_step) is gru1.grad2
+
+
 def test_gru_consumer_gets_second_buffer():
     """gru1 → gru2 (as h_prev) and gru1 → another consumer: gru2 writes into the second
     buffer, and gru1's backward uses the sum of both."""

@@ -1,0 +1,254 @@
+"""kBPTT runs all unrolled copies of a layer as one (singa_core.sequences): the same arrays,
+gradients and trajectories as copy by copy, on the CPU and the stand-in; the arenas, the
+plan and its fallbacks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import REPO, write_csv_blobs
+
+from singa_core.contracts.device import open_device, to_host
+from singa_core.jobconf.parse import load_job
+from singa_core.layer import kTrain
+from singa_core.netbuilder.sequences import ENV_SWITCH
+from singa_core.plugin_host.host import get_host
+from singa_core.running.job import prepare_job
+from singa_core.running.reporting import Reporter
+from singa_core.running.training import pop_net_metrics
+from singa_core.sequences import SequenceRun, stacked
+
+GRU_PARAMS = ("w_z_hx", "w_r_hx", "w_c_hx", "w_z_hh", "w_r_hh", "w_c_hh", "b_z", "b_r", "b_c")
+
+
+def gru_layer(name: str, src: str, hdim: int, nparams: int) -> str:
+    params = " ".join(
+        f'param {{ name: "{name}_{p}" init {{ type: kUniform low: -0.3 high: 0.3 }} }}'
+        for p in GRU_PARAMS[:nparams]
+    )
+    return (
+        f'layer {{ name: "{name}" type: kGRU srclayers: "{src}" '
+        f"gru_conf {{ dim_hidden: {hdim} }} {params} }}"
+    )
+
+
+def job_text(data, ws, *, unroll=4, nparams=9, stacked_gru=False, batch=6) -> str:
+    """data → (a kDummy per step, which takes gradients) → GRU [→ GRU] → IP → loss."""
+    top = "gru2" if stacked_gru else "gru"
+    second = gru_layer("gru2", "gru", 5, nparams) if stacked_gru else ""
+    return f"""
+name: "runs"
+train_steps: 3
+train_one_batch {{ alg: kBPTT }}
+updater {{ type: kSGD momentum: 0.9 learning_rate {{ type: kFixed base_lr: 0.05 }} }}
+neuralnet {{
+  unroll_len: {unroll}
+  layer {{
+    name: "data" type: kCSVInput unroll_len: 1
+    store_conf {{ backend: "textfile" path: "{data}" batchsize: {batch} shape: 4 }}
+  }}
+  layer {{ name: "emb" type: kDummy srclayers: "data" unroll_conn_type: kUnrollOneToAll }}
+  {gru_layer("gru", "emb", 7, nparams)}
+  {second}
+  layer {{
+    name: "out" type: kInnerProduct srclayers: "{top}"
+    innerproduct_conf {{ num_output: 3 }}
+    param {{ name: "w" init {{ type: kUniform low: -0.3 high: 0.3 }} }}
+    param {{ name: "b" init {{ type: kUniform low: -0.1 high: 0.1 }} }}
+  }}
+  layer {{
+    name: "loss" type: kSoftmaxLoss srclayers: "out" srclayers: "data"
+    unroll_conn_type: kUnrollOneToOne unroll_conn_type: kUnrollOneToAll
+  }}
+}}
+cluster {{ workspace: "{ws}" }}
+"""
+
+
+def engine_for(tmp_path, monkeypatch, *, runs: bool, device="cpu", tag="", **kw):
+    monkeypatch.setenv(ENV_SWITCH, "1" if runs else "0")
+    data = write_csv_blobs(tmp_path / "d.csv", n=60)
+    path = tmp_path / f"job{tag}{int(runs)}.conf"
+    path.write_text(job_text(data, tmp_path / f"ws{tag}{int(runs)}", **kw))
+    host = get_host()
+    prepared = prepare_job(load_job(path), host, seed=3, device=open_device(device))
+    engine = host.get("engine", "inprocess")(prepared, Reporter(quiet=True))
+    engine._init_params()
+    loop = engine._loop()
+    net = engine.train_net
+    net.units()  # the plan, decided under the switch
+    return net, engine.worker, loop.stub
+
+
+def host(a):
+    return None if a is None else to_host(a)
+
+
+def snapshot(net) -> dict[str, np.ndarray]:
+    """Every layer's data and grad, and every owner Param's value and gradient."""
+    out = {}
+    for layer in net.layers:
+        for kind in ("data", "grad"):
+            a = getattr(layer, kind, None)
+            if a is not None and not layer.name.startswith("0#data"):
+                out[f"{layer.name}.{kind}"] = host(a)
+    for p in net.params:
+        if p.is_owner:
+            out[f"{p.name}.value"] = host(p.value)
+            if p.grad is not None:
+                out[f"{p.name}.grad"] = host(p.grad)
+    return out
+
+
+def assert_same(a: dict, b: dict, tol: float) -> None:
+    """Within ``tol`` of each array's largest magnitude (sums over the time steps are
+    taken in another order)."""
+    assert a.keys() == b.keys()
+    for k in a:
+        scale = max(float(np.abs(a[k]).max(initial=0.0)), 1e-3)
+        np.testing.assert_allclose(a[k], b[k], rtol=0, atol=tol * scale, err_msg=k)
+
+
+VARIANTS = {
+    "gru with biases": {},
+    "gru without biases": {"nparams": 6},
+    "stacked grus": {"stacked_gru": True},
+}
+
+
+@pytest.mark.parametrize("device", ["cpu", "standin"])
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_a_run_gives_the_copies_arrays_and_gradients(tmp_path, monkeypatch, device, variant):
+    kw = VARIANTS[variant]
+    nets = {}
+    for runs in (False, True):
+        net, worker, stub = engine_for(tmp_path, monkeypatch, runs=runs, device=device, **kw)
+        units = net.units()
+        kinds = {type(u).__name__ for u in units if isinstance(u, SequenceRun)}
+        if runs:
+            assert {"GRURun", "_InnerProductRun", "_SoftmaxLossRun"} <= kinds, kinds
+            assert len(units) < len(net.layers)
+        else:
+            assert units == net.layers
+        # the first step's forward and backward (gradients before the update), then two
+        # more steps of updates
+        worker.train_one_batch(0, net, stub)
+        first = snapshot(net)
+        stub.flush()
+        for step in (1, 2):
+            worker.train_one_batch(step, net, stub)
+            stub.flush()
+        nets[runs] = (first, snapshot(net), pop_net_metrics(net))
+    (a0, a1, am), (b0, b1, bm) = nets[False], nets[True]
+    assert_same(a0, b0, 2e-6)
+    assert_same(a1, b1, 2e-5)
+    assert am.keys() == bm.keys()
+    for k in am:
+        assert am[k] == pytest.approx(bm[k], rel=1e-5), k
+
+
+def test_a_longer_window_agrees_over_ten_steps(tmp_path, monkeypatch):
+    """A longer window (20 steps) than the variants above, both ways: the Params agree
+    after 10 updates."""
+    got = {}
+    for runs in (False, True):
+        net, worker, stub = engine_for(tmp_path, monkeypatch, runs=runs, tag="long", unroll=20)
+        for step in range(10):
+            worker.train_one_batch(step, net, stub)
+            stub.flush()
+        got[runs] = {p.name: to_host(p.value) for p in net.params if p.is_owner}
+    assert_same(got[False], got[True], 1e-5)
+
+
+def test_the_arena_hands_each_copy_its_element(tmp_path, monkeypatch):
+    net, _, _ = engine_for(tmp_path, monkeypatch, runs=True)
+    copies = [net.by_name[f"{i}#gru"] for i in range(4)]
+    whole = stacked(copies, "data")
+    assert whole is not None and whole.shape == (4, *copies[0].data.shape)
+    for i, c in enumerate(copies):
+        assert np.shares_memory(whole[i], c.data)
+        c.data[...] = i + 1.0
+    assert [float(whole[i].mean()) for i in range(4)] == [1.0, 2.0, 3.0, 4.0]
+    assert stacked(copies, "grad") is not None
+    assert stacked(copies[::-1], "data") is None  # not in time order
+    assert stacked(copies[:3], "data") is None  # not all the copies
+    assert stacked([net.by_name[f"{i}#out"] for i in range(4)], "data") is not None
+    # a layer that is not unrolled has no arena
+    assert net.by_name["0#data"].ctx.sequence is None
+
+
+def test_the_switch_turns_runs_off_and_the_plan_keeps_the_order(tmp_path, monkeypatch):
+    net, _, _ = engine_for(tmp_path, monkeypatch, runs=True)
+    units = net.units()
+    position = {}
+    for k, u in enumerate(units):
+        for layer in u.layers if isinstance(u, SequenceRun) else [u]:
+            position[layer.name] = k
+    assert set(position) == {layer.name for layer in net.layers}
+    for layer in net.layers:
+        for src in net.specs[layer.name].srcs:
+            assert position[src] <= position[layer.name], (src, layer.name)
+    off, _, _ = engine_for(tmp_path, monkeypatch, runs=False, tag="off")
+    assert off.units() == off.layers
+
+
+def test_a_gru_whose_first_copy_has_a_state_source_runs_copy_by_copy(tmp_path, monkeypatch):
+    """GRURun needs copy i ≥ 1 fed by copy i − 1 and nothing else as state: a plan asks the
+    class and falls back to single copies when it says no."""
+    from singa_builtins.layers.gru import GRULayer
+
+    net, _, _ = engine_for(tmp_path, monkeypatch, runs=True)
+    copies = [net.by_name[f"{i}#gru"] for i in range(4)]
+    srcs = [list(net.srclayers(c)) for c in copies]
+    assert GRULayer.sequence_run(copies, srcs) is not None
+    srcs[2] = [srcs[2][0], copies[0]]  # fed by another step than the one before
+    assert GRULayer.sequence_run(copies, srcs) is None
+    srcs = [list(net.srclayers(c)) for c in copies]
+    assert GRULayer.sequence_run(copies[::-1], srcs[::-1]) is None
+
+
+def test_a_carried_state_enters_the_run_and_its_weight_gradient(tmp_path, monkeypatch):
+    """h_0 ≠ 0 (a state carried into copy 0): the run's forward and U gradients use it."""
+    snaps = {}
+    for runs in (False, True):
+        net, worker, stub = engine_for(tmp_path, monkeypatch, runs=runs, tag="h0")
+        first = net.by_name["0#gru"]
+        first.carry_state(net.by_name["0#gru"])  # zeros: still the zero flag off
+        assert first._h0_zero is False
+        first._h0[...] = np.linspace(-0.5, 0.5, first._h0.size).reshape(first._h0.shape)
+        worker.train_one_batch(0, net, stub)
+        snaps[runs] = snapshot(net)
+    assert_same(snaps[False], snaps[True], 2e-6)
+
+
+def test_an_evaluation_pass_runs_the_copies_together(tmp_path, monkeypatch):
+    net, worker, stub = engine_for(tmp_path, monkeypatch, runs=True, tag="eval")
+    worker.train_one_batch(0, net, stub)
+    stub.flush()
+    pop_net_metrics(net)
+    worker.test_one_batch(kTrain, net)  # forward only, with the training net's phase
+    got = pop_net_metrics(net)
+    assert np.isfinite(got["loss"]) and 0.0 <= got["accuracy"] <= 1.0
+
+
+def test_a_char_rnn_step_on_a_device_is_a_few_hundred_kernels_and_two_copies(data_dir, tmp_path):
+    """examples/char-rnn counted on the stand-in (a GPU's launches, reads and copies): the
+    50 time steps cost 4 launches each (a GEMM and a kernel each way) and the rest a few
+    dozen; copy by copy it was 1,555 kernels and 100 copies (docs/performance.md)."""
+    from singa_core.commands.datasets import prepare_dataset
+    from singa_core.testing.launches import count_training_steps
+
+    texts = tmp_path / "texts"
+    prepare_dataset(
+        get_host().get("dataset", "tinyshakespeare")(), texts, data_dir / "tinyshakespeare"
+    )
+    overrides = ["neuralnet.layer[4].gru_conf.dim_hidden=32", "checkpoint_freq=0", "test_freq=0"]
+    for i, name in ((0, "train.txt"), (1, "val.txt")):
+        overrides += [
+            f"neuralnet.layer[{i}].char_rnn_conf.path={texts / name}",
+            f"neuralnet.layer[{i}].char_rnn_conf.vocab_path={texts / 'vocab.txt'}",
+        ]
+    c = count_training_steps(REPO / "examples" / "char-rnn" / "job.conf", overrides)
+    assert c.reads == 0, c.by_name
+    assert c.to_device == 2  # the characters' one-hot rows and the labels, all steps at once
+    assert c.kernels <= 240, c.by_name
