@@ -68,6 +68,7 @@ from singa_core.blas import gemm_acc
 from singa_core.cuda import elementwise_kernel
 from singa_core.kernels import define_kernel
 from singa_core.layer import Layer, NeuronLayer, kAggGrad
+from singa_core.memory import charge as charge_memory
 from singa_core.param import DTYPE
 from singa_core.sequences import stacked
 
@@ -251,6 +252,14 @@ class GRULayer(NeuronLayer):
 
         def buf(*shape):
             return self.xp.zeros(shape, dtype=DTYPE)
+
+        slot = self.ctx.sequence
+        if slot is not None and slot.index == 0:  # what a run of all copies holds
+            steps = (slot.arena.length, B, 3 * hdim)
+            for what in ("run gates, all steps", "run hidden products, all steps"):
+                charge_memory(self, "scratch", steps, what=what)
+            for what in ("run input-side gate gradients", "run hidden-side gate gradients"):
+                charge_memory(self, "scratch", steps, what=what, training_only=True)
 
         self._h0 = buf(B, hdim)  # h_prev without a previous GRU: zeros, or a carried state
         self._h0_zero = True  # whether _h0 is zeros (a run then skips its gradient terms)

@@ -16,7 +16,8 @@ in-process path (one process, values shared with the server side).
 
 A layer that knows its floating-point operations (``Layer.flops``) gets a GFLOP/s
 column. The copies of an unrolled layer (``i#L``) are summed into one row per configured
-layer; the partitions of a partitioned layer (``L@j``) keep their own rows.
+layer (a worker that runs them at once, kBPTT, is timed in that row by its run); the
+partitions of a partitioned layer (``L@j``) keep their own rows.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 
 from singa_core.contracts.layer import InputLayer, kTrain
 from singa_core.contracts.names import base_layer_name
+from singa_core.contracts.sequences import SequenceRun
 from singa_core.contracts.stub import ParamShard, ParamStub
 from singa_core.netbuilder.specs import layer_type_name
 
@@ -237,6 +239,16 @@ def time_training_step(prepared, iterations: int, warmup: int = 2) -> StepTiming
         layer.forward = _timed(layer.forward, fsink, sync)
         layer.backward = _timed(layer.backward, bsink, sync)
         sinks.append((lt, fsink, bsink))
+    # a worker running all copies of a layer at once (kBPTT's runs, see
+    # singa_core.contracts.sequences) calls the run, not the copies: time it in their row
+    runs = [u for u in net.units() if isinstance(u, SequenceRun)]
+    for run in runs:
+        lt = rows[base_layer_name(run.layers[0].name)]
+        fsink, bsink = [0.0], [0.0]
+        sync = run.layers[0].device.synchronize
+        run.forward = _timed(run.forward, fsink, sync)
+        run.backward = _timed(run.backward, bsink, sync)
+        sinks.append((lt, fsink, bsink))
 
     updater_s, step_s = [], []
     try:
@@ -263,7 +275,7 @@ def time_training_step(prepared, iterations: int, warmup: int = 2) -> StepTiming
                 lt.forward.append(f)
                 lt.backward.append(b)
     finally:
-        for layer in net.layers:  # back to the class's methods
-            layer.__dict__.pop("forward", None)
-            layer.__dict__.pop("backward", None)
+        for obj in [*net.layers, *runs]:  # back to the class's methods
+            obj.__dict__.pop("forward", None)
+            obj.__dict__.pop("backward", None)
     return StepTiming(list(rows.values()), updater_s, step_s, iterations, warmup)

@@ -252,3 +252,57 @@ def test_a_char_rnn_step_on_a_device_is_a_few_hundred_kernels_and_two_copies(dat
     assert c.reads == 0, c.by_name
     assert c.to_device == 2  # the characters' one-hot rows and the labels, all steps at once
     assert c.kernels <= 240, c.by_name
+
+
+def test_the_runs_gradients_are_the_objectives_by_finite_differences(tmp_path, monkeypatch):
+    """Through the runs alone (GRU, inner product, softmax loss): the gradient the backward
+    pass accumulates into the shared Params is d(Σ_t loss_t)/dθ, by central differences."""
+    from singa_core.layer import kAggGrad, kBackward, kForward
+
+    net, _, _ = engine_for(tmp_path, monkeypatch, runs=True, tag="fd", unroll=5)
+    units = net.units()
+    assert any(isinstance(u, SequenceRun) for u in units)
+    data = net.by_name["0#data"]
+    data.forward(kTrain | kForward, net.srclayers(data))  # one batch, kept
+    rest = [u for u in units if u is not data]
+
+    def run_forward():
+        for u in rest:
+            if isinstance(u, SequenceRun):
+                u.forward(kTrain | kForward)
+            else:
+                u.forward(kTrain | kForward, net.srclayers(u))
+        losses = [net.by_name[f"{t}#loss"].loss for t in range(5)]
+        return 5 * float(losses[0])  # each copy holds the mean over the 5 steps
+
+    owners = [p for p in net.params if p.is_owner and p.learnable]
+    for p in owners:
+        p.grad.fill(0.0)
+    run_forward()
+    for u in reversed(rest):
+        if isinstance(u, SequenceRun):
+            u.backward(kTrain | kBackward | kAggGrad)
+        else:
+            u.backward(kTrain | kBackward | kAggGrad, net.srclayers(u))
+    rng = np.random.default_rng(0)
+    checked = 0
+    for p in owners:
+        grad = p.grad.copy()
+        flat = p.value.reshape(-1)
+        for j in rng.choice(flat.size, size=min(4, flat.size), replace=False):
+            if abs(grad.reshape(-1)[j]) < 0.02:
+                continue
+            eps = 1e-2
+            keep = flat[j]
+            flat[j] = keep + eps
+            up = run_forward()
+            flat[j] = keep - eps
+            down = run_forward()
+            flat[j] = keep
+            numeric = (up - down) / (2 * eps)
+            assert numeric == pytest.approx(float(grad.reshape(-1)[j]), rel=3e-2, abs=2e-3), (
+                p.name,
+                int(j),
+            )
+            checked += 1
+    assert checked >= 8
