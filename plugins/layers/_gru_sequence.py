@@ -23,6 +23,11 @@ the next step, e.g. a stacked GRU) is added as the copy-by-copy path adds it.
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import threading
+import types
+
 import numpy as np
 from singa_builtins.layers.sigmoid import sigmoid_forward
 
@@ -36,6 +41,30 @@ from singa_core.sequences import SequenceRun
 
 # -- the kernels of one time step ------------------------------------------------------------
 def gru_step_forward_host(g, p, bz, br, bc, h, out, has_bias) -> None:
+    """The host's step: the compiled passes (numba) where they can run, else numpy's."""
+    jit = compiled() if isinstance(out, np.ndarray) else None
+    if jit is None or not _dense(g, p, bz, br, bc, h, out):
+        gru_step_forward_numpy(g, p, bz, br, bc, h, out, has_bias)
+        return
+    rows, hdim = out.shape
+    e = _exp_scratch(rows, 2 * hdim)
+    jit.gates_in(g, p, bz, br, bool(has_bias), e)
+    np.exp(e, out=e)  # numpy's vectorised exp, as the numpy path's sigmoid uses
+    jit.gates_mid(g, p, bc, bool(has_bias), e)
+    c = g[:, 2 * hdim :]
+    np.tanh(c, out=c)
+    jit.gates_out(g, h, out)
+
+
+def gru_step_backward_host(grad, grad2, rec, g, p, h, dx, dh, rec_prev) -> None:
+    jit = compiled() if isinstance(rec, np.ndarray) else None
+    if jit is None or not _dense(grad, grad2, rec, g, p, h, dx, dh, rec_prev):
+        gru_step_backward_numpy(grad, grad2, rec, g, p, h, dx, dh, rec_prev)
+    else:
+        jit.backward(grad, grad2, rec, g, p, h, dx, dh, rec_prev)
+
+
+def gru_step_forward_numpy(g, p, bz, br, bc, h, out, has_bias) -> None:
     """``g`` (B×3H): ``x·Wᵀ`` of the step, becomes ``[z | r | c]``; ``p`` (B×3H): ``h·Uᵀ``
     (its first block ends as scratch, the last, ``h·U_cᵀ``, is kept for backward);
     ``out = z ⊙ (h − c) + c``."""
@@ -57,7 +86,7 @@ def gru_step_forward_host(g, p, bz, br, bc, h, out, has_bias) -> None:
     np.add(tz, c, out=out)
 
 
-def gru_step_backward_host(grad, grad2, rec, g, p, h, dx, dh, rec_prev) -> None:
+def gru_step_backward_numpy(grad, grad2, rec, g, p, h, dx, dh, rec_prev) -> None:
     """The step's gradient ``grad + grad2 + rec`` (``rec``: from the next step) through the
     gates ``g = [z | r | c]``: ``dx = [dz | dr | dc]``, ``dh = [dz | dr | dc ⊙ r]``,
     ``rec_prev = (grad + grad2 + rec) ⊙ z``."""
@@ -89,6 +118,116 @@ def gru_step_backward_host(grad, grad2, rec, g, p, h, dx, dh, rec_prev) -> None:
     np.copyto(sr, dr)
     np.multiply(dc, r, out=dcr)
     gv *= z
+
+
+# -- the host's compiled passes (numba, ``singa-classic[fast]``; ``SINGA_NUMBA=0``: numpy's) --
+# The numpy path makes about twenty passes over a step's arrays each way; these make five
+# forward (three compiled, numpy's vectorised exp and tanh between them) and one backward,
+# with the same float32 operations in the same order: the results are bit for bit the
+# numpy path's. Serial loops, as the pooling kernels' (no thread pool beside OpenBLAS's).
+_JIT: object = None  # not yet tried; then a namespace of the compiled functions, or False
+_SCRATCH = threading.local()
+
+
+def compiled():
+    """The compiled passes, or None (numba missing, or ``SINGA_NUMBA=0``)."""
+    global _JIT
+    if os.environ.get("SINGA_NUMBA", "1").strip() == "0":
+        return None
+    if _JIT is None:
+        try:
+            _JIT = _compile()
+        except ImportError:
+            _JIT = False
+    return _JIT or None
+
+
+def compiles() -> bool:
+    """Whether :func:`compiled` will give the passes (without compiling them now)."""
+    if _JIT is not None:
+        return bool(_JIT) and os.environ.get("SINGA_NUMBA", "1").strip() != "0"
+    return os.environ.get("SINGA_NUMBA", "1").strip() != "0" and (
+        importlib.util.find_spec("numba") is not None
+    )
+
+
+def _exp_scratch(rows: int, cols: int) -> np.ndarray:
+    cache = getattr(_SCRATCH, "arrays", None)
+    if cache is None:
+        cache = _SCRATCH.arrays = {}
+    e = cache.get((rows, cols))
+    if e is None:
+        e = cache[(rows, cols)] = np.empty((rows, cols), dtype=DTYPE)
+    return e
+
+
+def _compile():
+    import numba
+
+    jit = numba.njit(cache=True, nogil=True, fastmath=False)
+    one = np.float32(1.0)
+
+    @jit
+    def gates_in(g, p, bz, br, has_bias, e):
+        """e = −(x·Wᵀ + h·Uᵀ + b) of the update and reset gates."""
+        rows, hdim = e.shape[0], e.shape[1] // 2
+        for row in range(rows):
+            for k in range(hdim):
+                zv = g[row, k] + p[row, k]
+                rv = g[row, hdim + k] + p[row, hdim + k]
+                if has_bias:
+                    zv = zv + bz[k]
+                    rv = rv + br[k]
+                e[row, k] = -zv
+                e[row, hdim + k] = -rv
+
+    @jit
+    def gates_mid(g, p, bc, has_bias, e):
+        """z, r = 1/(e + 1) (e = exp(−…) now); c's argument r ⊙ h·U_cᵀ + x·W_cᵀ + b_c."""
+        rows, hdim = e.shape[0], e.shape[1] // 2
+        for row in range(rows):
+            for k in range(hdim):
+                zv = one / (e[row, k] + one)
+                rv = one / (e[row, hdim + k] + one)
+                g[row, k] = zv
+                g[row, hdim + k] = rv
+                cv = g[row, 2 * hdim + k] + rv * p[row, 2 * hdim + k]
+                if has_bias:
+                    cv = cv + bc[k]
+                g[row, 2 * hdim + k] = cv
+
+    @jit
+    def gates_out(g, h, out):
+        rows, hdim = out.shape
+        for row in range(rows):
+            for k in range(hdim):
+                zv = g[row, k]
+                cv = g[row, 2 * hdim + k]
+                out[row, k] = (h[row, k] - cv) * zv + cv
+
+    @jit
+    def backward(grad, grad2, rec, g, p, h, dx, dh, rec_prev):
+        rows, hdim = rec.shape
+        for row in range(rows):
+            for k in range(hdim):
+                gv = (grad[row, k] + grad2[row, k]) + rec[row, k]
+                zv = g[row, k]
+                rv = g[row, hdim + k]
+                cv = g[row, 2 * hdim + k]
+                dcv = ((one - cv * cv) * (one - zv)) * gv
+                dzv = ((h[row, k] - cv) * ((one - zv) * zv)) * gv
+                drv = (dcv * p[row, 2 * hdim + k]) * ((one - rv) * rv)
+                dx[row, k] = dzv
+                dx[row, hdim + k] = drv
+                dx[row, 2 * hdim + k] = dcv
+                dh[row, k] = dzv
+                dh[row, hdim + k] = drv
+                dh[row, 2 * hdim + k] = dcv * rv
+                rec_prev[row, k] = gv * zv
+
+    return types.SimpleNamespace(
+        gates_in=gates_in, gates_mid=gates_mid, gates_out=gates_out, backward=backward
+    )
 
 
 _FORWARD = elementwise_source(
@@ -137,7 +276,7 @@ def _dense(*arrays) -> bool:
 
 def gru_step_forward_cuda(g, p, bz, br, bc, h, out, has_bias, rt=CUPY) -> None:
     if not _dense(g, p, bz, br, bc, h, out):
-        gru_step_forward_host(g, p, bz, br, bc, h, out, has_bias)
+        gru_step_forward_numpy(g, p, bz, br, bc, h, out, has_bias)
         return
     n, hdim = int(out.size), int(out.shape[-1])
     args = (g, p, bz, br, bc, h, out, np.int64(n), np.int64(hdim), np.int32(bool(has_bias)))
@@ -146,7 +285,7 @@ def gru_step_forward_cuda(g, p, bz, br, bc, h, out, has_bias, rt=CUPY) -> None:
 
 def gru_step_backward_cuda(grad, grad2, rec, g, p, h, dx, dh, rec_prev, rt=CUPY) -> None:
     if not _dense(grad, grad2, rec, g, p, h, dx, dh, rec_prev):
-        gru_step_backward_host(grad, grad2, rec, g, p, h, dx, dh, rec_prev)
+        gru_step_backward_numpy(grad, grad2, rec, g, p, h, dx, dh, rec_prev)
         return
     n, hdim = int(rec.size), int(rec.shape[-1])
     args = (grad, grad2, rec, g, p, h, dx, dh, rec_prev, np.int64(n), np.int64(hdim))
@@ -159,14 +298,14 @@ gru_step_backward_cuda.source = _BACKWARD
 define_kernel(
     "gru_step_forward",
     host=gru_step_forward_host,
-    generic=gru_step_forward_host,
+    generic=gru_step_forward_numpy,
     cuda=gru_step_forward_cuda,
     doc="one time step of a GRU run: gates and output from the stacked products",
 )
 define_kernel(
     "gru_step_backward",
     host=gru_step_backward_host,
-    generic=gru_step_backward_host,
+    generic=gru_step_backward_numpy,
     cuda=gru_step_backward_cuda,
     doc="one time step of a GRU run: the stacked gate gradients and h_prev's direct part",
 )

@@ -62,6 +62,8 @@ from __future__ import annotations
 
 import numpy as np
 from singa_builtins.layers._gru_sequence import GRURun
+from singa_builtins.layers._gru_sequence import compiles as gru_passes_compile
+from singa_builtins.layers._pool_kernels import JIT_BYTES, JIT_NOTE
 from singa_builtins.layers.sigmoid import sigmoid_forward
 
 from singa_core.blas import gemm_acc
@@ -69,6 +71,7 @@ from singa_core.cuda import elementwise_kernel
 from singa_core.kernels import define_kernel
 from singa_core.layer import Layer, NeuronLayer, kAggGrad
 from singa_core.memory import charge as charge_memory
+from singa_core.memory import charge_once
 from singa_core.param import DTYPE
 from singa_core.sequences import stacked
 
@@ -260,6 +263,9 @@ class GRULayer(NeuronLayer):
                 charge_memory(self, "scratch", steps, what=what)
             for what in ("run input-side gate gradients", "run hidden-side gate gradients"):
                 charge_memory(self, "scratch", steps, what=what, training_only=True)
+            if self.device.is_host and gru_passes_compile():
+                charge_once(self, "numba-jit", JIT_BYTES, row="numba's JIT compiler",
+                            note=JIT_NOTE)  # fmt: skip
 
         self._h0 = buf(B, hdim)  # h_prev without a previous GRU: zeros, or a carried state
         self._h0_zero = True  # whether _h0 is zeros (a run then skips its gradient terms)

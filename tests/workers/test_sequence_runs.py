@@ -306,3 +306,23 @@ def test_the_runs_gradients_are_the_objectives_by_finite_differences(tmp_path, m
             )
             checked += 1
     assert checked >= 8
+
+
+def test_the_compiled_host_steps_equal_numpys_bit_for_bit(tmp_path, monkeypatch):
+    """The GRU run's host passes compiled with numba (SINGA_NUMBA unset) and numpy's
+    (SINGA_NUMBA=0) give identical arrays and gradients."""
+    pytest.importorskip("numba")
+    from singa_builtins.layers import _gru_sequence
+
+    snaps = {}
+    for flag in ("1", "0"):
+        monkeypatch.setenv("SINGA_NUMBA", flag)
+        assert (_gru_sequence.compiled() is not None) == (flag == "1")
+        net, worker, stub = engine_for(tmp_path, monkeypatch, runs=True, tag=f"nb{flag}")
+        for step in range(2):
+            worker.train_one_batch(step, net, stub)
+            stub.flush()
+        snaps[flag] = snapshot(net)
+    assert snaps["1"].keys() == snaps["0"].keys()
+    for k in snaps["1"]:
+        np.testing.assert_array_equal(snaps["1"][k], snaps["0"][k], err_msg=k)
