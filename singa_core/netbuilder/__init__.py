@@ -6,7 +6,9 @@
   the workers of a group;
 * :mod:`.slicing`: Param slices for the parameter servers (§4.1);
 * :mod:`.fusion`: work fused across an edge of a built net on a device (a bias added in
-  its only reader's launch).
+  its only reader's launch);
+* :mod:`.sequences`: the arenas an unrolled layer's copies allocate from, and the units
+  (runs of all copies at once, single layers) a kBPTT worker executes.
 
 Imports :mod:`singa_core.contracts`, :mod:`singa_core.schema` and the registries of
 :mod:`singa_core.plugin_host`; never the runner or the commands.
