@@ -17,6 +17,7 @@ from singa_core.running.job import prepare_job
 from singa_core.running.reporting import Reporter
 from singa_core.running.training import pop_net_metrics
 from singa_core.sequences import SequenceRun, stacked
+from singa_core.testing import gpu_skip_reason
 
 GRU_PARAMS = ("w_z_hx", "w_r_hx", "w_c_hx", "w_z_hh", "w_r_hh", "w_c_hh", "b_z", "b_r", "b_c")
 
@@ -116,9 +117,18 @@ VARIANTS = {
 }
 
 
-@pytest.mark.parametrize("device", ["cpu", "standin"])
+GPU_SKIP = gpu_skip_reason()
+DEVICES = [
+    "cpu",
+    "standin",
+    pytest.param("cuda", marks=pytest.mark.skipif(GPU_SKIP is not None, reason=GPU_SKIP or "")),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_a_run_gives_the_copies_arrays_and_gradients(tmp_path, monkeypatch, device, variant):
+    """On a GPU (.ci/gpu-check) the runs launch the gru_step_* CUDA kernels and cuBLAS."""
     kw = VARIANTS[variant]
     nets = {}
     for runs in (False, True):
