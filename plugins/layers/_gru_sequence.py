@@ -366,6 +366,7 @@ class GRURun(SequenceRun):
                 "zero": xp.zeros((B, H), dtype=DTYPE),
                 "gw": xp.empty((3 * H, V), dtype=DTYPE),
                 "gu": xp.empty((3 * H, H), dtype=DTYPE),
+                "ut": xp.empty((H, 3 * H), dtype=DTYPE),  # [U_zᵀ | U_rᵀ | U_cᵀ]
                 "gb": xp.empty(3 * H, dtype=DTYPE),
                 "ones": xp.ones(T * B, dtype=DTYPE),
             }
@@ -376,6 +377,11 @@ class GRURun(SequenceRun):
         a = self._backward_arrays()
         dx, dh, rec = a["dx"], a["dh"], a["rec"]
         step = first.kernels.gru_step_backward
+        # Uᵀ laid out in memory (one copy), so that Dh_t·U is a product with a transposed
+        # operand: the host's BLAS runs these few-row products faster (blas.FEW_ROWS)
+        ut = a["ut"]
+        p = first.params
+        np.concatenate((p[3].value.T, p[4].value.T, p[5].value.T), axis=1, out=ut)
         current = a["zero"]
         for t in range(T - 1, -1, -1):
             prev = rec[t % 2]
@@ -384,7 +390,7 @@ class GRURun(SequenceRun):
                 self._hprev(t), dx[t], dh[t], prev,
             )  # fmt: skip
             if t > 0:
-                gemm(dh[t], self.u, prev, beta=1.0)  # h_{t−1}'s gradient: + Dh_t·U
+                gemm(dh[t], ut.T, prev, beta=1.0)  # h_{t−1}'s gradient: + Dh_t·U
             current = prev
         dx2 = dx.reshape(T * B, 3 * H)
         params = first.params
