@@ -45,13 +45,15 @@ def sequence_slots(specs) -> dict[str, SequenceSlot]:
 
 
 def transfer_slot(src, consumer, arenas: dict) -> SequenceSlot | None:
-    """The slot of the device copy between copy ``i`` of an unrolled source and a copy of an
-    unrolled consumer (one arena per pair of layers), or None."""
+    """The slot of the device copy between copy ``i`` of an unrolled source and copy ``j``
+    of an unrolled consumer, or None: one arena per pair of layers and shift ``j − i``, so
+    that no two copies share an element (a consumer taking copies i and i − 1 of one
+    source has two device copies of copy i, each with its own gradient)."""
     s = getattr(getattr(src, "ctx", None), "sequence", None)
     c = consumer.ctx.sequence
     if s is None or c is None:
         return None
-    key = (id(s.arena), id(c.arena))
+    key = (id(s.arena), id(c.arena), c.index - s.index)
     arena = arenas.get(key)
     if arena is None:
         arena = arenas[key] = SequenceArena(s.arena.length)

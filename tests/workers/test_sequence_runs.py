@@ -336,3 +336,25 @@ def test_the_compiled_host_steps_equal_numpys_bit_for_bit(tmp_path, monkeypatch)
     assert snaps["1"].keys() == snaps["0"].keys()
     for k in snaps["1"]:
         np.testing.assert_array_equal(snaps["1"][k], snaps["0"][k], err_msg=k)
+
+
+def test_device_copies_of_one_source_copy_never_share_an_arena_element():
+    """A consumer taking copies i and i − 1 of one source (a shift) gets two device copies
+    of copy i: they must not share memory (their gradients differ)."""
+    from types import SimpleNamespace
+
+    from singa_core.netbuilder.sequences import transfer_slot
+    from singa_core.sequences import SequenceArena, SequenceSlot
+
+    src_arena, dst_arena = SequenceArena(3), SequenceArena(3)
+
+    def copy_of(arena, i):
+        return SimpleNamespace(ctx=SimpleNamespace(sequence=SequenceSlot(arena, i)))
+
+    arenas: dict = {}
+    same_step = transfer_slot(copy_of(src_arena, 1), copy_of(dst_arena, 1), arenas)
+    next_step = transfer_slot(copy_of(src_arena, 1), copy_of(dst_arena, 2), arenas)
+    assert same_step.index == next_step.index == 1
+    assert same_step.arena is not next_step.arena
+    again = transfer_slot(copy_of(src_arena, 2), copy_of(dst_arena, 2), arenas)
+    assert again.arena is same_step.arena and again.index == 2
