@@ -20,18 +20,33 @@ from __future__ import annotations
 
 import numpy as np
 
+from singa_core.device import is_host_array, to_host
 from singa_core.layer import Layer, NeuronLayer, kAggGrad
 
 
 def read_indices(layer: Layer, src: Layer, out: np.ndarray, vocab_size: int, field: str):
     """``out[:] = src.data`` truncated to integers (0.3's ``static_cast<int>``), checked to
     lie in ``[0, vocab_size)``; a SingaError naming ``layer``, the index and vocab_size
-    otherwise. Returns ``out``."""
+    otherwise. Returns ``out``. On a device the check reads the source's host copy
+    (``host_data``: the input layer's batch a device copy sends) where there is one, so
+    that a step reads nothing back."""
     x = src.data.reshape(out.shape)
     with np.errstate(invalid="ignore"):
         np.copyto(out, x, casting="unsafe")
-    if out.min() < 0 or out.max() >= vocab_size or not np.isfinite(x).all():
-        bad = (out < 0) | (out >= vocab_size) | ~np.isfinite(x)
+    if is_host_array(x):
+        _check_indices(layer, src, x, out, vocab_size, field)
+        return out
+    host = getattr(src, "host_data", lambda: None)()
+    host = to_host(x) if host is None else host.reshape(out.shape)  # else one read
+    with np.errstate(invalid="ignore"):
+        _check_indices(layer, src, host, host.astype(np.int64), vocab_size, field)
+    return out
+
+
+def _check_indices(layer, src, x: np.ndarray, idx: np.ndarray, vocab_size: int, field: str):
+    """``idx`` (``x`` truncated, on the host) within ``[0, vocab_size)`` and ``x`` finite."""
+    if idx.min() < 0 or idx.max() >= vocab_size or not np.isfinite(x).all():
+        bad = (idx < 0) | (idx >= vocab_size) | ~np.isfinite(x)
         i = int(np.flatnonzero(bad)[0])
         raise layer.error(
             f"layer '{layer.name}' ({layer.type_names[0]}): index {x[i]:g} of instance {i} "
@@ -40,7 +55,6 @@ def read_indices(layer: Layer, src: Layer, out: np.ndarray, vocab_size: int, fie
             field=field,
             help=f"the indices must be smaller than {field}.vocab_size",
         )
-    return out
 
 
 class EmbeddingLayer(NeuronLayer):

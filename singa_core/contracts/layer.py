@@ -212,6 +212,12 @@ class Layer:
         labels = self.labels()
         return labels if isinstance(labels, np.ndarray) else None
 
+    def host_data(self) -> np.ndarray | None:
+        """The host (numpy) copy of ``data`` where one exists, else None: a layer reading
+        indices (kEmbedding) checks their range there rather than reading them off a
+        device. A layer whose data lives on a device but came from the host says where."""
+        return self.data if isinstance(self.data, np.ndarray) else None
+
     def state_dict(self) -> dict[str, Any]:
         """Resumable state besides Params (data cursors); JSON-serialisable values."""
         return {}

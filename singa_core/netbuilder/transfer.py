@@ -111,6 +111,10 @@ class DeviceTransfer(Layer):
         labels = self.src.labels()  # what labels() copies (the source is on the host)
         return labels if is_host_array(labels) else None
 
+    def host_data(self):
+        data = getattr(self, "_now", self.src).data  # what data copies
+        return data if is_host_array(data) else None
+
     def to_onnx(self, g, inputs):
         return inputs[0]  # the same values on another device
 

@@ -358,3 +358,58 @@ def test_device_copies_of_one_source_copy_never_share_an_arena_element():
     assert same_step.arena is not next_step.arena
     again = transfer_slot(copy_of(src_arena, 2), copy_of(dst_arena, 2), arenas)
     assert again.arena is same_step.arena and again.index == 2
+
+
+EMBEDDING_JOB = """
+name: "words" train_steps: 4 disp_freq: 100 test_steps: 0 checkpoint_freq: 0
+train_one_batch {{ alg: kBPTT }}
+updater {{ type: kSGD learning_rate {{ type: kFixed base_lr: 0.1 }} }}
+neuralnet {{
+  unroll_len: 6
+  layer {{ name: "data" type: kCharRNN unroll_len: 1
+    char_rnn_conf {{ path: "{texts}/train.txt" vocab_path: "{texts}/vocab.txt"
+                     batchsize: 8 unroll_len: 6 }} }}
+  layer {{ name: "emb" type: kEmbedding srclayers: "data" unroll_conn_type: kUnrollOneToAll
+    embedding_conf {{ vocab_size: {vocab} feature_dim: 5 }}
+    param {{ name: "v" init {{ type: kUniform low: -0.1 high: 0.1 }} }} }}
+  layer {{ name: "label" type: kRNNLabel srclayers: "data" unroll_conn_type: kUnrollOneToAll }}
+  {gru}
+  layer {{ name: "out" type: kInnerProduct srclayers: "gru"
+    innerproduct_conf {{ num_output: {vocab} }}
+    param {{ name: "w" init {{ type: kUniform low: -0.1 high: 0.1 }} }}
+    param {{ name: "b" init {{ type: kConstant value: 0 }} }} }}
+  layer {{ name: "loss" type: kSoftmaxLoss srclayers: "out" srclayers: "label" }}
+}}
+cluster {{ workspace: "{ws}" }}
+"""
+
+
+def test_an_embedding_on_a_device_checks_its_indices_on_the_host_copy(data_dir, tmp_path):
+    """kEmbedding's indices come from the host (the input layer's batch): their range is
+    checked there, so a step on a device reads nothing back; a bad index is still an
+    error naming the layer."""
+    from singa_core.commands.datasets import prepare_dataset
+    from singa_core.errors import SingaError
+    from singa_core.testing.launches import count_training_steps
+
+    texts = tmp_path / "texts"
+    prepare_dataset(
+        get_host().get("dataset", "tinyshakespeare")(), texts, data_dir / "tinyshakespeare"
+    )
+    vocab = len((texts / "vocab.txt").read_text())
+    conf = tmp_path / "words.conf"
+    conf.write_text(
+        EMBEDDING_JOB.format(
+            texts=texts, vocab=vocab, ws=tmp_path / "ws", gru=gru_layer("gru", "emb", 6, 9)
+        )
+    )
+    c = count_training_steps(conf)
+    assert c.reads == 0, c.by_name
+    # a vocabulary too small for the text's indices: refused, naming the copy that read one
+    conf.write_text(
+        EMBEDDING_JOB.format(
+            texts=texts, vocab=vocab, ws=tmp_path / "ws2", gru=gru_layer("gru", "emb", 6, 9)
+        ).replace(f"vocab_size: {vocab}", "vocab_size: 3")
+    )
+    with pytest.raises(SingaError, match=r"#emb' \(kEmbedding\): index .* outside \[0, 3\)"):
+        count_training_steps(conf)
