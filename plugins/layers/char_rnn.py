@@ -21,10 +21,13 @@ The cursor is saved in checkpoints, so ``--resume`` continues with the next wind
 
 from __future__ import annotations
 
+import types
+
 import numpy as np
 from singa_builtins.layers._text import encode, read_text_file, read_vocab
 
 from singa_core.layer import InputLayer, Layer
+from singa_core.sequences import SequenceArena, SequenceSlot
 
 
 class CharRNNStep:
@@ -38,8 +41,14 @@ class CharRNNStep:
         self.index = index
         self.name = layer.name
         self.params: list = []
-        self.data = layer.data[index]  # a view: refreshed in place by every forward
         self.grad = None
+        if index < layer.unroll_len:  # the steps the unrolled copies read, as one arena:
+            # consumers that run all their copies at once read them together
+            # (singa_core.sequences)
+            self.data = layer._steps_arena.views["data"][index]
+            self.ctx = types.SimpleNamespace(sequence=SequenceSlot(layer._steps_arena, index))
+        else:
+            self.data = layer.data[index]  # a view: refreshed in place by every forward
 
     @property
     def sequence(self) -> np.ndarray:
@@ -87,6 +96,8 @@ class CharRNNLayer(InputLayer):
                 help="use a longer text, or a smaller batchsize or unroll_len",
             )
         self.alloc((self.unroll_len + 1, self.batchsize), grad=False)
+        self._steps_arena = SequenceArena(self.unroll_len)
+        self._steps_arena.adopt("data", self.data[: self.unroll_len])
         self.offset = 0
         self._steps = np.arange(self.unroll_len + 1)[:, None]
         self._starts = np.arange(self.batchsize) * self.stride

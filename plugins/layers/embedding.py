@@ -22,6 +22,7 @@ import numpy as np
 
 from singa_core.device import is_host_array, to_host
 from singa_core.layer import Layer, NeuronLayer, kAggGrad
+from singa_core.sequences import SequenceRun, stacked
 
 
 def read_indices(layer: Layer, src: Layer, out: np.ndarray, vocab_size: int, field: str):
@@ -98,6 +99,12 @@ class EmbeddingLayer(NeuronLayer):
         # buffer (CuPy's take has no mode, and needs none)
         np.take(self.vocab.value, idx, axis=0, out=self.data, **self._take_mode)
 
+    @classmethod
+    def sequence_run(cls, copies, srcs):
+        """Copies over consecutive time steps of one index source: one conversion, one
+        lookup and one scatter-add for all steps (``_EmbeddingRun``)."""
+        return _run_for(copies, srcs)
+
     def backward(self, phase, srcs):
         gv = self.vocab.grad
         if not phase & kAggGrad:
@@ -112,3 +119,67 @@ def indices_onnx(g, x: str, name: str) -> str:
     """ONNX nodes turning a source of one index per row into an int64 vector of them."""
     flat = g.add("Reshape", [x, g.const([-1], f"{name}/flat", np.int64)], name=f"{name}/rows")
     return g.add("Cast", [flat], name=f"{name}/indices", to=7)  # int64
+
+
+def _run_for(copies, srcs):
+    first = copies[0]
+    if any(len(s) != 1 for s in srcs):
+        return None
+    x = stacked([s[0] for s in srcs], "data")
+    y = stacked(copies, "data")
+    if x is None or y is None or x.size != len(copies) * first.batchsize:
+        return None
+    if first.grad is not None and stacked(copies, "grad") is None:
+        return None
+    if any(c.vocab.value is not first.vocab.value or c.vocab.grad is not first.vocab.grad
+           for c in copies):  # fmt: skip
+        return None
+    return _EmbeddingRun(copies, srcs, x, y)
+
+
+class _EmbeddingRun(SequenceRun):
+    """All steps' indices converted, checked (on their host copy) and looked up at once;
+    backward adds every step's rows into the vocabulary's gradient in one scatter."""
+
+    def __init__(self, copies, srcs, x, y) -> None:
+        super().__init__(copies)
+        first = copies[0]
+        self.first, self.srcs = first, [s[0] for s in srcs]
+        rows = len(copies) * first.batchsize
+        self.x = x.reshape(rows)
+        self.y = y.reshape(rows, first.feature_dim)
+        self.grads = stacked(copies, "grad")
+        self.idx = first.xp.empty(rows, dtype=np.int64)
+
+    def forward(self, phase):
+        first = self.first
+        self.fetch(self.srcs)
+        with np.errstate(invalid="ignore"):
+            np.copyto(self.idx, self.x, casting="unsafe")
+        if is_host_array(self.x):
+            host, idx = self.x, self.idx
+        else:
+            copies = [s.host_data() if hasattr(s, "host_data") else None for s in self.srcs]
+            host = to_host(self.x) if any(h is None for h in copies) else np.stack(copies)
+            host = host.reshape(-1)
+            with np.errstate(invalid="ignore"):
+                idx = host.astype(np.int64)
+        if idx.min() < 0 or idx.max() >= first.vocab_size or not np.isfinite(host).all():
+            i = int(np.flatnonzero((idx < 0) | (idx >= first.vocab_size) | ~np.isfinite(host))[0])
+            t, row = divmod(i, first.batchsize)
+            _check_indices(
+                self.layers[t], self.srcs[t], host[t * first.batchsize : (t + 1) * first.batchsize],
+                idx[t * first.batchsize : (t + 1) * first.batchsize], first.vocab_size,
+                "embedding_conf",
+            )  # fmt: skip
+        np.take(first.vocab.value, self.idx, axis=0, out=self.y, **first._take_mode)
+
+    def backward(self, phase):
+        gv = self.first.vocab.grad
+        if not phase & kAggGrad:
+            gv.fill(0.0)
+        np.add.at(gv, self.idx, self.grads.reshape(self.y.shape))
+        for src, copy in zip(self.srcs, self.layers, strict=True):
+            buf = src.grad_for(copy)
+            if buf is not None:
+                buf.fill(0.0)

@@ -72,6 +72,17 @@ class SequenceArena:
         return view
 
 
+    def adopt(self, kind: str, whole) -> list:
+        """Make ``whole`` (an array of ``length`` rows a layer already holds, e.g. an input
+        layer's time steps) the arena of ``kind``; returns the views to hand out as the
+        copies' arrays (row ``i`` for copy ``i``)."""
+        if len(whole) != self.length:
+            raise ValueError(f"an arena of {self.length} steps cannot adopt {len(whole)} rows")
+        self.buffers[kind] = whole
+        self.views[kind] = [whole[i] for i in range(self.length)]
+        return self.views[kind]
+
+
 class SequenceSlot:
     """What an unrolled copy allocates through: its arena and its time step."""
 

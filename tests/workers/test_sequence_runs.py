@@ -66,11 +66,13 @@ cluster {{ workspace: "{ws}" }}
 """
 
 
-def engine_for(tmp_path, monkeypatch, *, runs: bool, device="cpu", tag="", **kw):
+def engine_for(tmp_path, monkeypatch, *, runs: bool, device="cpu", tag="", text=None, **kw):
     monkeypatch.setenv(ENV_SWITCH, "1" if runs else "0")
-    data = write_csv_blobs(tmp_path / "d.csv", n=60)
     path = tmp_path / f"job{tag}{int(runs)}.conf"
-    path.write_text(job_text(data, tmp_path / f"ws{tag}{int(runs)}", **kw))
+    if text is None:
+        data = write_csv_blobs(tmp_path / "d.csv", n=60)
+        text = job_text(data, tmp_path / f"ws{tag}{int(runs)}", **kw)
+    path.write_text(text)
     host = get_host()
     prepared = prepare_job(load_job(path), host, seed=3, device=open_device(device))
     engine = host.get("engine", "inprocess")(prepared, Reporter(quiet=True))
@@ -405,6 +407,9 @@ def test_an_embedding_on_a_device_checks_its_indices_on_the_host_copy(data_dir, 
     )
     c = count_training_steps(conf)
     assert c.reads == 0, c.by_name
+    # run as one: the indices and labels one copy each, the window's 6 steps 64 launches
+    # (copy by copy: 12 copies and 241 launches)
+    assert c.to_device == 2 and c.kernels <= 64, c.by_name
     # a vocabulary too small for the text's indices: refused, naming the copy that read one
     conf.write_text(
         EMBEDDING_JOB.format(
@@ -413,3 +418,39 @@ def test_an_embedding_on_a_device_checks_its_indices_on_the_host_copy(data_dir, 
     )
     with pytest.raises(SingaError, match=r"#emb' \(kEmbedding\): index .* outside \[0, 3\)"):
         count_training_steps(conf)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_an_embedding_run_gives_the_copies_arrays_and_gradients(
+    data_dir, tmp_path, monkeypatch, device
+):
+    """A word-level net (kCharRNN → kEmbedding → kGRU → kInnerProduct → kSoftmaxLoss): the
+    input layer's steps form one arena, the embedding's copies run as one lookup and one
+    scatter-add, the device copies of the indices as one copy; the same arrays and
+    gradients as copy by copy."""
+    from singa_core.commands.datasets import prepare_dataset
+
+    texts = tmp_path / "texts"
+    prepare_dataset(
+        get_host().get("dataset", "tinyshakespeare")(), texts, data_dir / "tinyshakespeare"
+    )
+    vocab = len((texts / "vocab.txt").read_text())
+    snaps = {}
+    for runs in (False, True):
+        text = EMBEDDING_JOB.format(
+            texts=texts, vocab=vocab, ws=tmp_path / f"ws{runs}", gru=gru_layer("gru", "emb", 6, 9)
+        )
+        net, worker, stub = engine_for(tmp_path, monkeypatch, runs=runs, device=device, text=text)
+        kinds = {type(u).__name__ for u in net.units() if isinstance(u, SequenceRun)}
+        if runs:
+            assert "_EmbeddingRun" in kinds and "GRURun" in kinds, kinds
+            if device != "cpu":
+                assert "_TransferRun" in kinds, kinds
+        worker.train_one_batch(0, net, stub)
+        first = snapshot(net)
+        stub.flush()
+        worker.train_one_batch(1, net, stub)
+        stub.flush()
+        snaps[runs] = (first, snapshot(net))
+    assert_same(snaps[False][0], snaps[True][0], 2e-6)
+    assert_same(snaps[False][1], snaps[True][1], 2e-5)
