@@ -71,7 +71,6 @@ class SequenceArena:
         self.views[kind][index] = view
         return view
 
-
     def adopt(self, kind: str, whole) -> list:
         """Make ``whole`` (an array of ``length`` rows a layer already holds, e.g. an input
         layer's time steps) the arena of ``kind``; returns the views to hand out as the
