@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from conftest import REPO, write_csv_blobs
 
-from singa_core.contracts.device import open_device, to_host
+from singa_core.device import open_device, to_host
 from singa_core.jobconf.parse import load_job
 from singa_core.layer import kTrain
 from singa_core.netbuilder.sequences import ENV_SWITCH
