@@ -21,6 +21,7 @@ import singa_builtins.layers.relu  # noqa: F401  (defines relu_forward/relu_back
 import singa_builtins.layers.sigmoid  # noqa: F401  (defines sigmoid_forward/_backward)
 from singa_builtins.layers import CUDNN_ALIAS_NOTE
 from singa_builtins.layers._bias import define_bias_activation
+from singa_builtins.layers._elementwise_run import elementwise_run
 from singa_builtins.layers.stanh import stanh_onnx
 
 from singa_core.cuda import elementwise_kernel
@@ -113,6 +114,14 @@ class ActivationLayer(NeuronLayer):
             return stanh_onnx(g, inputs[0], self.name)
         op = {job_pb2.RELU: "Relu", job_pb2.SIGMOID: "Sigmoid", job_pb2.TANH: "Tanh"}[kind]
         return g.add(op, inputs, name=self.name)
+
+    @classmethod
+    def sequence_run(cls, copies, srcs):
+        """All unrolled copies as one launch each way (``_elementwise_run``)."""
+        first = copies[0]
+        if any(c._fwd != first._fwd for c in copies):
+            return None
+        return elementwise_run(copies, srcs, first._fwd, first._bwd, first._scratch.dtype)
 
     def forward(self, phase, srcs):
         if self.absorbed_bias is None:

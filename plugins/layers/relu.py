@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 from singa_builtins.layers._bias import define_bias_activation
+from singa_builtins.layers._elementwise_run import elementwise_run
 
 from singa_core.cuda import elementwise_kernel
 from singa_core.kernels import define_kernel
@@ -65,6 +66,11 @@ class ReLULayer(NeuronLayer):
 
     def to_onnx(self, g, inputs):
         return g.add("Relu", inputs, name=self.name)
+
+    @classmethod
+    def sequence_run(cls, copies, srcs):
+        """All unrolled copies as one launch each way (``_elementwise_run``)."""
+        return elementwise_run(copies, srcs, "relu_forward", "relu_backward", bool)
 
     def forward(self, phase, srcs):
         if self.absorbed_bias is None:

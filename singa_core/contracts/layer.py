@@ -317,6 +317,11 @@ class Layer:
         if array_module(src) is not self.xp:  # a source on another device
             self.alloc(src.shape, grad=grad)
             return
+        if self.ctx.sequence is not None and (src.flags.c_contiguous or src.ndim < 2):
+            # an unrolled copy: its element of the copies' arena (see :meth:`buffer`)
+            self.data = self.buffer("data", src.shape)
+            self.grad = self.buffer("grad", src.shape) if grad else None
+            return
         self.data = zeros_laid_out_like(src, xp=self.xp)
         self.grad = zeros_laid_out_like(src, xp=self.xp) if grad else None
 

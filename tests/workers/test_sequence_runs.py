@@ -33,10 +33,14 @@ def gru_layer(name: str, src: str, hdim: int, nparams: int) -> str:
     )
 
 
-def job_text(data, ws, *, unroll=4, nparams=9, stacked_gru=False, batch=6) -> str:
-    """data → (a kDummy per step, which takes gradients) → GRU [→ GRU] → IP → loss."""
+def job_text(data, ws, *, unroll=4, nparams=9, stacked_gru=False, batch=6, act="") -> str:
+    """data → (a kDummy per step, which takes gradients) → GRU [→ GRU] [→ act] → IP →
+    loss; ``act``: an activation layer's type and conf."""
     top = "gru2" if stacked_gru else "gru"
     second = gru_layer("gru2", "gru", 5, nparams) if stacked_gru else ""
+    if act:
+        second += f' layer {{ name: "act" srclayers: "{top}" {act} }}'
+        top = "act"
     return f"""
 name: "runs"
 train_steps: 3
@@ -114,6 +118,10 @@ def assert_same(a: dict, b: dict, tol: float) -> None:
 
 VARIANTS = {
     "gru with biases": {},
+    "gru, relu": {"act": "type: kReLU"},
+    "gru, sigmoid": {"act": "type: kSigmoid"},
+    "gru, stanh": {"act": "type: kSTanh"},
+    "gru, activation tanh": {"act": "type: kActivation activation_conf { type: TANH }"},
     "gru without biases": {"nparams": 6},
     "stacked grus": {"stacked_gru": True},
 }
@@ -139,6 +147,7 @@ def test_a_run_gives_the_copies_arrays_and_gradients(tmp_path, monkeypatch, devi
         kinds = {type(u).__name__ for u in units if isinstance(u, SequenceRun)}
         if runs:
             assert {"GRURun", "_InnerProductRun", "_SoftmaxLossRun"} <= kinds, kinds
+            assert ("ElementwiseRun" in kinds) == ("act" in kw), kinds
             assert len(units) < len(net.layers)
         else:
             assert units == net.layers
