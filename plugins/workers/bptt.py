@@ -8,9 +8,9 @@ class runs them at once (``Layer.sequence_run``: kGRU, kInnerProduct, kSoftmaxLo
 device copies) form one unit (:mod:`singa_core.sequences`); ``SINGA_SEQUENCE_RUNS=0`` runs
 every copy by itself.
 
-1. forward over the layers in net order with ``kTrain | kForward``; before a layer runs, the
-   Params holding their own gradient (copy 0 of each unrolled Param) are collected and their
-   gradient is zeroed;
+1. the gradients of the Params holding their own (copy 0 of each unrolled Param) are zeroed,
+   all in one launch per device (kernel ``zero_many``); forward over the layers in net
+   order with ``kTrain | kForward``, a layer's Params collected before it runs;
 2. backward in reverse order with ``kTrain | kBackward | kAggGrad``: every copy adds its share
    into the one gradient; a Param is handed to the servers (``stub.update``) right after the
    last layer that adds to it has run. (0.3 sent the update at the copy-0 layer, which is the
@@ -28,11 +28,43 @@ training.
 
 from __future__ import annotations
 
+import numpy as np
+
+from singa_core.cuda import CUPY, launch_multi_tensor, multi_tensor_source
+from singa_core.device import array_module
 from singa_core.errors import SingaError
+from singa_core.kernels import define_kernel, kernels_for
 from singa_core.layer import kAggGrad, kBackward, kForward, kTrain
 from singa_core.names import base_layer_name, unrolled_name
 from singa_core.sequences import SequenceRun
 from singa_core.worker import Worker
+
+
+# -- zeroing the window's gradients: one launch on a GPU for all of them --------------------
+def zero_many_host(arrays) -> None:
+    """Every array of ``arrays`` filled with zeros."""
+    for a in arrays:
+        a.fill(0.0)
+
+
+_ZERO_SOURCE = multi_tensor_source("singa_zero_many", 1, 0, "", "T0[j] = 0.0f;")
+
+
+def zero_many_cuda(arrays, rt=CUPY) -> None:
+    if all(a.flags.c_contiguous and a.dtype == np.float32 for a in arrays):
+        launch_multi_tensor(rt, _ZERO_SOURCE, "singa_zero_many", [list(arrays)], [])
+    else:
+        zero_many_host(arrays)
+
+
+zero_many_cuda.source = _ZERO_SOURCE
+define_kernel(
+    "zero_many",
+    host=zero_many_host,
+    generic=zero_many_host,
+    cuda=zero_many_cuda,
+    doc="fill a list of float32 arrays with zeros (one launch on a GPU)",
+)
 
 
 class BPTTWorker(Worker):
@@ -47,8 +79,9 @@ class BPTTWorker(Worker):
     # -- training ------------------------------------------------------------------------
     def _plan(self, net):
         """The net's units (``net.units()``: single layers, and runs of all copies of a
-        layer at once) and, per unit, the gradient-owning Params to zero before its
-        forward and those to send after its backward (their last contributor)."""
+        layer at once) and, per unit, the gradient-owning Params to collect before its
+        forward and those to send after its backward (their last contributor); and the
+        owners to zero at the start of a step, per device."""
         plan = self._plans.get(id(net))
         if plan is None:
             units = net.units()
@@ -59,10 +92,10 @@ class BPTTWorker(Worker):
                     g = p.grad_owner
                     owners[id(g)] = g
                     first_use.setdefault(id(g), i)
-            zero_before = [[] for _ in units]
+            collect_before = [[] for _ in units]
             send_after = [[] for _ in units]
             for key, g in owners.items():
-                zero_before[first_use[key]].append(g)
+                collect_before[first_use[key]].append(g)
                 send_after[first_use[key]].append(g)  # backward runs in reverse order
             steps = [
                 (unit.forward, unit.backward, None)
@@ -70,17 +103,24 @@ class BPTTWorker(Worker):
                 else (unit.forward, unit.backward, net.srclayers(unit))
                 for unit in units
             ]
-            plan = (steps, zero_before, send_after)
+            # every gradient of the window zeroed at once before the forward pass, in one
+            # launch per device (forward reads no gradient)
+            by_device: dict[int, list] = {}
+            for g in owners.values():
+                by_device.setdefault(id(array_module(g.grad)), []).append(g)
+            zero = [(kernels_for(ps[0].grad).zero_many, ps) for ps in by_device.values()]
+            plan = (steps, collect_before, send_after, zero)
             self._plans[id(net)] = plan
         return plan
 
     def train_one_batch(self, step: int, net, stub) -> None:
-        steps, zero_before, send_after = self._plan(net)
+        steps, collect_before, send_after, zero = self._plan(net)
         fwd, bwd = kTrain | kForward, kTrain | kBackward | kAggGrad
+        for fill, owners in zero:
+            fill([p.grad for p in owners])
         for i, (forward, _, srcs) in enumerate(steps):
-            for p in zero_before[i]:
+            for p in collect_before[i]:
                 stub.collect(p)
-                p.grad.fill(0.0)
             forward(fwd) if srcs is None else forward(fwd, srcs)
         for i in range(len(steps) - 1, -1, -1):
             backward, srcs = steps[i][1], steps[i][2]

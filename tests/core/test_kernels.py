@@ -13,6 +13,7 @@ import singa_builtins.layers.gru  # noqa: F401
 import singa_builtins.layers.lrn  # noqa: F401
 import singa_builtins.layers.softmax_loss  # noqa: F401
 import singa_builtins.updaters.sgd  # noqa: F401
+import singa_builtins.workers.bptt  # noqa: F401
 
 import singa_core.blas  # noqa: F401
 import singa_core.running.numeric  # noqa: F401
@@ -237,6 +238,7 @@ CASES = {
         lambda r: _gru_step_forward_case(r, False),
     ],
     "gru_step_backward": [_gru_step_backward_case],
+    "zero_many": [lambda r: ([[_f32(r, 3, 4), _f32(r, 7), _f32(r, 2, 2, 2)]], [0], 0)],
     "lrn_forward": [
         lambda r, C=C, n=n, b=b, t=t: _lrn_forward_case(r, C, n, b, t)
         for C, n in ((7, 5), (3, 3), (1, 3), (2, 5))
