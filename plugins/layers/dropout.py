@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from singa_core.device import copy_into
 from singa_core.layer import NeuronLayer, kTrain, zeros_laid_out_like
 from singa_core.memory import charge as charge_memory
 from singa_core.param import DTYPE
+from singa_core.sequences import SequenceRun, stacked
 
 
 class DropoutLayer(NeuronLayer):
@@ -69,3 +71,64 @@ class DropoutLayer(NeuronLayer):
             np.multiply(self.grad, self.mask, out=buf)
         else:
             np.copyto(buf, self.grad)
+
+    @classmethod
+    def sequence_run(cls, copies, srcs):
+        """All unrolled copies at once: each copy draws its own numbers from its own
+        generator, as it would alone, into one array sent in one copy; the mask and the
+        products are one launch each for all steps."""
+        first = copies[0]
+        if any(len(s) != 1 for s in srcs) or any(c.ratio != first.ratio for c in copies):
+            return None
+        x = stacked([s[0] for s in srcs], "data")
+        y = stacked(copies, "data")
+        g = stacked(copies, "grad")
+        if x is None or y is None or x.shape != y.shape or (g is None and first.grad is not None):
+            return None
+        if not all(c._u_base.flags.c_contiguous for c in copies):
+            return None
+        bufs = [s[0].grad_for(c) for s, c in zip(srcs, copies, strict=True)]
+        gx = None
+        if any(b is not None for b in bufs):
+            gx = stacked([s[0] for s in srcs], "grad", bufs)
+            if gx is None:
+                return None
+        return _DropoutRun(copies, srcs, x, y, g, gx)
+
+
+class _DropoutRun(SequenceRun):
+    def __init__(self, copies, srcs, x, y, g, gx) -> None:
+        super().__init__(copies)
+        first = copies[0]
+        self.first, self.srcs = first, [s[0] for s in srcs]
+        self.x, self.y, self.g, self.gx = x, y, g, gx
+        xp = first.xp
+        self.host_u = np.empty(y.shape, dtype=DTYPE)  # every copy's draws, then one copy
+        self.u = self.host_u if first.device.is_host else xp.empty(y.shape, dtype=DTYPE)
+        self.keep = xp.empty(y.shape, dtype=bool)
+        self.mask = xp.empty(y.shape, dtype=DTYPE)
+        self.masked = False
+
+    def forward(self, phase):
+        first = self.first
+        self.fetch(self.srcs)
+        if phase & kTrain:
+            for copy, u in zip(self.layers, self.host_u, strict=True):
+                copy.ctx.rng.random(dtype=DTYPE, out=u)  # as Layer.draw, copy by copy
+            if self.u is not self.host_u:
+                copy_into(self.u, self.host_u)
+            np.less(self.u, first._keep, out=self.keep)
+            np.multiply(self.keep, first._scale, out=self.mask)
+            np.multiply(self.x, self.mask, out=self.y)
+            self.masked = True
+        else:
+            np.copyto(self.y, self.x)
+            self.masked = False
+
+    def backward(self, phase):
+        if self.gx is None:
+            return
+        if self.masked:
+            np.multiply(self.g, self.mask, out=self.gx)
+        else:
+            np.copyto(self.gx, self.g)
