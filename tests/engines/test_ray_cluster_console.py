@@ -117,13 +117,18 @@ def test_a_job_submitted_to_the_cluster_outlives_its_machine_and_is_stopped_from
         res = singa(VIEWER, "stop", job, "--address", head)
         assert res.returncode == 2 and "not running: it stopped" in res.stderr
 
-        # 5. a job whose supervisor died is failed, with the reason
+        # 5. a job whose supervisor died is failed, with the reason (the first job's
+        # supervisor process may still be ending: the new one is the one not seen before)
+        def supervisors():
+            return {pid for pid, cmd in c.processes(HEAD).items()
+                    if "JobSupervisor" in " ".join(cmd)}  # fmt: skip
+
+        before = supervisors()
         res = singa(VIEWER, "submit", str(conf), "--engine", "ray", "--address", head,
                     "--workspace", str(tmp_path / "ws2"))  # fmt: skip
         assert res.returncode == 0, res.stderr
         second = res.stdout.strip().splitlines()[-1]
-        (sup,) = [pid for pid, cmd in c.processes(HEAD).items()
-                  if "JobSupervisor" in " ".join(cmd)]  # fmt: skip
+        (sup,) = supervisors() - before
         os.kill(sup, signal.SIGKILL)  # a pid of this test's own machine, as the host sees it
         res = singa(VIEWER, "jobs", "--address", head, "--json")
         (rec,) = [r for r in json.loads(res.stdout) if r["id"] == second]
