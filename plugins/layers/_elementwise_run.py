@@ -5,7 +5,7 @@ results are the copies' bit for bit."""
 
 from __future__ import annotations
 
-from singa_core.sequences import SequenceRun, stacked
+from singa_core.sequences import SequenceRun, run_arrays
 
 
 def elementwise_run(copies, srcs, forward: str, backward: str, scratch_dtype):
@@ -13,21 +13,12 @@ def elementwise_run(copies, srcs, forward: str, backward: str, scratch_dtype):
     (``kernel(x, y)``) and ``backward`` kernel the gradient to the source's
     (``kernel(y, g, gx, scratch)``, ``scratch`` like ``y`` of ``scratch_dtype``); None when
     the arrays are not in arenas or a copy adds a bias it absorbed (bias fusion)."""
-    first = copies[0]
     if any(len(s) != 1 for s in srcs) or any(c.absorbed_bias is not None for c in copies):
         return None
-    x = stacked([s[0] for s in srcs], "data")
-    y = stacked(copies, "data")
-    g = stacked(copies, "grad")
-    if x is None or y is None or x.shape != y.shape or (g is None and first.grad is not None):
+    a = run_arrays(copies, srcs)
+    if a is None or a.x.shape != a.y.shape:
         return None
-    bufs = [s[0].grad_for(c) for s, c in zip(srcs, copies, strict=True)]
-    gx = None
-    if any(b is not None for b in bufs):
-        gx = stacked([s[0] for s in srcs], "grad", bufs)
-        if gx is None:
-            return None
-    return ElementwiseRun(copies, srcs, x, y, g, gx, forward, backward, scratch_dtype)
+    return ElementwiseRun(copies, srcs, a.x, a.y, a.g, a.gx, forward, backward, scratch_dtype)
 
 
 class ElementwiseRun(SequenceRun):

@@ -29,7 +29,6 @@ import threading
 import types
 
 import numpy as np
-from singa_builtins.layers.sigmoid import sigmoid_forward
 
 from singa_core.blas import gemm
 from singa_core.cuda import BLOCK, CUPY, elementwise_source, grid_for
@@ -68,22 +67,12 @@ def gru_step_forward_numpy(g, p, bz, br, bc, h, out, has_bias) -> None:
     """``g`` (B×3H): ``x·Wᵀ`` of the step, becomes ``[z | r | c]``; ``p`` (B×3H): ``h·Uᵀ``
     (its first block ends as scratch, the last, ``h·U_cᵀ``, is kept for backward);
     ``out = z ⊙ (h − c) + c``."""
+    from singa_builtins.layers.gru import gru_forward_host  # (gru.py imports this module)
+
     H = out.shape[-1]
     z, r, c = g[:, :H], g[:, H : 2 * H], g[:, 2 * H :]
     tz, tr, hu = p[:, :H], p[:, H : 2 * H], p[:, 2 * H :]
-    for gate, t, b in ((z, tz, bz), (r, tr, br)):
-        gate += t
-        if has_bias:
-            gate += b
-        sigmoid_forward(gate, gate)
-    np.multiply(r, hu, out=tz)
-    c += tz
-    if has_bias:
-        c += bc
-    np.tanh(c, out=c)
-    np.subtract(h, c, out=tz)
-    tz *= z
-    np.add(tz, c, out=out)
+    gru_forward_host(h, z, tz, r, tr, c, hu, bz, br, bc, out, has_bias)  # kGRU's own step
 
 
 def gru_step_backward_numpy(grad, grad2, rec, g, p, h, dx, dh, rec_prev) -> None:

@@ -14,7 +14,7 @@ from singa_core.device import copy_into
 from singa_core.layer import NeuronLayer, kTrain, zeros_laid_out_like
 from singa_core.memory import charge as charge_memory
 from singa_core.param import DTYPE
-from singa_core.sequences import SequenceRun, stacked
+from singa_core.sequences import SequenceRun, run_arrays
 
 
 class DropoutLayer(NeuronLayer):
@@ -80,20 +80,12 @@ class DropoutLayer(NeuronLayer):
         first = copies[0]
         if any(len(s) != 1 for s in srcs) or any(c.ratio != first.ratio for c in copies):
             return None
-        x = stacked([s[0] for s in srcs], "data")
-        y = stacked(copies, "data")
-        g = stacked(copies, "grad")
-        if x is None or y is None or x.shape != y.shape or (g is None and first.grad is not None):
+        a = run_arrays(copies, srcs)
+        if a is None or a.x.shape != a.y.shape:
             return None
         if not all(c._u_base.flags.c_contiguous for c in copies):
             return None
-        bufs = [s[0].grad_for(c) for s, c in zip(srcs, copies, strict=True)]
-        gx = None
-        if any(b is not None for b in bufs):
-            gx = stacked([s[0] for s in srcs], "grad", bufs)
-            if gx is None:
-                return None
-        return _DropoutRun(copies, srcs, x, y, g, gx)
+        return _DropoutRun(copies, srcs, a.x, a.y, a.g, a.gx)
 
 
 class _DropoutRun(SequenceRun):

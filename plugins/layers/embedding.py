@@ -22,7 +22,7 @@ import numpy as np
 
 from singa_core.device import is_host_array, to_host
 from singa_core.layer import Layer, NeuronLayer, kAggGrad
-from singa_core.sequences import SequenceRun, stacked
+from singa_core.sequences import SequenceRun, run_arrays, shares_params
 
 
 def read_indices(layer: Layer, src: Layer, out: np.ndarray, vocab_size: int, field: str):
@@ -37,18 +37,33 @@ def read_indices(layer: Layer, src: Layer, out: np.ndarray, vocab_size: int, fie
     if is_host_array(x):
         _check_indices(layer, src, x, out, vocab_size, field)
         return out
-    host = getattr(src, "host_data", lambda: None)()
-    host = to_host(x) if host is None else host.reshape(out.shape)  # else one read
+    host = host_copy([src], x).reshape(out.shape)
     with np.errstate(invalid="ignore"):
         _check_indices(layer, src, host, host.astype(np.int64), vocab_size, field)
     return out
 
 
+def host_copy(srcs, x) -> np.ndarray:
+    """The values of ``x`` (the sources' data, on a device) on the host, flat: the
+    sources' host copies (``host_data``) where each has one, else one read of ``x``."""
+    hosts = [getattr(s, "host_data", lambda: None)() for s in srcs]
+    if any(h is None for h in hosts):
+        return to_host(x).reshape(-1)
+    return np.concatenate([h.reshape(-1) for h in hosts])
+
+
+def first_bad_index(x: np.ndarray, idx: np.ndarray, vocab_size: int) -> int | None:
+    """The first position where ``idx`` (``x`` truncated) is outside ``[0, vocab_size)``
+    or ``x`` is not finite, or None."""
+    if idx.min() >= 0 and idx.max() < vocab_size and np.isfinite(x).all():
+        return None
+    return int(np.flatnonzero((idx < 0) | (idx >= vocab_size) | ~np.isfinite(x))[0])
+
+
 def _check_indices(layer, src, x: np.ndarray, idx: np.ndarray, vocab_size: int, field: str):
     """``idx`` (``x`` truncated, on the host) within ``[0, vocab_size)`` and ``x`` finite."""
-    if idx.min() < 0 or idx.max() >= vocab_size or not np.isfinite(x).all():
-        bad = (idx < 0) | (idx >= vocab_size) | ~np.isfinite(x)
-        i = int(np.flatnonzero(bad)[0])
+    i = first_bad_index(x, idx, vocab_size)
+    if i is not None:
         raise layer.error(
             f"layer '{layer.name}' ({layer.type_names[0]}): index {x[i]:g} of instance {i} "
             f"(from source '{src.name}') is outside [0, {vocab_size}) "
@@ -125,30 +140,25 @@ def _run_for(copies, srcs):
     first = copies[0]
     if any(len(s) != 1 for s in srcs):
         return None
-    x = stacked([s[0] for s in srcs], "data")
-    y = stacked(copies, "data")
-    if x is None or y is None or x.size != len(copies) * first.batchsize:
+    a = run_arrays(copies, srcs)
+    if a is None or a.x.size != len(copies) * first.batchsize or not shares_params(copies):
         return None
-    if first.grad is not None and stacked(copies, "grad") is None:
-        return None
-    if any(c.vocab.value is not first.vocab.value or c.vocab.grad is not first.vocab.grad
-           for c in copies):  # fmt: skip
-        return None
-    return _EmbeddingRun(copies, srcs, x, y)
+    return _EmbeddingRun(copies, srcs, a)
 
 
 class _EmbeddingRun(SequenceRun):
     """All steps' indices converted, checked (on their host copy) and looked up at once;
     backward adds every step's rows into the vocabulary's gradient in one scatter."""
 
-    def __init__(self, copies, srcs, x, y) -> None:
+    def __init__(self, copies, srcs, a) -> None:
         super().__init__(copies)
         first = copies[0]
         self.first, self.srcs = first, [s[0] for s in srcs]
         rows = len(copies) * first.batchsize
-        self.x = x.reshape(rows)
-        self.y = y.reshape(rows, first.feature_dim)
-        self.grads = stacked(copies, "grad")
+        self.x = a.x.reshape(rows)
+        self.y = a.y.reshape(rows, first.feature_dim)
+        self.grads = a.g
+        self.gx = a.gx  # the index sources' gradient buffers: zeros
         self.idx = first.xp.empty(rows, dtype=np.int64)
 
     def forward(self, phase):
@@ -159,19 +169,15 @@ class _EmbeddingRun(SequenceRun):
         if is_host_array(self.x):
             host, idx = self.x, self.idx
         else:
-            copies = [s.host_data() if hasattr(s, "host_data") else None for s in self.srcs]
-            host = to_host(self.x) if any(h is None for h in copies) else np.stack(copies)
-            host = host.reshape(-1)
+            host = host_copy(self.srcs, self.x)
             with np.errstate(invalid="ignore"):
                 idx = host.astype(np.int64)
-        if idx.min() < 0 or idx.max() >= first.vocab_size or not np.isfinite(host).all():
-            i = int(np.flatnonzero((idx < 0) | (idx >= first.vocab_size) | ~np.isfinite(host))[0])
-            t, row = divmod(i, first.batchsize)
-            _check_indices(
-                self.layers[t], self.srcs[t], host[t * first.batchsize : (t + 1) * first.batchsize],
-                idx[t * first.batchsize : (t + 1) * first.batchsize], first.vocab_size,
-                "embedding_conf",
-            )  # fmt: skip
+        i = first_bad_index(host, idx, first.vocab_size)
+        if i is not None:  # the error names the copy (time step) that read it
+            rows = slice(i - i % first.batchsize, i - i % first.batchsize + first.batchsize)
+            t = i // first.batchsize
+            _check_indices(self.layers[t], self.srcs[t], host[rows], idx[rows],
+                           first.vocab_size, "embedding_conf")  # fmt: skip
         np.take(first.vocab.value, self.idx, axis=0, out=self.y, **first._take_mode)
 
     def backward(self, phase):
@@ -179,7 +185,5 @@ class _EmbeddingRun(SequenceRun):
         if not phase & kAggGrad:
             gv.fill(0.0)
         np.add.at(gv, self.idx, self.grads.reshape(self.y.shape))
-        for src, copy in zip(self.srcs, self.layers, strict=True):
-            buf = src.grad_for(copy)
-            if buf is not None:
-                buf.fill(0.0)
+        if self.gx is not None:
+            self.gx.fill(0.0)

@@ -73,7 +73,7 @@ from singa_core.layer import Layer, NeuronLayer, kAggGrad
 from singa_core.memory import charge as charge_memory
 from singa_core.memory import charge_once
 from singa_core.param import DTYPE
-from singa_core.sequences import stacked
+from singa_core.sequences import run_arrays, shares_params
 
 
 # -- the gate arithmetic of a step, one launch each way on a GPU --------------------------------
@@ -293,27 +293,14 @@ class GRULayer(NeuronLayer):
     def sequence_run(cls, copies, srcs):
         """Copies fed one by one (copy i ≥ 1 takes copy i − 1 as its previous state) over
         inputs in one arena run as one (``_gru_sequence.GRURun``)."""
-        first = copies[0]
         if len(srcs[0]) != 1 or any(
             len(s) != 2 or s[1] is not copies[i - 1] for i, s in enumerate(srcs) if i
         ):
             return None
-        x = stacked([s[0] for s in srcs], "data")
-        out = stacked(copies, "data")
-        grad = stacked(copies, "grad")
-        if x is None or out is None or (grad is None and first.grad is not None):
+        a = run_arrays(copies, srcs)
+        if a is None or not shares_params(copies):
             return None
-        for k, q in enumerate(first.params):
-            if any(c.params[k].value is not q.value or c.params[k].grad is not q.grad
-                   for c in copies):  # fmt: skip
-                return None
-        bufs = [s[0].grad_for(c) for s, c in zip(srcs, copies, strict=True)]
-        gx = None
-        if any(b is not None for b in bufs):
-            gx = stacked([s[0] for s in srcs], "grad", bufs)
-            if gx is None:
-                return None
-        return GRURun(copies, srcs, x, out, grad, gx)
+        return GRURun(copies, srcs, a.x, a.y, a.g, a.gx)
 
     def grad_for(self, consumer: Layer) -> np.ndarray | None:
         return self.grad2 if id(consumer) in self._state_consumers else self.grad

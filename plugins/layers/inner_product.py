@@ -21,7 +21,7 @@ import numpy as np
 from singa_core.blas import gemm, gemm_acc
 from singa_core.layer import NeuronLayer, kAggGrad, kDeploy
 from singa_core.param import DTYPE
-from singa_core.sequences import SequenceRun, stacked
+from singa_core.sequences import SequenceRun, run_arrays, shares_params
 
 
 class InnerProductLayer(NeuronLayer):
@@ -126,24 +126,12 @@ class InnerProductLayer(NeuronLayer):
         first = copies[0]
         if any(len(s) != 1 for s in srcs) or first._yt is not None:
             return None
-        x = stacked([s[0] for s in srcs], "data")
-        y = stacked(copies, "data")
-        same = all(
-            c.weight.value is first.weight.value
-            and c.bias.value is first.bias.value
-            and c.weight.grad is first.weight.grad
-            and c.bias.grad is first.bias.grad
-            for c in copies
-        )
-        deferred = {c.deferred_bias is None for c in copies}
-        if x is None or y is None or not same or len(deferred) != 1:
+        if len({c.deferred_bias is None for c in copies}) != 1 or not shares_params(copies):
             return None
-        g = stacked(copies, "grad")
-        bufs = [s[0].grad_for(c) for s, c in zip(srcs, copies, strict=True)]
-        gx = None if bufs[0] is None else stacked([s[0] for s in srcs], "grad", bufs)
-        if g is None and first.grad is not None or bufs[0] is not None and gx is None:
+        a = run_arrays(copies, srcs)
+        if a is None:
             return None
-        return _InnerProductRun(copies, srcs, x, y, g, gx)
+        return _InnerProductRun(copies, srcs, a.x, a.y, a.g, a.gx)
 
 
 class _InnerProductRun(SequenceRun):

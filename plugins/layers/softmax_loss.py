@@ -35,7 +35,7 @@ from singa_core.kernels import define_kernel
 from singa_core.layer import LossLayer
 from singa_core.param import DTYPE
 from singa_core.schema import job_pb2
-from singa_core.sequences import SequenceRun, stacked
+from singa_core.sequences import SequenceRun, run_arrays, stacked
 
 FLT_MIN = float(np.finfo(np.float32).tiny)  # 1.17549435e-38
 
@@ -325,17 +325,14 @@ class SoftmaxLossLayer(LossLayer):
         """Copies over consecutive time steps: one forward and one gradient kernel over all
         ``T·B`` rows; the loss and accuracy go to the first copy as the mean over them."""
         first = copies[0]
-        logits = stacked([s[0] for s in srcs], "data")
-        prob = stacked(copies, "data")
-        if logits is None or prob is None or any(len(s) != 2 for s in srcs):
+        if any(len(s) != 2 for s in srcs):
             return None
         if any(c.topk != first.topk or c.scale != first.scale for c in copies):
             return None
-        bufs = [s[0].grad_for(c) for s, c in zip(srcs, copies, strict=True)]
-        grads = None if bufs[0] is None else stacked([s[0] for s in srcs], "grad", bufs)
-        if bufs[0] is not None and grads is None:
+        a = run_arrays(copies, srcs)
+        if a is None:
             return None
-        return _SoftmaxLossRun(copies, srcs, logits, prob, grads)
+        return _SoftmaxLossRun(copies, srcs, a.x, a.y, a.gx)
 
 
 class _SoftmaxLossRun(SequenceRun):

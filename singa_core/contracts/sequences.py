@@ -42,6 +42,7 @@ Two pieces:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -114,6 +115,49 @@ def stacked(objs: Sequence[Any], kind: str = "data", arrays: Sequence[Any] | Non
         if (getattr(obj, kind) if arrays is None else arrays[i]) is not views[i]:
             return None
     return arena.buffers[kind]
+
+
+@dataclass(frozen=True)
+class RunArrays:
+    """The arenas most runs read and write (see :func:`run_arrays`)."""
+
+    x: Any  # the first sources' data
+    y: Any  # the copies' data
+    g: Any  # the copies' grad, or None (they have none)
+    gx: Any  # the gradient buffers the first sources offer the copies, or None (none does)
+
+
+def run_arrays(copies: Sequence[Any], srcs: Sequence[Sequence[Any]]) -> RunArrays | None:
+    """The arenas of a run of ``copies`` over their first sources (``srcs[i][0]``), or None
+    when one of them is not an arena, so that the class says no (copy by copy): the
+    sources' data, the copies' data and grad (where they have one), and the buffers the
+    sources' ``grad_for(copy)`` offer (where any does)."""
+    first = copies[0]
+    x = stacked([s[0] for s in srcs], "data")
+    y = stacked(copies, "data")
+    g = stacked(copies, "grad")
+    if x is None or y is None or (g is None and first.grad is not None):
+        return None
+    bufs = [s[0].grad_for(c) for s, c in zip(srcs, copies, strict=True)]
+    gx = None
+    if any(b is not None for b in bufs):
+        gx = stacked([s[0] for s in srcs], "grad", bufs)
+        if gx is None:
+            return None
+    return RunArrays(x, y, g, gx)
+
+
+def shares_params(copies: Sequence[Any]) -> bool:
+    """Whether every copy's Params use copy 0's values and gradients (as an unrolled
+    layer's do), so that a run may read and add into copy 0's."""
+    first = copies[0].params
+    for c in copies:
+        if len(c.params) != len(first):
+            return False
+        for p, q in zip(c.params, first, strict=True):
+            if p.value is not q.value or p.grad is not q.grad:
+                return False
+    return True
 
 
 def _slot_of(obj) -> SequenceSlot | None:
