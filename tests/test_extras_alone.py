@@ -140,7 +140,9 @@ def feature(extra: str, venv: PlainVenv, tmp: Path) -> None:
         assert (tmp / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     elif extra == "fast":
         res = venv.run("python", "-c", "from singa_builtins.layers._pool_kernels import kernels; "
-                       "assert kernels() is not None, 'numba kernels not compiled'")  # fmt: skip
+                       "assert kernels() is not None, 'numba kernels not compiled'; "
+                       "from singa_builtins.layers._gru_sequence import compiled; "
+                       "assert compiled() is not None, 'GRU step passes not compiled'")  # fmt: skip
         _ok(res, "numba kernels")
     elif extra == "proto":
         proto = tmp / "ext.proto"
