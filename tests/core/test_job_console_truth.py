@@ -184,8 +184,20 @@ def test_two_stops_stop_once_and_progress_is_the_jobs_own(jobs, small_job):
     _wait(folder, lambda i: i.step is not None and i.step >= 100)
     env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
     cmd = [sys.executable, "-m", "singa_core.commands.cli", "stop", first.id]
-    procs = [subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True) for _ in "ab"]
-    outs = [p.communicate(timeout=60)[1] for p in procs]
+    # The job is held (SIGSTOP) while both stops run: a small job checkpoints and ends
+    # faster than a second interpreter starts, and then the second stop rightly finds it
+    # stopped. Held, it is still running for both; the SIGTERM waits until it continues.
+    rec = api.job_info(folder).record
+    held = [pid for pid in (rec.runner_pid, rec.training_pid) if pid]
+    for pid in held:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        procs = [subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+                 for _ in "ab"]  # fmt: skip
+        outs = [p.communicate(timeout=60)[1] for p in procs]
+    finally:
+        for pid in held:
+            os.kill(pid, signal.SIGCONT)
     assert [p.returncode for p in procs] == [0, 0], outs
     assert sum("already stopping" in o for o in outs) == 1, outs
     stopped = _wait(folder, lambda i: i.state != "running")
