@@ -60,6 +60,8 @@ few large GEMMs.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 from singa_builtins.layers._gru_sequence import GRURun
 from singa_builtins.layers._gru_sequence import compiles as gru_passes_compile
@@ -253,9 +255,6 @@ class GRULayer(NeuronLayer):
             self.create_param(i, shapes[i], _ROLES[i])
         self.has_bias = nparams == 9
 
-        def buf(*shape):
-            return self.xp.zeros(shape, dtype=DTYPE)
-
         slot = self.ctx.sequence
         if slot is not None and slot.index == 0:  # what a run of all copies holds
             steps = (slot.arena.length, B, 3 * hdim)
@@ -267,19 +266,35 @@ class GRULayer(NeuronLayer):
                 charge_once(self, "numba-jit", JIT_BYTES, row="numba's JIT compiler",
                             note=JIT_NOTE)  # fmt: skip
 
-        self._h0 = buf(B, hdim)  # h_prev without a previous GRU: zeros, or a carried state
+        # h_prev without a previous GRU: zeros, or a carried state
+        self._h0 = self.xp.zeros((B, hdim), dtype=DTYPE)
         self._h0_zero = True  # whether _h0 is zeros (a run then skips its gradient terms)
-        self._z, self._r, self._c = buf(B, hdim), buf(B, hdim), buf(B, hdim)
-        self._hu_c = buf(B, hdim)  # h_prev U_cᵀ
-        self._t = buf(B, hdim)  # h_prev U_zᵀ, then scratch
-        self._tr = buf(B, hdim)  # h_prev U_rᵀ
-        self._g = buf(B, hdim)  # grad + grad2
-        self._dz, self._dr, self._dc = buf(B, hdim), buf(B, hdim), buf(B, hdim)
-        self._dcr = buf(B, hdim)  # dc ⊙ r
-        self._gh = buf(B, hdim)  # h_prev gradient when the buffer is not contiguous
-        self._gx = buf(B, vdim)  # x gradient when the buffer is not contiguous
-        self._tx = buf(B, vdim)  # scratch
-        self._ones = self.xp.ones(B, dtype=DTYPE)
+        self._work = None  # the copy-by-copy passes' buffers, made when they first run
+
+    def _buffers(self) -> SimpleNamespace:
+        """The work buffers of this copy's own forward and backward passes (12 of (B, H),
+        2 of (B, V)), made on first use: a run of all unrolled copies (``GRURun``) keeps
+        its own and never asks, so its copies hold none."""
+        if self._work is None:
+            B, hdim, vdim, xp = self.batchsize, self.hdim, self.vdim, self.xp
+
+            def buf(*shape):
+                return xp.zeros(shape, dtype=DTYPE)
+
+            self._work = SimpleNamespace(
+                z=buf(B, hdim), r=buf(B, hdim), c=buf(B, hdim),
+                hu_c=buf(B, hdim),  # h_prev U_cᵀ
+                t=buf(B, hdim),  # h_prev U_zᵀ, then scratch
+                tr=buf(B, hdim),  # h_prev U_rᵀ
+                g=buf(B, hdim),  # grad + grad2
+                dz=buf(B, hdim), dr=buf(B, hdim), dc=buf(B, hdim),
+                dcr=buf(B, hdim),  # dc ⊙ r
+                gh=buf(B, hdim),  # h_prev gradient when the buffer is not contiguous
+                gx=buf(B, vdim),  # x gradient when the buffer is not contiguous
+                tx=buf(B, vdim),  # scratch
+                ones=xp.ones(B, dtype=DTYPE),
+            )  # fmt: skip
+        return self._work
 
     def carry_state(self, last: Layer | None = None) -> None:
         np.copyto(self._h0, (last or self).data)
@@ -345,40 +360,42 @@ class GRULayer(NeuronLayer):
     def forward(self, phase, srcs):
         x, h = self._x(srcs), self._hprev(srcs)
         p = [q.value for q in self.params]
-        z, r, c = self._z, self._r, self._c
+        w = self._buffers()
+        z, r, c = w.z, w.r, w.c
         np.dot(x, p[0].T, out=z)
-        np.dot(h, p[3].T, out=self._t)
+        np.dot(h, p[3].T, out=w.t)
         np.dot(x, p[1].T, out=r)
-        np.dot(h, p[4].T, out=self._tr)
-        np.dot(h, p[5].T, out=self._hu_c)
+        np.dot(h, p[4].T, out=w.tr)
+        np.dot(h, p[5].T, out=w.hu_c)
         np.dot(x, p[2].T, out=c)
-        bz, br, bc = (p[6], p[7], p[8]) if self.has_bias else (self._hu_c,) * 3
+        bz, br, bc = (p[6], p[7], p[8]) if self.has_bias else (w.hu_c,) * 3
         self.kernels.gru_forward(
-            h, z, self._t, r, self._tr, c, self._hu_c, bz, br, bc, self.data, self.has_bias
+            h, z, w.t, r, w.tr, c, w.hu_c, bz, br, bc, self.data, self.has_bias
         )
 
     def _param_grad(self, i: int, a: np.ndarray, b: np.ndarray | None, agg: bool) -> None:
         """Param ``i``'s gradient ``aᵀ b`` (or ``Σ_rows a`` when ``b`` is None), added to
         the gradient in place with ``kAggGrad``, else written over it."""
         grad = self.params[i].grad
+        ones = self._buffers().ones
         if agg:
             if b is None:
-                gemm_acc(self._ones[None, :], a, grad.reshape(1, -1))
+                gemm_acc(ones[None, :], a, grad.reshape(1, -1))
             else:
                 gemm_acc(a.T, b, grad)
         elif b is None:
-            np.dot(self._ones, a, out=grad)
+            np.dot(ones, a, out=grad)
         else:
             np.dot(a.T, b, out=grad)
 
     def backward(self, phase, srcs):
         x, h = self._x(srcs), self._hprev(srcs)
         p = [q.value for q in self.params]
-        z, r, c, t = self._z, self._r, self._c, self._t
-        dz, dr, dc, dcr = self._dz, self._dr, self._dc, self._dcr
-        g = self._g
+        w = self._buffers()
+        z, r, c, t = w.z, w.r, w.c, w.t
+        dz, dr, dc, dcr = w.dz, w.dr, w.dc, w.dcr
         self.kernels.gru_backward(
-            self.grad, self.grad2, z, r, c, h, self._hu_c, g, dz, dr, dc, dcr, t
+            self.grad, self.grad2, z, r, c, h, w.hu_c, w.g, dz, dr, dc, dcr, t
         )  # t = g ⊙ z
         agg = bool(phase & kAggGrad)
         for k, (d, dh) in enumerate(((dz, dz), (dr, dr), (dc, dcr))):
@@ -389,11 +406,11 @@ class GRULayer(NeuronLayer):
 
         buf = srcs[0].grad_for(self)
         if buf is not None:
-            self._src_grad(buf, ((dz, p[0]), (dr, p[1]), (dc, p[2])), self._gx, self._tx, None)
+            self._src_grad(buf, ((dz, p[0]), (dr, p[1]), (dc, p[2])), w.gx, w.tx, None)
         if len(srcs) == 2:
             buf = srcs[1].grad_for(self)
             if buf is not None:
-                self._src_grad(buf, ((dz, p[3]), (dr, p[4]), (dcr, p[5])), self._gh, t, t)
+                self._src_grad(buf, ((dz, p[3]), (dr, p[4]), (dcr, p[5])), w.gh, t, t)
 
     @staticmethod
     def _src_grad(buf, terms, scratch, tmp, extra) -> None:

@@ -161,6 +161,9 @@ def test_a_run_gives_the_copies_arrays_and_gradients(tmp_path, monkeypatch, devi
             worker.train_one_batch(step, net, stub)
             stub.flush()
         nets[runs] = (first, snapshot(net), pop_net_metrics(net))
+        # a run keeps its own buffers: its copies never make their per-step ones
+        grus = [c for c in net.layers if type(c).__name__ == "GRULayer"]
+        assert grus and all((c._work is None) == runs for c in grus)
     (a0, a1, am), (b0, b1, bm) = nets[False], nets[True]
     assert_same(a0, b0, 2e-6)
     assert_same(a1, b1, 2e-5)
