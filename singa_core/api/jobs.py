@@ -476,6 +476,15 @@ def job_info(folder: Path) -> JobInfo:
             message=f"runs on the cluster at {record.cluster}: `singa jobs --address "
             f"{record.cluster}` shows it",
         )  # fmt: skip
+    # Its processes are looked at before its files: the runner writes exit.json and then
+    # ends, and the training writes its last log line before either. So a job that ends
+    # while it is looked at is read as ended (its status, its last step) or as running,
+    # never as killed without an exit status, nor ended with a step from before its end.
+    local = is_local(record)
+    restarted = bool(local and record.machine and record.machine != machine_id())
+    runner = training = False
+    if local and not restarted:
+        runner, training = runner_alive(record), training_alive(record)
     step, total, metrics = _progress(Path(record.workspace), record.id)
     log = folder / "log"
     last_step, engine = _from_log(log)
@@ -502,7 +511,7 @@ def job_info(folder: Path) -> JobInfo:
             sig = ended.get("signal")
             info.message = f"killed by signal {sig}" if sig else _last_error(log)
         return info
-    if not is_local(record):
+    if not local:
         info.checked = False
         info.stopping = stopped
         info.message = (
@@ -510,10 +519,9 @@ def job_info(folder: Path) -> JobInfo:
             "cannot be seen from this machine)"
         )
         return info
-    restarted = record.machine and record.machine != machine_id()  # local, another boot
-    if not restarted and (runner_alive(record) or training_alive(record)):
+    if runner or training:  # restarted (local, another boot): neither was looked at
         info.stopping = stopped
-        if not runner_alive(record):
+        if not runner:
             info.message = (
                 "its runner was killed; the training stops after its step with a checkpoint "
                 f"(pid {record.training_pid})"
