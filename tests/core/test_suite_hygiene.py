@@ -132,16 +132,31 @@ def test_only_the_tests_own_shm_segments_are_counted():
             seg.unlink()
 
 
+def _trained(ws: Path) -> bool:
+    """Whether the run in ``ws`` had trained a step (its metrics.jsonl has a train record)."""
+    path = ws / "metrics.jsonl"
+    return path.exists() and '"phase": "train"' in path.read_text()
+
+
 @pytest.mark.slow
 def test_a_hung_run_fails_with_the_stacks_of_all_its_processes(small_job):
     """run_singa's timeout: a `singa` still running prints the Python stacks of the launcher
     and of its worker and server processes, and none of them is left running."""
     conf, _ = small_job(steps=10_000_000)
     args = ["-o", "cluster.nworker_groups=2", "-o", "cluster.server_worker_separate=true"]
-    with pytest.raises(AssertionError) as info:
-        run_singa("train", str(conf), "--engine", "shm", "-q", *args, timeout=8)
+    # the hang: a run still training when the timeout comes. Its processes start in about
+    # a second, but a loaded machine may take longer than the timeout: then the run had
+    # not started training yet (its workspace shows no training step), and the longer
+    # timeout of the next attempt gives it time to
+    for attempt, timeout in enumerate((8, 20, 60)):
+        ws = conf.parent / f"hung{attempt}"
+        with pytest.raises(AssertionError) as info:
+            run_singa("train", str(conf), "--engine", "shm", "-q", *args,
+                      "--workspace", str(ws), timeout=timeout)  # fmt: skip
+        if _trained(ws):
+            break
     text = str(info.value)
-    assert "was still running after 8 s" in text
+    assert f"was still running after {timeout} s" in text
     stacks = text.count("Current thread") + text.count("Thread 0x")
     assert stacks >= 3, text[-3000:]  # the launcher, two worker groups, a server
     assert "singa_core" in text or "singa_builtins" in text, text[-3000:]
