@@ -193,6 +193,15 @@ def _start(conf: Path, *args: str) -> subprocess.Popen:
     )
 
 
+def _ended(pid: int) -> bool:
+    """Whether process ``pid`` has exited: gone, or a zombie (which its new parent may
+    reap, and /proc drop, between any two looks at it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
 def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
@@ -230,7 +239,7 @@ def test_killed_process_stops_the_job_and_resume_works(tmp_path, victim, role):
     assert "--resume" in err
     assert _shm_entries() <= before
     for k in kids:
-        assert not Path(f"/proc/{k}").exists() or "Z" in Path(f"/proc/{k}/stat").read_text()
+        assert _ended(k), k
     # the newest checkpoint is complete: --resume continues from it
     steps = sorted(int(p.name[4:].split("-")[0]) for p in (ws / "checkpoint").glob("step*-worker0"))
     last = steps[-1]
