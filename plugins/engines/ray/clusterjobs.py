@@ -121,6 +121,7 @@ class JobSupervisor:
             pid=self.child.pid, log=str(self.log_path), started=time.time(),
         )  # fmt: skip
         put_record(self.rec)
+        self.ended = threading.Event()  # set once the ended job's record is in the registry
         threading.Thread(target=self._watch, name="singa-job-watch", daemon=True).start()
 
     # -- the calls ----------------------------------------------------------------------
@@ -130,8 +131,10 @@ class JobSupervisor:
             return dict(self.rec)
 
     def log(self, offset: int, limit: int = 1 << 20) -> tuple[str, int, bool]:
-        """(the log's text from byte ``offset``, the next offset, whether the job runs)."""
-        running = self.child.poll() is None
+        """(the log's text from byte ``offset``, the next offset, whether the job runs).
+        It runs until its end is recorded: a follower that sees it end (and stops) finds
+        it ended in the registry, not running still, and the log it reads after is whole."""
+        running = not self.ended.is_set()
         try:
             with open(self.log_path, "rb") as fh:
                 fh.seek(offset)
@@ -204,6 +207,7 @@ class JobSupervisor:
             except OSError:
                 pass
             put_record(self.rec)
+        self.ended.set()
         time.sleep(LINGER)  # followers read the end, then the registry has it
         os._exit(0)
 
