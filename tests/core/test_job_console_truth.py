@@ -154,6 +154,25 @@ def test_ids_are_literal_and_damaged_records_are_listed(jobs):
     assert str(jobs / "f00001" / "log") in res.stderr and "help:" in res.stderr
 
 
+def test_a_job_that_ends_while_it_is_looked_at_is_read_as_ended(jobs, monkeypatch):
+    """The training writes its last line, the runner exit.json, then both are gone: a look
+    whose check of the processes finds them gone reads the files after that check, so the
+    job is finished with its exit status and last step, not killed without an exit status."""
+    folder = jobs / "e00002"
+    _record(folder, host=os.uname().nodename, machine=api.machine_id())
+
+    def ends_now(record):  # the job ends at the moment its processes are looked at
+        if not (folder / "exit.json").exists():
+            (folder / "log").write_text("Train step-30, loss 0.1\nfinished at step 40\n")
+            (folder / "exit.json").write_text(json.dumps({"exit_code": 0, "time": 1}))
+        return False
+
+    monkeypatch.setattr(api, "runner_alive", ends_now)
+    monkeypatch.setattr(api, "training_alive", ends_now)
+    info = api.job_info(folder)
+    assert info.state == "finished" and info.exit_code == 0 and info.step == 40, info
+
+
 # -- another machine's job ---------------------------------------------------------------------
 def test_another_machines_job_keeps_its_host_and_last_state(jobs):
     _record(jobs / "b00001", runner_pid=os.getpid(), runner_start="1")
