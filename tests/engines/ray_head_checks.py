@@ -76,7 +76,7 @@ def test_a_killed_gcs_ends_the_job_within_30_s_naming_the_checkpoint(tmp_path):
     assert "error: the job stopped: lost the private Ray runtime's GCS" in err
     assert "the newest complete checkpoint is" in err and "--resume" in err
     assert "Traceback" not in err
-    time.sleep(1.0)
+    _until(lambda: not _children(proc.pid))
     assert not _children(proc.pid)  # the runtime's processes ended with it
 
 
@@ -90,6 +90,19 @@ def _stat(pid: int) -> list[str]:
 def _started(pid: int) -> str:
     fields = _stat(pid)
     return fields[19] if len(fields) > 19 else ""
+
+
+def _until(cond, timeout: float = 10.0) -> None:
+    """Wait until ``cond()`` (at most ``timeout`` s): the processes the run killed as it
+    ended are gone a moment later, and a loaded machine makes the moment longer."""
+    deadline = time.monotonic() + timeout
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _left(seen: dict[int, str]) -> list[int]:
+    """The processes of ``seen`` (pid -> start time) still running."""
+    return [p for p, t in seen.items() if t and _started(p) == t and _state(p) not in "ZX"]
 
 
 def _state(pid: int) -> str:
@@ -169,8 +182,8 @@ def test_the_heads_loss_at_five_moments_of_start_up_is_located_within_15_s(tmp_p
         assert "error: the job stopped: lost the private Ray runtime's GCS" in err, err
         assert "the newest complete checkpoint is" in err and "(step 20)" in err, err
         assert "Traceback" not in err and "Failed to connect to GCS" not in err, err
-        time.sleep(1.0)
+        _until(lambda pid=proc.pid, seen=seen: not _children(pid) and not _left(seen))
         assert not _children(proc.pid), moment  # the runtime's processes ended with it
-        left = [p for p, t in seen.items() if t and _started(p) == t and _state(p) not in "ZX"]
+        left = _left(seen)
         assert not left, (moment, {p: _name(p) for p in left})
         assert not _ours(_segments(), set(seen) | {proc.pid}), moment
