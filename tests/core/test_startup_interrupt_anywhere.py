@@ -83,29 +83,59 @@ def test_sigint_while_python_m_loads(tmp_path):
     assert res.stderr.strip() == "interrupted", res.stderr
 
 
-def test_a_library_user_keeps_python_s_interrupt():
-    code = "import signal, singa_core; print(signal.getsignal(signal.SIGINT).__name__)"
-    res = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
-    )
-    assert res.returncode == 0, res.stderr
-    assert res.stdout.strip() in ("default_int_handler", "SIG_IGN"), res.stdout
+def _inherit(handler):
+    """The SIGINT disposition the child starts with: a shell's background job (``cmd &``,
+    nohup) starts with it ignored, a terminal's command with the default; Python then
+    installs its ``default_int_handler`` only in the second case."""
+    return lambda: signal.signal(signal.SIGINT, handler)
 
 
-def test_the_command_itself_gets_python_s_interrupt_back():
-    code = (
-        "import signal, sys\n"
-        "sys.argv = ['singa', 'version']\n"
-        "from singa_core.commands import cli\n"
-        "assert signal.getsignal(signal.SIGINT).__name__ == '_interrupted_while_loading'\n"
-        "try:\n    cli.main()\nexcept SystemExit:\n    pass\n"
-        "print(signal.getsignal(signal.SIGINT).__name__)\n"
+# what the child prints: the handler's name, or the enum's (SIG_IGN, SIG_DFL)
+SHOW_SIGINT = (
+    "h = signal.getsignal(signal.SIGINT); "
+    "print(h.name if isinstance(h, signal.Handlers) else h.__name__)"
+)
+
+
+@pytest.mark.parametrize(
+    ("inherited", "kept"),
+    [(signal.SIG_DFL, "default_int_handler"), (signal.SIG_IGN, "SIG_IGN")],
+)
+def test_a_library_user_keeps_python_s_interrupt(inherited, kept):
+    code = "import signal, singa_core; " + SHOW_SIGINT
+    res = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
+        preexec_fn=_inherit(inherited),
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == kept, res.stdout
+
+
+@pytest.mark.parametrize(
+    ("inherited", "loading", "after"),
+    [
+        (signal.SIG_DFL, "_interrupted_while_loading", "default_int_handler"),
+        (signal.SIG_IGN, "SIG_IGN", "SIG_IGN"),  # nohup, `singa ... &`: it stays ignored
+    ],
+)
+def test_the_command_itself_gets_python_s_interrupt_back(inherited, loading, after):
+    code = "\n".join(
+        [
+            "import signal, sys",
+            "sys.argv = ['singa', 'version']",
+            "from singa_core.commands import cli",
+            SHOW_SIGINT,
+            "try:\n    cli.main()\nexcept SystemExit:\n    pass",
+            SHOW_SIGINT,
+        ]
     )
     res = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
-    )
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
+        preexec_fn=_inherit(inherited),
+    )  # fmt: skip
     assert res.returncode == 0, res.stderr
-    assert res.stdout.splitlines()[-1] == "default_int_handler", res.stdout
+    lines = res.stdout.splitlines()
+    assert (lines[0], lines[-1]) == (loading, after), res.stdout
 
 
 def test_sigint_while_a_command_runs_is_one_line_too(tmp_path):
