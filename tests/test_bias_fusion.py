@@ -1,7 +1,7 @@
-"""Bias + activation fusion across the kInnerProduct → activation edge
-(singa_core/netbuilder/fusion.py): on a device the activation adds the product's bias in
-its own launch, the product's ``data`` still ends as ``x·Wᵀ + b``; on the CPU, for a
-product read by two layers, or read by a layer that is not an activation, nothing fuses."""
+"""Bias fusion across the kInnerProduct → activation (or softmax loss) edge
+(singa_core/netbuilder/fusion.py): on a device the activation or loss adds the product's
+bias in its own launch, the product's ``data`` still ends as ``x·Wᵀ + b``; on the CPU, for
+a product read by two layers, or read by a layer that absorbs no bias, nothing fuses."""
 
 from __future__ import annotations
 
@@ -52,7 +52,8 @@ def test_a_fused_products_data_is_x_w_plus_b_and_equals_the_cpu(tmp_path, hidden
     dev = nets["standin"]
     ip1, act = dev.by_name["ip1"], dev.by_name["hidden"]
     assert ip1.deferred_bias is ip1.bias and act.absorbed_bias is ip1.bias
-    assert dev.by_name["ip2"].deferred_bias is None  # read by the loss, not an activation
+    ip2, loss = dev.by_name["ip2"], dev.by_name["loss"]
+    assert ip2.deferred_bias is ip2.bias and loss.absorbed_bias is ip2.bias  # the logits'
     cpu = nets["cpu"]
     assert all(la.deferred_bias is None and la.absorbed_bias is None for la in cpu.layers)
     for net in nets.values():
@@ -83,6 +84,41 @@ def test_a_fused_pair_is_one_launch_fewer(tmp_path):
     assert c.by_name["kernels:bias_relu_forward"] == 1
 
 
+def test_the_softmax_loss_adds_the_logits_bias_in_its_forward_launch(tmp_path):
+    """ip2 → kSoftmaxLoss (its second source, the labels, does not count): two launches
+    where three were, the same logits, loss, probabilities and gradients as the CPU."""
+    from singa_core.contracts import standin
+    from singa_core.layer import kBackward
+
+    rng = np.random.default_rng(2)
+    biases = {"ip2": rng.standard_normal(3).astype(np.float32)}
+    nets = {d: _net(tmp_path, d, "type: kReLU") for d in ("cpu", "standin")}
+    dev = nets["standin"]
+    ip2, loss = dev.by_name["ip2"], dev.by_name["loss"]
+    for name, b in biases.items():
+        for net in nets.values():
+            net.by_name[name].bias.value[...] = net.by_name[name].device.asarray(b)
+    for layer in dev.layers[: dev.layers.index(ip2)]:
+        layer.forward(kTrain | kForward, dev.srclayers(layer))
+    with standin.counting() as c:  # ip2, the labels' copy to the device, the loss
+        for layer in dev.layers[dev.layers.index(ip2) :]:
+            layer.forward(kTrain | kForward, dev.srclayers(layer))
+    assert c.kernels == 2, c.by_name  # the product and the biased softmax (unfused: 3)
+    assert c.by_name["kernels:bias_softmax_xent"] == 1
+    cpu = nets["cpu"]
+    for layer in cpu.layers:
+        layer.forward(kTrain | kForward, cpu.srclayers(layer))
+    for net in nets.values():
+        for layer in reversed(net.layers):
+            layer.backward(kTrain | kBackward, net.srclayers(layer))
+    for name in ("ip2", "loss"):
+        np.testing.assert_array_equal(to_host(dev.by_name[name].data), cpu.by_name[name].data)
+    for p in ("weight", "bias"):
+        got = to_host(getattr(ip2, p).grad)
+        np.testing.assert_array_equal(got, getattr(cpu.by_name["ip2"], p).grad)
+    assert float(to_host(loss.loss)) == float(cpu.by_name["loss"].loss)
+
+
 def _second_reader(text):  # ip1 read by the activation and by another layer
     return text.replace(
         '  layer { name: "loss"',
@@ -100,7 +136,9 @@ def _second_reader(text):  # ip1 read by the activation and by another layer
 )
 def test_what_is_not_fused(tmp_path, hidden, edit, why):
     net = _net(tmp_path, "standin", hidden, edit)
-    assert all(la.deferred_bias is None and la.absorbed_bias is None for la in net.layers), why
+    assert net.by_name["ip1"].deferred_bias is None, why
+    # only the logits' bias (ip2 → the loss) is fused
+    assert [la.name for la in net.layers if la.absorbed_bias is not None] == ["loss"], why
     _forward(net, {"ip1": np.full(16, 0.5, np.float32)})
     ip1 = net.by_name["ip1"]
     x = to_host(net.srclayers(ip1)[0].data).reshape(ip1.batchsize, -1)
@@ -120,7 +158,7 @@ def test_no_fusion_on_the_cpu_or_across_devices(tmp_path):
     assert standin_device() == act.device
 
 
-def test_the_mnist_mlp_fuses_its_five_hidden_layers(mnist_stores):
+def test_the_mnist_mlp_fuses_its_five_hidden_layers_and_its_loss(mnist_stores):
     from singa_core.api.job import Job
 
     job = Job.from_file(
@@ -133,9 +171,9 @@ def test_the_mnist_mlp_fuses_its_five_hidden_layers(mnist_stores):
     )
     prepared = job.prepare()
     for net in prepared.nets.values():  # the test net too
-        pairs = [(la.name, c.name) for c in net.layers for la in net.srclayers(c)
+        pairs = [(net.srclayers(c)[0].name, c.name) for c in net.layers
                  if c.absorbed_bias is not None]  # fmt: skip
-        assert len(pairs) == 5, pairs
+        assert len(pairs) == 6, pairs  # five hidden layers and the loss
         assert all(net.by_name[p].deferred_bias is net.by_name[p].bias for p, _ in pairs)
 
 

@@ -187,6 +187,7 @@ def test_a_fused_bias_and_activation_on_the_gpu_compute_what_the_cpu_does(gpu, t
         nets = {d: _net(folder, d, hidden) for d in ("cpu", "cuda:0")}
         dev, cpu = nets["cuda:0"], nets["cpu"]
         assert dev.by_name["hidden"].absorbed_bias is dev.by_name["ip1"].bias, key
+        assert dev.by_name["loss"].absorbed_bias is dev.by_name["ip2"].bias, key
         for net in nets.values():
             _forward(net, {"ip1": b})
         for name in ("ip1", "hidden", "ip2"):
@@ -194,3 +195,5 @@ def test_a_fused_bias_and_activation_on_the_gpu_compute_what_the_cpu_does(gpu, t
                 to_host(dev.by_name[name].data), cpu.by_name[name].data, rtol=1e-5, atol=1e-6,
                 err_msg=f"{key}: {name}",
             )  # fmt: skip
+        loss = float(to_host(dev.by_name["loss"].loss))  # bias_softmax_xent's CUDA kernel
+        assert loss == pytest.approx(float(cpu.by_name["loss"].loss), rel=1e-5), key

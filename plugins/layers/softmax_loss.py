@@ -129,15 +129,22 @@ def softmax_xent_grad_host(prob, labels, grad, gscale) -> None:
 _LABEL_TYPES = {"int64": "long long", "int32": "int", "uint8": "unsigned char", "int16": "short"}
 
 
-def _forward_source(ltype: str) -> str:
+def _forward_source(ltype: str, bias: bool = False) -> str:
+    """The forward kernel's CUDA C; with ``bias`` (``singa_bias_softmax_xent``) each row
+    first adds ``b`` to the logits in place (its thread alone touches the row)."""
+    name, xtype = ("singa_bias_softmax_xent", "float*") if bias else ("singa_softmax_xent",
+                                                                       "const float*")  # fmt: skip
+    bias_param = "const float* __restrict__ b, " if bias else ""
+    add_bias = "for (int j = 0; j < dim; ++j) xr[j] = xr[j] + b[j];" if bias else ""
     return f"""
-extern "C" __global__ void singa_softmax_xent(const float* __restrict__ x,
+extern "C" __global__ void {name}({xtype} __restrict__ x, {bias_param}
     const {ltype}* __restrict__ labels, float* __restrict__ prob, double* rows, int* counter,
     double* sums, double* last, int batch, int dim, int topk, double scale) {{
   const int stride = gridDim.x * blockDim.x;
   for (int n = blockIdx.x * blockDim.x + threadIdx.x; n < batch; n += stride) {{
-    const float* xr = x + (long long)n * dim;
+    {xtype} xr = x + (long long)n * dim;
     float* pr = prob + (long long)n * dim;
+    {add_bias}
     float m = xr[0];
     for (int j = 1; j < dim; ++j) m = fmaxf(m, xr[j]);
     float s = 0.0f;
@@ -202,6 +209,28 @@ def softmax_xent_cuda(x, labels, prob, rows, counter, sums, last, topk, scale, r
     )  # fmt: skip
 
 
+def bias_softmax_xent_host(x, b, labels, prob, rows, counter, sums, last, topk, scale):
+    """``x += b`` (one value per class, over every row), then :func:`softmax_xent_host`:
+    the two steps the unfused layers take, so the stand-in computes what the CPU does."""
+    x += b
+    softmax_xent_host(x, labels, prob, rows, counter, sums, last, topk, scale)
+
+
+def bias_softmax_xent_cuda(x, b, labels, prob, rows, counter, sums, last, topk, scale,
+                           rt=CUPY):  # fmt: skip
+    batch, dim = prob.shape
+    if not x.flags.c_contiguous or b.size != dim:  # numpy's two steps, on the device
+        bias_softmax_xent_host(x, b, labels, prob, rows, counter, sums, last, topk, scale)
+        return
+    launch = rt.kernel(_forward_source(_label_type(labels), bias=True), "singa_bias_softmax_xent")
+    launch(
+        grid_for(batch),
+        256,
+        (x, b, labels, prob, rows, counter, sums, last, np.int32(batch), np.int32(dim),
+         np.int32(topk), np.float64(scale)),
+    )  # fmt: skip
+
+
 def softmax_xent_grad_cuda(prob, labels, grad, gscale, rt=CUPY):
     batch, dim = prob.shape
     launch = rt.kernel(_grad_source(_label_type(labels)), "singa_softmax_xent_grad")
@@ -220,6 +249,12 @@ define_kernel(
     doc="softmax, cross-entropy and top-k hits of a batch; the sums stay on the device",
 )
 define_kernel(
+    "bias_softmax_xent",
+    host=bias_softmax_xent_host,
+    cuda=functools.partial(bias_softmax_xent_cuda, rt=CUPY),
+    doc="x += b (the logits' producer's bias, Layer.absorbs_bias), then softmax_xent",
+)
+define_kernel(
     "softmax_xent_grad",
     host=softmax_xent_grad_host,
     cuda=functools.partial(softmax_xent_grad_cuda, rt=CUPY),
@@ -234,6 +269,7 @@ class SoftmaxLossLayer(LossLayer):
     num_srclayers = (2, 2)
     deploy_role = "output"
     METRICS = ("loss", "accuracy")
+    absorbs_bias = True  # on a device, the logits' bias is added in the forward kernel
 
     @classmethod
     def deploy_output(cls, conf):
@@ -300,10 +336,12 @@ class SoftmaxLossLayer(LossLayer):
             x = self.xp.ascontiguousarray(x)
         self._batch_labels = labels = self._labels(srcs)
         sums = self.metric_sums(self.METRICS)
-        self.kernels.softmax_xent(
-            x, labels, self._prob, self._rows, self._counter, sums, self._last, self.topk,
-            self.scale,
-        )  # fmt: skip
+        scratch = (self._prob, self._rows, self._counter, sums, self._last)
+        if self.absorbed_bias is None:
+            self.kernels.softmax_xent(x, labels, *scratch, self.topk, self.scale)
+        else:  # the logits' bias, added in the same launch (Layer.absorbs_bias)
+            b = self.absorbed_bias.value
+            self.kernels.bias_softmax_xent(x, b, labels, *scratch, self.topk, self.scale)
         self.count_metrics(self.METRICS)
         self.loss = self._last[0]  # a 0-d array of the layer's device: read it when needed
 

@@ -121,7 +121,7 @@ class Layer:
     needs_whole_source: bool = False
     deploy_role: str | None = "keep"
     #: bias fusion across an edge (decided once per net on a device, never on the host, by
-    #: singa_core.netbuilder.fusion): a layer whose only source is a producer offering a
+    #: singa_core.netbuilder.fusion): a layer whose first source is a producer offering a
     #: bias (:meth:`bias_to_defer`) and read by nothing else can add it itself in its
     #: first launch when its class says ``absorbs_bias = True``. The pass then sets the
     #: producer's ``deferred_bias`` (it leaves ``data`` without the bias) and the consumer's
@@ -255,7 +255,7 @@ class Layer:
 
     def bias_to_defer(self) -> Param | None:
         """The Param (a bias over the last axis of ``data``, C-contiguous) this layer may
-        leave to its only consumer to add (see ``absorbs_bias``); None (the default): it
+        leave to its only reader to add (see ``absorbs_bias``); None (the default): it
         adds its own. A layer returning one skips the add while ``deferred_bias`` is set."""
         return None
 

@@ -3,10 +3,12 @@
 
 **Bias into the consumer.** A producer offering its bias (:meth:`Layer.bias_to_defer
 <singa_core.contracts.layer.Layer.bias_to_defer>`: kInnerProduct) and a consumer that can
-add it in its own first launch (``Layer.absorbs_bias``: the activations) are paired when
+add it in its own first launch (``Layer.absorbs_bias``: the activations, the softmax
+loss) are paired when
 
-* the consumer has exactly one source, the producer itself, and no other layer of the net
-  reads the producer (no split layer, bridge, device transfer or second source list);
+* the producer is the consumer's first source (its only one, or the logits of a loss
+  whose second source gives the labels) and no other layer of the net reads the producer
+  (no split layer, bridge, device transfer, second source list or second mention);
 * both compute on the same device, and it is not the host: on the CPU nothing changes
   (numpy's two steps cost the same fused or not), on a GPU the add and the activation
   become one launch;
@@ -38,7 +40,7 @@ def fuse_biases(net) -> list[tuple[str, str]]:
         if not consumer.absorbs_bias or consumer.absorbed_bias is not None:
             continue
         srcs = net.srclayers(consumer)
-        if len(srcs) != 1 or not isinstance(srcs[0], Layer):
+        if not srcs or not isinstance(srcs[0], Layer):
             continue
         producer = srcs[0]
         if producer.deferred_bias is not None or readers.get(id(producer)) != [consumer]:

@@ -50,6 +50,13 @@ def _softmax_case(rng, topk, ties=False):
     return args, [2, 5, 6], 2e-6
 
 
+def _bias_softmax_case(rng, topk, ties=False):
+    """softmax_xent's case with a bias over the classes, added to the logits in place."""
+    args, outs, tol = _softmax_case(rng, topk, ties)
+    b = _f32(rng, args[0].shape[1])
+    return [args[0], b, *args[1:]], [0, *(j + 1 for j in outs)], tol
+
+
 def _softmax_grad_case(rng):
     B, D = 13, 9
     prob = np.abs(_f32(rng, B, D))
@@ -296,6 +303,10 @@ CASES = {
         lambda r: _softmax_case(r, 3),
         lambda r: _softmax_case(r, 1, ties=True),
         lambda r: _softmax_case(r, 2, ties=True),
+    ],
+    "bias_softmax_xent": [
+        lambda r: _bias_softmax_case(r, 1),
+        lambda r: _bias_softmax_case(r, 2, ties=True),
     ],
     "softmax_xent_grad": [_softmax_grad_case],
     "nonfinite_check": [lambda r: _nonfinite_case(r, False), lambda r: _nonfinite_case(r, True)],
