@@ -174,8 +174,8 @@ class _EmbeddingRun(SequenceRun):
                 idx = host.astype(np.int64)
         i = first_bad_index(host, idx, first.vocab_size)
         if i is not None:  # the error names the copy (time step) that read it
-            rows = slice(i - i % first.batchsize, i - i % first.batchsize + first.batchsize)
             t = i // first.batchsize
+            rows = slice(t * first.batchsize, (t + 1) * first.batchsize)
             _check_indices(self.layers[t], self.srcs[t], host[rows], idx[rows],
                            first.vocab_size, "embedding_conf")  # fmt: skip
         np.take(first.vocab.value, self.idx, axis=0, out=self.y, **first._take_mode)

@@ -129,15 +129,18 @@ def softmax_xent_grad_host(prob, labels, grad, gscale) -> None:
 _LABEL_TYPES = {"int64": "long long", "int32": "int", "uint8": "unsigned char", "int16": "short"}
 
 
+def _forward_name(bias: bool) -> str:
+    return "singa_bias_softmax_xent" if bias else "singa_softmax_xent"
+
+
 def _forward_source(ltype: str, bias: bool = False) -> str:
     """The forward kernel's CUDA C; with ``bias`` (``singa_bias_softmax_xent``) each row
     first adds ``b`` to the logits in place (its thread alone touches the row)."""
-    name, xtype = ("singa_bias_softmax_xent", "float*") if bias else ("singa_softmax_xent",
-                                                                       "const float*")  # fmt: skip
+    xtype = "float*" if bias else "const float*"
     bias_param = "const float* __restrict__ b, " if bias else ""
     add_bias = "for (int j = 0; j < dim; ++j) xr[j] = xr[j] + b[j];" if bias else ""
     return f"""
-extern "C" __global__ void {name}({xtype} __restrict__ x, {bias_param}
+extern "C" __global__ void {_forward_name(bias)}({xtype} __restrict__ x, {bias_param}
     const {ltype}* __restrict__ labels, float* __restrict__ prob, double* rows, int* counter,
     double* sums, double* last, int batch, int dim, int topk, double scale) {{
   const int stride = gridDim.x * blockDim.x;
@@ -198,15 +201,21 @@ def _label_type(labels) -> str:
         raise TypeError(f"labels of dtype {labels.dtype} (use an integer type)") from None
 
 
-def softmax_xent_cuda(x, labels, prob, rows, counter, sums, last, topk, scale, rt=CUPY):
+def _launch_forward(rt, x, b, labels, prob, rows, counter, sums, last, topk, scale) -> None:
+    """One launch of the forward kernel, with the bias ``b`` added first unless None."""
     batch, dim = prob.shape
-    launch = rt.kernel(_forward_source(_label_type(labels)), "singa_softmax_xent")
+    bias = b is not None
+    launch = rt.kernel(_forward_source(_label_type(labels), bias), _forward_name(bias))
     launch(
         grid_for(batch),
         256,
-        (x, labels, prob, rows, counter, sums, last, np.int32(batch), np.int32(dim),
-         np.int32(topk), np.float64(scale)),
+        (x, *((b,) if bias else ()), labels, prob, rows, counter, sums, last, np.int32(batch),
+         np.int32(dim), np.int32(topk), np.float64(scale)),
     )  # fmt: skip
+
+
+def softmax_xent_cuda(x, labels, prob, rows, counter, sums, last, topk, scale, rt=CUPY):
+    _launch_forward(rt, x, None, labels, prob, rows, counter, sums, last, topk, scale)
 
 
 def bias_softmax_xent_host(x, b, labels, prob, rows, counter, sums, last, topk, scale):
@@ -218,17 +227,10 @@ def bias_softmax_xent_host(x, b, labels, prob, rows, counter, sums, last, topk, 
 
 def bias_softmax_xent_cuda(x, b, labels, prob, rows, counter, sums, last, topk, scale,
                            rt=CUPY):  # fmt: skip
-    batch, dim = prob.shape
-    if not x.flags.c_contiguous or b.size != dim:  # numpy's two steps, on the device
+    if not x.flags.c_contiguous or b.size != prob.shape[1]:  # numpy's two steps, on the device
         bias_softmax_xent_host(x, b, labels, prob, rows, counter, sums, last, topk, scale)
         return
-    launch = rt.kernel(_forward_source(_label_type(labels), bias=True), "singa_bias_softmax_xent")
-    launch(
-        grid_for(batch),
-        256,
-        (x, b, labels, prob, rows, counter, sums, last, np.int32(batch), np.int32(dim),
-         np.int32(topk), np.float64(scale)),
-    )  # fmt: skip
+    _launch_forward(rt, x, b, labels, prob, rows, counter, sums, last, topk, scale)
 
 
 def softmax_xent_grad_cuda(prob, labels, grad, gscale, rt=CUPY):
