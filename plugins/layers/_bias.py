@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from singa_core.cuda import CUPY, elementwise_kernel
+from singa_core.cuda import elementwise_kernel
 from singa_core.kernels import define_kernel
 
 
@@ -36,13 +36,12 @@ def define_bias_activation(act: str, forward_host, expr: str, doc: str) -> None:
         extra=lambda x, b, out: ((b,), (np.int64(b.size),)),
     )
 
-    def cuda(x, b, out, rt=CUPY):
-        # the bias indexes element i by its column: C-contiguous arrays only (else numpy's
-        # two steps, which dispatch to the device)
-        if x.flags.c_contiguous and out.flags.c_contiguous and b.size == x.shape[-1]:
-            launch(x, b, out, rt=rt)
-        else:
-            host(x, b, out)
+    def fits(x, b, out) -> bool:
+        # the bias indexes element i by its column: C-contiguous arrays only (elsewhere
+        # numpy's two steps, which dispatch to the device)
+        return x.flags.c_contiguous and out.flags.c_contiguous and b.size == x.shape[-1]
 
-    cuda.source = launch.source
-    define_kernel(f"bias_{act}_forward", host=host, generic=host, cuda=cuda, doc=f"x += b; {doc}")
+    define_kernel(
+        f"bias_{act}_forward", host=host, generic=host, cuda=launch, fits=fits,
+        doc=f"x += b; {doc}",
+    )  # fmt: skip

@@ -36,8 +36,6 @@ efficient GEMMs (CIFAR-10's first convolution: C·kw = 15).
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 from singa_builtins.layers._window import (
     Window,
@@ -155,13 +153,13 @@ def col2im_cuda(col, target, kh, kw, ph, pw, sh, sw, rt=CUPY) -> None:
 define_kernel(
     "im2col",
     host=im2col_host,
-    cuda=functools.partial(im2col_cuda, rt=CUPY),
+    cuda=im2col_cuda,
     doc="the column matrix of a CHWN batch, padding included (one launch on a GPU)",
 )
 define_kernel(
     "col2im",
     host=col2im_host,
-    cuda=functools.partial(col2im_cuda, rt=CUPY),
+    cuda=col2im_cuda,
     doc="column gradients summed back into a CHWN batch (one launch on a GPU)",
 )
 

@@ -264,18 +264,12 @@ def _dense(*arrays) -> bool:
 
 
 def gru_step_forward_cuda(g, p, bz, br, bc, h, out, has_bias, rt=CUPY) -> None:
-    if not _dense(g, p, bz, br, bc, h, out):
-        gru_step_forward_numpy(g, p, bz, br, bc, h, out, has_bias)
-        return
     n, hdim = int(out.size), int(out.shape[-1])
     args = (g, p, bz, br, bc, h, out, np.int64(n), np.int64(hdim), np.int32(bool(has_bias)))
     rt.kernel(_FORWARD, "singa_gru_step_forward")(grid_for(n), BLOCK, args)
 
 
 def gru_step_backward_cuda(grad, grad2, rec, g, p, h, dx, dh, rec_prev, rt=CUPY) -> None:
-    if not _dense(grad, grad2, rec, g, p, h, dx, dh, rec_prev):
-        gru_step_backward_numpy(grad, grad2, rec, g, p, h, dx, dh, rec_prev)
-        return
     n, hdim = int(rec.size), int(rec.shape[-1])
     args = (grad, grad2, rec, g, p, h, dx, dh, rec_prev, np.int64(n), np.int64(hdim))
     rt.kernel(_BACKWARD, "singa_gru_step_backward")(grid_for(n), BLOCK, args)
@@ -289,6 +283,7 @@ define_kernel(
     host=gru_step_forward_host,
     generic=gru_step_forward_numpy,
     cuda=gru_step_forward_cuda,
+    fits=lambda *args: _dense(*args[:7]),
     doc="one time step of a GRU run: gates and output from the stacked products",
 )
 define_kernel(
@@ -296,6 +291,7 @@ define_kernel(
     host=gru_step_backward_host,
     generic=gru_step_backward_numpy,
     cuda=gru_step_backward_cuda,
+    fits=lambda *args: _dense(*args[:9]),
     doc="one time step of a GRU run: the stacked gate gradients and h_prev's direct part",
 )
 

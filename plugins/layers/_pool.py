@@ -22,8 +22,6 @@ extra) the same computation runs as compiled one-pass kernels (``_pool_kernels.p
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 from singa_builtins.layers._pool_kernels import JIT_BYTES, JIT_NOTE
 from singa_builtins.layers._pool_kernels import kernels as pool_kernels
@@ -184,13 +182,13 @@ def pool_backward_cuda(g, argmax, target, kh, kw, ph, pw, sh, sw, method, rt=CUP
 define_kernel(
     "pool_forward",
     host=pool_forward_host,
-    cuda=functools.partial(pool_forward_cuda, rt=CUPY),
+    cuda=pool_forward_cuda,
     doc="max or average pooling of a CHWN batch, argmax recorded (one launch on a GPU)",
 )
 define_kernel(
     "pool_backward",
     host=pool_backward_host,
-    cuda=functools.partial(pool_backward_cuda, rt=CUPY),
+    cuda=pool_backward_cuda,
     doc="pooling's source gradient, gathered per input element (one launch on a GPU)",
 )
 

@@ -24,8 +24,6 @@ produced inf/NaN where a window's norm reaches 0 or goes negative).
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
 from singa_core.cuda import BLOCK, CUPY, dense_alike, grid_for
@@ -154,9 +152,6 @@ def _channel_stride(a) -> int | None:
 
 def lrn_forward_cuda(x, y, norm, powb, tmp, half, a, k, beta, rt=CUPY) -> None:
     cs = _channel_stride(x)
-    if cs is None or not dense_alike([x, y, norm, powb]):
-        lrn_forward_host(x, y, norm, powb, tmp, half, a, k, beta)
-        return
     rt.kernel(_LRN_FORWARD, "singa_lrn_forward")(
         grid_for(x.size), BLOCK,
         (x, y, norm, powb, np.int64(x.size), np.int64(cs), np.int32(x.shape[1]),
@@ -167,9 +162,6 @@ def lrn_forward_cuda(x, y, norm, powb, tmp, half, a, k, beta, rt=CUPY) -> None:
 
 def lrn_backward_cuda(x, y, g, norm, powb, out, tmp, half, c, rt=CUPY) -> None:
     cs = _channel_stride(x)
-    if cs is None or not dense_alike([x, y, g, norm, powb, out]):
-        lrn_backward_host(x, y, g, norm, powb, out, tmp, half, c)
-        return
     rt.kernel(_LRN_BACKWARD, "singa_lrn_backward")(
         grid_for(x.size), BLOCK,
         (x, y, g, norm, powb, out, np.int64(x.size), np.int64(cs), np.int32(x.shape[1]),
@@ -181,14 +173,16 @@ define_kernel(
     "lrn_forward",
     host=lrn_forward_host,
     generic=lrn_forward_host,
-    cuda=functools.partial(lrn_forward_cuda, rt=CUPY),
+    cuda=lrn_forward_cuda,
+    fits=lambda x, y, norm, powb, *rest: dense_alike([x, y, norm, powb]),
     doc="local response normalisation across channels (one launch on a GPU)",
 )
 define_kernel(
     "lrn_backward",
     host=lrn_backward_host,
     generic=lrn_backward_host,
-    cuda=functools.partial(lrn_backward_cuda, rt=CUPY),
+    cuda=lrn_backward_cuda,
+    fits=lambda x, y, g, norm, powb, out, *rest: dense_alike([x, y, g, norm, powb, out]),
     doc="LRN's source gradient (one launch on a GPU)",
 )
 

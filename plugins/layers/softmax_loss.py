@@ -23,7 +23,6 @@ branch.
 
 from __future__ import annotations
 
-import functools
 import threading
 
 import numpy as np
@@ -31,7 +30,7 @@ from singa_builtins.layers import CUDNN_ALIAS_NOTE
 
 from singa_core.cuda import CUPY, grid_for
 from singa_core.device import is_host_array, to_host
-from singa_core.kernels import define_kernel
+from singa_core.kernels import define_kernel, kernels_for
 from singa_core.layer import LossLayer
 from singa_core.param import DTYPE
 from singa_core.schema import job_pb2
@@ -227,10 +226,17 @@ def bias_softmax_xent_host(x, b, labels, prob, rows, counter, sums, last, topk, 
 
 def bias_softmax_xent_cuda(x, b, labels, prob, rows, counter, sums, last, topk, scale,
                            rt=CUPY):  # fmt: skip
-    if not x.flags.c_contiguous or b.size != prob.shape[1]:  # numpy's two steps, on the device
-        bias_softmax_xent_host(x, b, labels, prob, rows, counter, sums, last, topk, scale)
-        return
     _launch_forward(rt, x, b, labels, prob, rows, counter, sums, last, topk, scale)
+
+
+def _bias_fits(x, b, labels, prob, *rest) -> bool:
+    return x.flags.c_contiguous and b.size == prob.shape[1]
+
+
+def bias_softmax_xent_generic(x, b, labels, prob, rows, counter, sums, last, topk, scale):
+    """Any device: the bias added, then the device's own ``softmax_xent``."""
+    x += b
+    kernels_for(x).softmax_xent(x, labels, prob, rows, counter, sums, last, topk, scale)
 
 
 def softmax_xent_grad_cuda(prob, labels, grad, gscale, rt=CUPY):
@@ -247,19 +253,21 @@ def softmax_xent_grad_cuda(prob, labels, grad, gscale, rt=CUPY):
 define_kernel(
     "softmax_xent",
     host=softmax_xent_host,
-    cuda=functools.partial(softmax_xent_cuda, rt=CUPY),
+    cuda=softmax_xent_cuda,
     doc="softmax, cross-entropy and top-k hits of a batch; the sums stay on the device",
 )
 define_kernel(
     "bias_softmax_xent",
     host=bias_softmax_xent_host,
-    cuda=functools.partial(bias_softmax_xent_cuda, rt=CUPY),
+    cuda=bias_softmax_xent_cuda,
+    fits=_bias_fits,
+    generic=bias_softmax_xent_generic,
     doc="x += b (the logits' producer's bias, Layer.absorbs_bias), then softmax_xent",
 )
 define_kernel(
     "softmax_xent_grad",
     host=softmax_xent_grad_host,
-    cuda=functools.partial(softmax_xent_grad_cuda, rt=CUPY),
+    cuda=softmax_xent_grad_cuda,
     doc="the softmax loss's gradient to the logits",
 )
 

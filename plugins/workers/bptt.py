@@ -51,10 +51,7 @@ _ZERO_SOURCE = multi_tensor_source("singa_zero_many", 1, 0, "", "T0[j] = 0.0f;")
 
 
 def zero_many_cuda(arrays, rt=CUPY) -> None:
-    if all(a.flags.c_contiguous and a.dtype == np.float32 for a in arrays):
-        launch_multi_tensor(rt, _ZERO_SOURCE, "singa_zero_many", [list(arrays)], [])
-    else:
-        zero_many_host(arrays)
+    launch_multi_tensor(rt, _ZERO_SOURCE, "singa_zero_many", [list(arrays)], [])
 
 
 zero_many_cuda.source = _ZERO_SOURCE
@@ -63,6 +60,7 @@ define_kernel(
     host=zero_many_host,
     generic=zero_many_host,
     cuda=zero_many_cuda,
+    fits=lambda arrays: all(a.flags.c_contiguous and a.dtype == np.float32 for a in arrays),
     doc="fill a list of float32 arrays with zeros (one launch on a GPU)",
 )
 

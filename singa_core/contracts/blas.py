@@ -386,15 +386,19 @@ def _gemm_generic(a, b, c, beta: float) -> None:
         c += a @ b
 
 
-def _gemm_cuda(a, b, c, beta: float) -> None:
-    """cuBLAS's SGEMM with beta (``cupy.cublas.gemm``): one launch where ``a`` and ``b``
-    are C- or F-contiguous (a transposed view counts) and ``c`` is C-contiguous."""
-    import cupy.cublas
+def _gemm_cuda(a, b, c, beta: float, rt=None) -> None:
+    """cuBLAS's SGEMM with beta: one launch (``rt.gemm``)."""
+    rt.gemm(a, b, c, 1.0, float(beta))
 
-    if c.flags.c_contiguous and a.dtype == b.dtype == c.dtype:
-        cupy.cublas.gemm("N", "N", a, b, out=c, alpha=1.0, beta=float(beta))
-    else:
-        _gemm_generic(a, b, c, beta)
+
+def _gemm_fits(a, b, c, beta: float) -> bool:
+    """cuBLAS's layouts: ``a`` and ``b`` C- or F-contiguous (a transposed view counts),
+    ``c`` C-contiguous, one dtype."""
+    return (
+        c.flags.c_contiguous
+        and a.dtype == b.dtype == c.dtype
+        and all(m.flags.c_contiguous or m.flags.f_contiguous for m in (a, b))
+    )
 
 
 def _define_gemm() -> None:
@@ -404,6 +408,7 @@ def _define_gemm() -> None:
         "gemm",
         host=_gemm_host,
         cuda=_gemm_cuda,
+        fits=_gemm_fits,
         generic=_gemm_generic,
         doc="c = a @ b + beta·c (one cuBLAS call on a GPU, one cblas call on the host)",
     )

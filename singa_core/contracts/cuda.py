@@ -13,8 +13,14 @@ as CUDA C source plus a Python function that launches it through a **runtime**:
   arithmetic tested without a GPU. It can emulate kernels whose threads do not wait for
   each other (no ``__syncthreads``, no shared memory): singa's kernels are written so.
 
-A launching function takes the runtime as its last argument, ``rt``; the kernel registry
-binds :data:`CUPY` (``functools.partial``).
+A runtime offers what a GPU is asked to do, and nothing else: ``kernel(source, name)``
+(a raw kernel launch), ``gemm(a, b, c, alpha, beta)`` (cuBLAS's SGEMM), ``pointers`` and
+``table`` (small device tables, uploaded once), and ``xp`` (the array module of its
+arrays). A kernel's ``cuda`` implementation takes the runtime as its keyword argument
+``rt``; the kernel registry passes :data:`CUPY` on a GPU and :func:`emulated` on the
+``standin:cuda`` device, where a whole training step runs the CUDA code on the CPU over the
+stand-in's arrays and every launch, BLAS call and table upload is counted where it happens
+(:func:`singa_core.contracts.standin.counting`), not where a kernel declares it.
 """
 
 from __future__ import annotations
@@ -85,6 +91,13 @@ class CupyRuntime:
             t = self._tables[key] = self.xp.asarray(host)
         return t
 
+    def gemm(self, a, b, c, alpha: float = 1.0, beta: float = 0.0) -> None:
+        """``c = alpha·a @ b + beta·c``: one cuBLAS SGEMM (``a``, ``b`` C- or
+        F-contiguous, a transposed view included; ``c`` C-contiguous)."""
+        import cupy.cublas
+
+        cupy.cublas.gemm("N", "N", a, b, out=c, alpha=float(alpha), beta=float(beta))
+
 
 CUPY = CupyRuntime()
 
@@ -138,16 +151,32 @@ def _param_type(param: str) -> str:
     return " ".join(words[:-1]) + " *" * stars
 
 
+def _default_cache() -> Path:
+    """Where compiled kernels are kept between processes (content-addressed, so processes
+    side by side share them): ``$SINGA_CUDA_EMULATION_CACHE``, else a folder of the
+    user's in the temporary directory."""
+    env = os.environ.get("SINGA_CUDA_EMULATION_CACHE")
+    if env:
+        return Path(env)
+    return Path(tempfile.gettempdir()) / f"singa-cuda-emulated-{os.getuid()}"
+
+
 class EmulatedRuntime:
-    """Runs a kernel's CUDA C on the CPU, one thread after another, over numpy arrays
-    (see the module doc). Needs a C++ compiler (``c++``/``g++``; ``$CXX`` to choose)."""
+    """Runs a kernel's CUDA C on the CPU, one thread after another (see the module doc).
+    Needs a C++ compiler (``c++``/``g++``; ``$CXX`` to choose).
+
+    Its arrays are numpy arrays, or the stand-in's device arrays when ``xp`` is the
+    stand-in module (the ``standin:cuda`` device): then every launch, GEMM and table
+    upload is recorded in the stand-in's counts as it happens."""
 
     name = "emulated"
-    xp = np
 
-    def __init__(self, cache_dir: str | None = None) -> None:
-        self._dir = Path(cache_dir or tempfile.mkdtemp(prefix="singa-cuda-emu-"))
+    def __init__(self, cache_dir: str | None = None, xp=np) -> None:
+        self._dir = Path(cache_dir) if cache_dir else _default_cache()
+        self._dir.mkdir(parents=True, exist_ok=True)
         self._libs: dict[tuple[str, str], tuple[ctypes.CDLL, list[str]]] = {}
+        self._tables: dict[tuple, object] = {}
+        self.xp = xp
 
     @staticmethod
     def compiler() -> str | None:
@@ -205,20 +234,97 @@ class EmulatedRuntime:
             conv = [ctypes.c_uint(int(grid)), ctypes.c_uint(int(block))]
             for t, a in zip(types, args, strict=True):
                 if "*" in t:
+                    a = _host_view(a)
                     if not isinstance(a, np.ndarray):
                         raise TypeError(f"{name}: a pointer argument must be an array")
                     conv.append(ctypes.c_void_p(a.ctypes.data))
                 else:
                     conv.append(_CTYPES[t](a.item() if isinstance(a, np.generic) else a))
+            _record(name, "kernels")
             fn(*conv)
 
         return launch
 
     def pointers(self, arrays) -> np.ndarray:
-        return np.array([a.ctypes.data for a in arrays], dtype=np.uint64)
+        host = np.array([_host_view(a).ctypes.data for a in arrays], dtype=np.uint64)
+        return self._upload(("ptr", host.tobytes()), host)
 
     def table(self, values, dtype) -> np.ndarray:
-        return np.ascontiguousarray(np.asarray(values, dtype=dtype))
+        host = np.ascontiguousarray(np.asarray(values, dtype=dtype))
+        return self._upload(("tab", host.dtype.str, host.shape, host.tobytes()), host)
+
+    def forget_tables(self) -> None:
+        """Drop the uploaded tables, as a new process on a GPU starts without them (so a
+        run counted from its start uploads its own)."""
+        self._tables.clear()
+
+    def _upload(self, key, host: np.ndarray):
+        """A table as CuPy's runtime keeps it: uploaded (one copy, counted) the first
+        time its contents are seen, the same device array afterwards."""
+        t = self._tables.get(key)
+        if t is None:
+            if len(self._tables) > 4096:
+                self._tables.clear()
+            _record("table", "to_device")
+            t = self._tables[key] = host
+        return t
+
+    def gemm(self, a, b, c, alpha: float = 1.0, beta: float = 0.0) -> None:
+        """cuBLAS's SGEMM emulated: ``c = alpha·a @ b + beta·c`` through the host's BLAS,
+        one counted launch; ``c`` must be C-contiguous and every operand float32, as
+        :meth:`CupyRuntime.gemm` needs."""
+        a, b, c = _host_view(a), _host_view(b), _host_view(c)
+        if not c.flags.c_contiguous or not a.dtype == b.dtype == c.dtype == np.float32:
+            raise ValueError("gemm needs float32 operands and a C-contiguous output")
+        for m in (a, b):
+            if not (m.flags.c_contiguous or m.flags.f_contiguous):
+                raise ValueError("gemm's operands must be C- or F-contiguous (cuBLAS's layouts)")
+        _record("cublas_sgemm", "kernels")
+        product = np.matmul(a, b)
+        if alpha != 1.0:
+            product *= np.float32(alpha)
+        if beta == 0.0:
+            np.copyto(c, product)
+        else:
+            if beta != 1.0:
+                c *= np.float32(beta)
+            c += product
+
+
+def _host_view(a):
+    """The numpy array behind a stand-in device array (the emulated GPU's memory)."""
+    inner = getattr(a, "_a", None)
+    return inner if type(a).__name__ == "StandinArray" else a
+
+
+def _record(name: str, kind: str) -> None:
+    from singa_core.contracts import standin
+
+    standin.record(name, kind)
+
+
+_EMULATED: dict[str, EmulatedRuntime] = {}
+
+
+def emulated() -> EmulatedRuntime:
+    """The runtime of the ``standin:cuda`` device: CUDA C run on the CPU over the
+    stand-in's device arrays, each launch counted (one per process)."""
+    rt = _EMULATED.get("standin")
+    if rt is None:
+        from singa_core.contracts import standin
+
+        if EmulatedRuntime.compiler() is None:
+            from singa_core.contracts.errors import SingaError
+
+            raise SingaError(
+                "the standin:cuda device compiles the kernels' CUDA C for the CPU and "
+                "found no C++ compiler (c++, g++ or clang++)",
+                where="--device",
+                help="install a C++ compiler (Debian: apt install g++) or set $CXX; "
+                "--device standin runs the kernels' host code instead",
+            )
+        rt = _EMULATED["standin"] = EmulatedRuntime(xp=standin)
+    return rt
 
 
 # -- one launch over many arrays ------------------------------------------------------------
@@ -306,35 +412,31 @@ def dense_alike(arrays) -> bool:
     return all(s >= 0 for s in first.strides)
 
 
-def launch_elementwise(rt, source: str, name: str, arrays, scalars=(), others=()) -> bool:
-    """Launch an :func:`elementwise_source` kernel over ``arrays`` when they are
-    :func:`dense_alike` (``others``: further C-contiguous arrays the body indexes itself,
-    passed after them); False (nothing launched) when they are not, so that the caller
-    takes its general path."""
-    if not dense_alike(arrays) or not all(a.flags.c_contiguous for a in others):
-        return False
-    n = int(arrays[0].size)
-    if n:
-        rt.kernel(source, name)(grid_for(n), BLOCK, (*arrays, *others, np.int64(n), *scalars))
-    return True
-
-
 def elementwise_kernel(
-    name: str, arrays: str, body: str, host, *, scalars: str = "", pick=None, extra=None
+    name: str, arrays: str, body: str, host=None, *, scalars: str = "", pick=None, extra=None
 ):
-    """A kernel's ``cuda`` implementation for an element-wise host function: one launch
-    over the arrays ``pick(*args)`` chooses (default: all the arguments) when they are
-    :func:`dense_alike`, else ``host`` itself (numpy's functions, which dispatch to CuPy).
-    ``extra(*args)`` gives ``(other arrays, scalar values)`` passed after them (a bias
-    the body indexes itself, sizes). Returns a callable taking the host function's
-    arguments and ``rt``."""
+    """A kernel's ``cuda`` implementation for an element-wise computation: one launch
+    over the arrays ``pick(*args)`` chooses (default: all the arguments). ``extra(*args)``
+    gives ``(other arrays, scalar values)`` passed after them (a bias the body indexes
+    itself, sizes). Returns a callable taking the kernel's arguments and ``rt``, whose
+    ``fits`` (what :func:`singa_core.kernels.define_kernel` reads) says whether the
+    chosen arrays are :func:`dense_alike` (and the others C-contiguous); where they are
+    not, the registry runs the kernel's ``generic`` implementation. ``host`` is accepted
+    for older plugins and unused."""
     source = elementwise_source(name, arrays, scalars, body)
 
     def run(*args, rt=CUPY):
         chosen = pick(*args) if pick is not None else args
         others, values = extra(*args) if extra is not None else ((), ())
-        if not launch_elementwise(rt, source, name, chosen, values, others):
-            host(*args)
+        n = int(chosen[0].size)
+        if n:
+            rt.kernel(source, name)(grid_for(n), BLOCK, (*chosen, *others, np.int64(n), *values))
+
+    def fits(*args) -> bool:
+        chosen = pick(*args) if pick is not None else args
+        others = extra(*args)[0] if extra is not None else ()
+        return dense_alike(chosen) and all(a.flags.c_contiguous for a in others)
 
     run.source = source
+    run.fits = fits
     return run

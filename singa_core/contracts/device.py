@@ -17,7 +17,12 @@ Three kinds:
   runs the job on the CPU;
 * ``standin``: the CPU through :mod:`singa_core.contracts.standin`, an array module that
   refuses silent conversion to numpy as CuPy does: how CI (which has no GPU) and plugin
-  authors check that code keeps its arrays on the device.
+  authors check that code keeps its arrays on the device. Its kernels run their host
+  implementation (exactly the CPU's arithmetic);
+* ``standin:cuda``: the same arrays, with every kernel running its **CUDA**
+  implementation, the code a GPU runs, compiled for the CPU by the emulated runtime
+  (:func:`singa_core.contracts.cuda.emulated`): only the hardware is emulated, and each
+  launch, GEMM and upload is counted where the runtime does it.
 
 Random numbers are always drawn on the host from the job's generators and then moved, so
 a run draws the same numbers on every device (a GPU run resumes on a CPU and back).
@@ -41,7 +46,7 @@ import numpy as np
 from singa_core.contracts.errors import SingaError
 
 #: what ``--device`` accepts, for help texts
-DEVICE_SPECS = "cpu, cuda, cuda:N (N = 0, 1, ...), or standin"
+DEVICE_SPECS = "cpu, cuda, cuda:N (N = 0, 1, ...), standin or standin:cuda"
 GPU_EXTRA = "pip install 'singa-classic[gpu]'"
 ON_CPU_HELP = "--device cpu runs the job on the CPU"
 
@@ -49,25 +54,31 @@ ON_CPU_HELP = "--device cpu runs the job on the CPU"
 @dataclass(frozen=True, eq=False)
 class Device:
     """One place to compute: its kind (``cpu``, ``cuda``, ``standin``), its index (GPU
-    number, -1 for the others) and its array module ``xp``."""
+    number, -1 for the others), its array module ``xp``, and for the stand-in which code
+    its kernels run (``code``: ``host``, or ``cuda`` for ``standin:cuda``)."""
 
     kind: str
     index: int = -1
     xp: object = field(default=np, repr=False)
+    code: str = "host"
 
     # -- naming ---------------------------------------------------------------------------
     @property
     def name(self) -> str:
-        return f"cuda:{self.index}" if self.kind == "cuda" else self.kind
+        if self.kind == "cuda":
+            return f"cuda:{self.index}"
+        return f"{self.kind}:cuda" if self.code == "cuda" else self.kind
 
     def __str__(self) -> str:
         return self.name
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, Device) and (self.kind, self.index) == (other.kind, other.index)
+        return isinstance(other, Device) and (self.kind, self.index, self.code) == (
+            other.kind, other.index, other.code
+        )  # fmt: skip
 
     def __hash__(self) -> int:
-        return hash((self.kind, self.index))
+        return hash((self.kind, self.index, self.code))
 
     @property
     def is_host(self) -> bool:
@@ -102,7 +113,7 @@ class Device:
         (:mod:`singa_core.contracts.kernels`): ``device.kernels.NAME(...)``."""
         from singa_core.contracts.kernels import kernel_set
 
-        return kernel_set(self.kind)
+        return kernel_set(self.name if self.kind == "standin" else self.kind)
 
     # -- the device itself ----------------------------------------------------------------
     def activate(self):
@@ -110,6 +121,8 @@ class Device:
         ``Device(n)``); a no-op for the others."""
         if self.kind == "cuda":
             return self.xp.cuda.Device(self.index)
+        if self.kind == "standin":  # updaters find the code to run from their arrays
+            return self.xp.running_cuda_code(self.code == "cuda")
         return contextlib.nullcontext()
 
     def synchronize(self) -> None:
@@ -134,6 +147,8 @@ class Device:
             gpu = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
             free, total = self.memory() or (0, 0)
             return f"cuda:{self.index} ({gpu}, {total / 2**30:.1f} GiB, {free / 2**30:.1f} free)"
+        if self.kind == "standin" and self.code == "cuda":
+            return "standin:cuda (the kernels' CUDA code, emulated on the CPU)"
         if self.kind == "standin":
             return "standin (the CPU through the stand-in device array module)"
         return "cpu"
@@ -213,7 +228,9 @@ _SPEC = re.compile(r"^(cpu|standin|cuda|gpu)(?::(\d+))?$")
 
 def parse_device(spec: str, where: str = "--device") -> tuple[str, int]:
     """``(kind, index)`` of a device spec (``cpu``, ``cuda``, ``cuda:1``, ``gpu:1``,
-    ``standin``); a SingaError for anything else."""
+    ``standin``, ``standin:cuda``); a SingaError for anything else."""
+    if str(spec).strip().lower() == "standin:cuda":
+        return "standin:cuda", -1
     m = _SPEC.match(str(spec).strip().lower())
     if not m or (m.group(1) in ("cpu", "standin") and m.group(2) is not None):
         raise SingaError(
@@ -236,9 +253,14 @@ def open_device(spec: str | Device, where: str = "--device") -> Device:
     kind, index = parse_device(spec, where)
     if kind == "cpu":
         return CPU
-    if kind == "standin":
+    if kind in ("standin", "standin:cuda"):
         from singa_core.contracts import standin
 
+        if kind == "standin:cuda":
+            from singa_core.contracts.cuda import emulated
+
+            emulated()  # a located error now when no compiler can build the kernels
+            return Device("standin", -1, standin, "cuda")
         return Device("standin", -1, standin)
     key = (kind, index)
     if key not in _opened:

@@ -23,6 +23,7 @@ slow (a Python wrapper around every array): a test device, not a way to train.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import sys
 import threading
 import types
@@ -318,6 +319,38 @@ def counting() -> Iterator[Counts]:
         yield _counts
     finally:
         _counts = prev
+
+
+def record(name: str, kind: str) -> None:
+    """Count one ``kind`` of work (``kernels``, ``reads``, ``to_device``) where it happens
+    outside the array module: the emulated CUDA runtime's launches, GEMMs and uploads
+    (:mod:`singa_core.contracts.cuda`)."""
+    counts = _counts
+    if counts is not None and not getattr(_depth, "n", 0):
+        counts.record(name, kind)
+
+
+# -- which code the stand-in runs ------------------------------------------------------------
+_cuda_path: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "singa_standin_cuda_path", default=False
+)
+
+
+@contextlib.contextmanager
+def running_cuda_code(on: bool = True) -> Iterator[None]:
+    """Within the block, kernels on stand-in arrays run their CUDA implementation through
+    the emulated runtime (the ``standin:cuda`` device: ``Device.activate`` enters it)
+    instead of their host implementation."""
+    token = _cuda_path.set(on)
+    try:
+        yield
+    finally:
+        _cuda_path.reset(token)
+
+
+def runs_cuda_code() -> bool:
+    """Whether the calling context runs kernels' CUDA code (see :func:`running_cuda_code`)."""
+    return _cuda_path.get()
 
 
 def _classify(name: str, result, inputs) -> str:

@@ -17,7 +17,6 @@ overrides it runs its rule over all of them in one kernel launch (the kernel sea
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,7 +27,14 @@ from singa_core.contracts.device import array_module
 from singa_core.contracts.errors import SingaError
 from singa_core.contracts.kernels import define_kernel, kernels_for
 
-__all__ = ["LRChange", "UpdateItem", "Updater", "axpy", "define_update_kernel"]
+__all__ = [
+    "WEIGHT_DECAY_MODES",
+    "LRChange",
+    "UpdateItem",
+    "Updater",
+    "axpy",
+    "define_update_kernel",
+]
 
 
 @dataclass
@@ -186,38 +192,60 @@ class EvaluationOnly(Updater):
 
 
 # -- an updater's rule over many slices in one launch -----------------------------------------
-def _prologue(clip: bool) -> str:
-    """SINGA's prologue in CUDA C (see :meth:`Updater.prologue`): ``g`` clipped, scaled and
-    given the coupled weight decay; ``rate`` the slice's learning rate."""
-    return (
+#: how an update kernel's prologue treats ``weight_decay`` (see :meth:`Updater.prologue`
+#: and :meth:`Updater.decay_weights`)
+WEIGHT_DECAY_MODES = ("coupled", "decoupled")
+
+
+def _prologue(clip: bool, weight_decay: str) -> str:
+    """SINGA's prologue in CUDA C (see :meth:`Updater.prologue`): ``g`` clipped and
+    scaled; ``rate`` the slice's learning rate; the weight decay *coupled* (added to ``g``,
+    so it passes through the rule) or *decoupled* (the value shrunk by ``1 − rate·wd``
+    before the rule, as :meth:`Updater.decay_weights` does)."""
+    code = (
         "float g = T1[j];\n"
         + ("if (clip) g = fminf(fmaxf(g, clip_low), clip_high);\n" if clip else "")
         + "if (P2 != 1.0f) g *= P2;\n"
-        "if (P1 > 0.0f) g = fmaf(P1, T0[j], g);\n"
-        "const float rate = (float)(lr * (double)P0);\n"
     )
+    if weight_decay == "coupled":
+        code += "if (P1 > 0.0f) g = fmaf(P1, T0[j], g);\n"
+    code += "const float rate = (float)(lr * (double)P0);\n"
+    if weight_decay == "decoupled":
+        code += "if (P1 > 0.0f && rate != 0.0f) T0[j] = T0[j] * (1.0f - rate * P1);\n"
+    return code
 
 
 def define_update_kernel(
     name: str, body: str, *, states: tuple[str, ...], consts: tuple[str, ...] = (),
-    clip: bool = True, doc: str = "",
+    clip: bool = True, weight_decay: str = "coupled", doc: str = "",
 ) -> None:  # fmt: skip
     """Define the kernel ``name`` applying an updater's rule to a step's slices.
 
     Its host implementation is the updater's own :meth:`Updater.apply`, slice by slice (so
     the CPU and the stand-in compute exactly that); its CUDA implementation is one launch
-    over every slice with SINGA's prologue (clip when ``clip``, scale, coupled weight
-    decay) followed by ``body``. In ``body``: ``T0[j]`` the value, ``g`` the prepared
-    gradient, ``T2[j]``… the state arrays in the order of ``states``, ``rate`` the slice's
-    learning rate, and each name of ``consts`` (float attributes of the updater, e.g.
-    ``rho``). An updater class names it in :attr:`Updater.update_kernel`."""
+    over every slice with SINGA's prologue (clip when ``clip``, scale, weight decay
+    ``"coupled"`` or ``"decoupled"``: :data:`WEIGHT_DECAY_MODES`) followed by ``body``. In
+    ``body``: ``T0[j]`` the value, ``g`` the prepared gradient, ``T2[j]``… the state arrays
+    in the order of ``states``, ``rate`` the slice's learning rate, and each name of
+    ``consts`` (float attributes of the updater, e.g. ``rho``). A state the updater does
+    not keep (kSGD's history without momentum) is passed as the value array: the body
+    must not touch it then. An updater class names the kernel in
+    :attr:`Updater.update_kernel`; :func:`singa_core.testing.check_updater` runs it against
+    :meth:`Updater.apply` in emulated CUDA."""
+    if weight_decay not in WEIGHT_DECAY_MODES:
+        raise SingaError(
+            f"update kernel '{name}': weight_decay must be one of "
+            f"{', '.join(WEIGHT_DECAY_MODES)}, not {weight_decay!r}",
+            help="'coupled' adds the decay to the gradient (L2, SINGA's), 'decoupled' "
+            "shrinks the weights before the rule (AdamW, Lion)",
+        )
     scalars = ", ".join(
         ["double lr", "float clip_low", "float clip_high", "int clip"]
         + [f"float {c}" for c in consts]
     )
     source = multi_tensor_source(
         f"singa_{name}", tensors=2 + len(states), params=3, scalars=scalars,
-        body=_prologue(clip) + body,
+        body=_prologue(clip, weight_decay) + body,
     )  # fmt: skip
 
     def host(updater, step, items) -> None:
@@ -229,7 +257,7 @@ def define_update_kernel(
 
     def cuda(updater, step, items, rt=CUPY) -> None:
         tensors = [[it.value for it in items], [it.grad for it in items]]
-        tensors += [[it.state[s] for it in items] for s in states]
+        tensors += [[_state(it, s) for it in items] for s in states]
         params = [
             [it.lr_scale for it in items],
             [updater.weight_decay * it.wd_scale for it in items],
@@ -244,6 +272,11 @@ def define_update_kernel(
 
     cuda.source = source
     define_kernel(
-        name, host=host, cuda=functools.partial(cuda, rt=CUPY),
+        name, host=host, cuda=cuda,
         doc=doc or f"the {name} rule over many slices (one launch on a GPU)",
     )  # fmt: skip
+
+
+def _state(item: UpdateItem, name: str):
+    state = item.state.get(name)
+    return item.value if state is None else state

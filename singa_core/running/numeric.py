@@ -28,7 +28,6 @@ O(batch x units), not O(Params). Measured on the MNIST MLP with
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 from collections.abc import Callable, Iterable
@@ -93,7 +92,7 @@ def nonfinite_check_cuda(arrays, flag, step: int, rt=CUPY) -> None:
 define_kernel(
     "nonfinite_check",
     host=nonfinite_check_host,
-    cuda=functools.partial(nonfinite_check_cuda, rt=CUPY),
+    cuda=nonfinite_check_cuda,
     doc="the numeric guard's check of a step's arrays: the first non-finite step in a flag",
 )
 
