@@ -268,8 +268,9 @@ def open_device(spec: str | Device, where: str = "--device") -> Device:
     return _opened[key]
 
 
-def standin_device() -> Device:
-    return open_device("standin")
+def standin_device(code: str = "host") -> Device:
+    """The stand-in device; ``code="cuda"``: ``standin:cuda`` (the kernels' CUDA code)."""
+    return open_device("standin:cuda" if code == "cuda" else "standin")
 
 
 def _cuda_error(message: str, where: str, why: str | None = None) -> SingaError:

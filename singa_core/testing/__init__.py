@@ -11,7 +11,12 @@ the same as fixtures. The built-in plugins' tests use this kit too. See CONTRIBU
   plain and strided sources, ``kAggGrad``, Param checkpoint round trip, determinism), and
   the pieces it is made of: :class:`GradientChecker`, :class:`SourceLayer`, :func:`build`;
 * updaters: :func:`check_updater` (state snapshot/restore, clipping and coupled or
-  decoupled weight decay through the documented helpers, in-place updates);
+  decoupled weight decay through the documented helpers, in-place updates, and the
+  update kernel's CUDA code against ``apply``: :func:`check_update_kernel`);
+* kernels: :func:`check_kernel` (a kernel's CUDA code run on the CPU against its host
+  code, its launches counted), :func:`emulated_cuda_device` (``standin:cuda``);
+* what a GPU is asked: :func:`count_launches` (a block), :func:`count_training_steps`
+  (a job.conf's training step, plugins' fields included);
 * workers: :func:`check_worker` with its :class:`RecordingStub` (collect before use, each
   gradient sent once);
 * whole jobs: :func:`run_job` (a job.conf text trained in a temporary workspace: metrics
@@ -34,6 +39,8 @@ from singa_core.testing.gradcheck import (
     strided_source,
 )
 from singa_core.testing.jobs import JobRun, blobs_csv, mlp_job, run_job
+from singa_core.testing.kernels import KernelReport, check_kernel, emulated_cuda_device
+from singa_core.testing.launches import StepCounts, count_launches, count_training_steps
 from singa_core.testing.layers import GradCase, LayerReport, check_layer, check_layer_contract
 from singa_core.testing.updaters import (
     LeastSquares,
@@ -42,6 +49,7 @@ from singa_core.testing.updaters import (
     check_clipping,
     check_in_place_allocation_free,
     check_snapshot_restore,
+    check_update_kernel,
     check_updater,
     check_weight_decay,
     updater_conf,
@@ -49,6 +57,13 @@ from singa_core.testing.updaters import (
 from singa_core.testing.workers import RecordingStub, check_worker, expected_bp_order
 
 __all__ = [
+    "KernelReport",
+    "StepCounts",
+    "check_kernel",
+    "check_update_kernel",
+    "count_launches",
+    "count_training_steps",
+    "emulated_cuda_device",
     "check_devices",
     "cuda_devices",
     "gpu_skip_reason",

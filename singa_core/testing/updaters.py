@@ -12,7 +12,11 @@ text:
   adds ``weight_decay · wd_scale · w`` to the scaled gradient) or *decoupled*
   (:meth:`Updater.decay_weights`: ``w -= lr · lr_scale · weight_decay · wd_scale · w``
   beside the rule), each update calling the helper once;
-* the update is in place, float32, and allocates nothing per step.
+* the update is in place, float32, and allocates nothing per step;
+* its update kernel (:attr:`Updater.update_kernel`, where it names one): the CUDA code a
+  GPU runs over a step's slices, compiled for the CPU (the emulated runtime), equals
+  :meth:`Updater.apply` slice by slice, at a non-zero weight decay, with and without
+  momentum and clipping (:func:`check_update_kernel`).
 
 :class:`LeastSquares` and :func:`check_against_reference` compare an updater step by step
 with a float64 re-statement of its rule (a closed-form test).
@@ -248,6 +252,70 @@ def check_updater(
     check_clipping(make, clips)
     check_weight_decay(make, weight_decay)
     check_in_place_allocation_free(make(weight_decay=0.01, clip_low=-1.0, clip_high=1.0))
+    check_update_kernel(make)
+
+
+#: the settings :func:`check_update_kernel` runs an update kernel at
+KERNEL_SETTINGS = (
+    {"weight_decay": 0.5},
+    {"weight_decay": 0.5, "momentum": 0.9},
+    {"weight_decay": 0.1, "momentum": 0.9, "clip_low": -0.6, "clip_high": 0.6},
+)
+
+
+def check_update_kernel(make, tol: float = 3e-6) -> None:
+    """``make(**fields)`` builds the updater. Where it names an update kernel, that
+    kernel's CUDA code (run on the CPU by the emulated runtime; skipped without a C++
+    compiler) gives what :meth:`Updater.apply` gives slice by slice, over four slices of
+    different sizes, gradient scales, learning-rate and weight-decay multipliers, for three
+    steps, at each of :data:`KERNEL_SETTINGS`: a rule whose kernel adds coupled decay
+    where :meth:`apply` decouples it (or forgets a state) fails here."""
+    from singa_core.contracts.kernels import cuda_code
+    from singa_core.contracts.updater import UpdateItem
+    from singa_core.testing.kernels import _emulated
+
+    if make().update_kernel is None:
+        return
+    rt = _emulated()
+    rng = np.random.default_rng(11)
+    shapes = [(7, 3), (5,), (300,), (1,)]
+    for fields in KERNEL_SETTINGS:
+        up = make(**fields)
+        run = cuda_code(up.update_kernel, rt)
+        items = []
+        for k, shape in enumerate(shapes):
+            w = rng.standard_normal(shape).astype(np.float32)
+            state = {n: np.abs(rng.standard_normal(shape)).astype(np.float32)
+                     for n in up.init_state(w)}  # fmt: skip
+            items.append(UpdateItem(w, w, state, (1.0, 0.5)[k % 2], (1.0, 2.0, 0.5)[k % 3],
+                                    (1.0, 0.0, 2.0)[k % 3]))  # fmt: skip
+        for step in range(3):
+            grads = [rng.standard_normal(it.value.shape).astype(np.float32) * 2 for it in items]
+            ref = [_item_copy(it, g) for it, g in zip(items, grads, strict=True)]
+            got = [_item_copy(it, g) for it, g in zip(items, grads, strict=True)]
+            for it in ref:
+                up.apply(step, it.value, it.grad, it.state, scale=it.scale,
+                         lr_scale=it.lr_scale, wd_scale=it.wd_scale)  # fmt: skip
+            run(up, step, got)
+            for i, (a, b) in enumerate(zip(ref, got, strict=True)):
+                where = f"{up.update_kernel} at {fields}, step {step}, slice {i}"
+                np.testing.assert_allclose(
+                    b.value, a.value, rtol=tol, atol=tol,
+                    err_msg=f"{where}: the kernel's value differs from apply()'s",
+                )  # fmt: skip
+                for name in a.state:
+                    np.testing.assert_allclose(
+                        b.state[name], a.state[name], rtol=tol, atol=tol,
+                        err_msg=f"{where}: the kernel's state {name!r} differs from apply()'s",
+                    )  # fmt: skip
+            items = ref
+
+
+def _item_copy(it, grad):
+    from singa_core.contracts.updater import UpdateItem
+
+    return UpdateItem(it.value.copy(), grad.copy(), {k: v.copy() for k, v in it.state.items()},
+                      it.scale, it.lr_scale, it.wd_scale)  # fmt: skip
 
 
 class LeastSquares:

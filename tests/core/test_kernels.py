@@ -22,6 +22,7 @@ from singa_core.contracts import standin
 from singa_core.cuda import EmulatedRuntime
 from singa_core.device import standin_device
 from singa_core.errors import SingaError
+from singa_core.testing import check_kernel
 
 
 def _f32(rng, *shape):
@@ -29,16 +30,6 @@ def _f32(rng, *shape):
 
 
 # -- one case per kernel: (args, indices of the arguments it writes, tolerance) --------------
-def _sgd_case(rng, momentum):
-    shapes = [(7, 3), (5,), (300,), (1,)]
-    values = [_f32(rng, *s) for s in shapes]
-    grads = [_f32(rng, *s) for s in shapes]
-    hist = [_f32(rng, *s) for s in shapes] if momentum else None
-    args = [values, grads, hist, 0.05, [1.0, 2.0, 0.5, 1.0], [5e-4, 0.0, 1e-3, 0.0],
-            [1.0, 0.5, 1.0, 1.0], momentum, -0.8, 0.8]  # fmt: skip
-    return args, [0, 1, 2], 2e-7
-
-
 def _softmax_case(rng, topk, ties=False):
     B, D = 37, 11
     x = _f32(rng, B, D) * 3
@@ -233,7 +224,8 @@ def _gemm_case(rng, beta, ta=False):
     return [a, _f32(rng, 5, 7), _f32(rng, 6, 7), beta], [2], 2e-6
 
 
-#: kernels whose CUDA side is a library call (cuBLAS), not CUDA C: checked on a GPU only
+#: kernels whose CUDA side is a library call (cuBLAS), not CUDA C: no source for nvcc (the
+#: emulated runtime serves the call with the host's BLAS)
 LIBRARY_CALLS = {"gemm"}
 
 CASES = {
@@ -297,7 +289,6 @@ CASES = {
     **{
         f"bias_{a}_forward": [_bias_act_case, lambda r: _bias_act_case(r, "t")] for a in ACTIVATIONS
     },
-    "sgd_update": [lambda r: _sgd_case(r, 0.9), lambda r: _sgd_case(r, 0.0)],
     "softmax_xent": [
         lambda r: _softmax_case(r, 1),
         lambda r: _softmax_case(r, 3),
@@ -344,30 +335,39 @@ def emulated():
 
 def test_every_kernel_with_a_cuda_implementation_has_a_case():
     # the updaters' kernels: test_an_updater_kernel_equals_its_apply, per updater type
-    for module in ("rmsprop", "adagrad", "nesterov", "adam", "adadelta", "adammax"):
+    for module in ("sgd", "rmsprop", "adagrad", "nesterov", "adam", "adadelta", "adammax"):
         __import__(f"singa_builtins.updaters.{module}")
-    updaters = {f"{m}_update" for m in ("rmsprop", "adagrad", "nesterov", "adam", "adadelta",
-                                        "adammax")}  # fmt: skip
+    updaters = {f"{m}_update" for m in ("sgd", "rmsprop", "adagrad", "nesterov", "adam",
+                                        "adadelta", "adammax")}  # fmt: skip
     with_cuda = {name for name, k in K.kernels().items() if k.cuda is not None and not k.composite}
     assert with_cuda - set(CASES) - updaters == set()
     assert updaters <= with_cuda
 
 
 @pytest.mark.parametrize(
-    ("name", "i"),
-    [(n, i) for n, cases in CASES.items() if n not in LIBRARY_CALLS for i in range(len(cases))],
+    ("name", "i"), [(n, i) for n, cases in CASES.items() for i in range(len(cases))]
 )
-def test_the_cuda_implementation_equals_the_host_one(emulated, name, i):
-    """The CUDA C compiled for the CPU and run thread by thread gives the host kernel's
-    results (exactly, or within float32 rounding where the order of a sum differs); the
-    library calls are checked on a GPU (tests/test_gpu.py)."""
-    kernel = K.get_kernel(name)
+def test_the_cuda_code_equals_the_host_code_and_launches_what_it_declares(emulated, name, i):
+    """The CUDA C compiled for the CPU and run thread by thread (cuBLAS served by the
+    host's BLAS) gives the host kernel's results (exactly, or within float32 rounding where
+    the order of a sum differs); on standin:cuda it reads nothing back and, where it takes
+    the arguments, launches exactly what it declares (singa_core.testing.check_kernel)."""
     args, outs, tol = CASES[name][i](np.random.default_rng(i))
-    host_args, cuda_args = _copy(args), _copy(args)
-    kernel.host(*host_args)
-    getattr(kernel.cuda, "func", kernel.cuda)(*cuda_args, rt=emulated)
-    for j in outs:
-        _close(host_args[j], cuda_args[j], tol, f"{name} argument {j}")
+    report = check_kernel(name, args, outs, tol)
+    assert report.reads == 0
+
+
+def test_a_kernel_falls_back_by_the_registrys_decision():
+    """A strided source is not what the relu CUDA code indexes: its fits says no, and the
+    registry runs the generic code (numpy's functions, each a counted launch)."""
+    dev = standin_device("cuda")
+    x = dev.asarray(np.random.default_rng(0).standard_normal((6, 8)).astype(np.float32))[:, ::2]
+    y = dev.empty((6, 4))
+    assert not K.get_kernel("relu_forward").fits(x, y)
+    with dev.activate(), standin.counting() as c:
+        dev.kernels.relu_forward(x, y)
+    assert "kernels:singa_relu_forward" not in c.by_name and c.kernels == 1
+    np.testing.assert_array_equal(y.get(), np.maximum(x.get(), 0))
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -471,8 +471,7 @@ def test_every_cuda_source_compiles_with_nvcc(tmp_path):
             continue
         for make in cases:
             args, _, _ = make(np.random.default_rng(0))
-            fn = K.get_kernel(name).cuda
-            getattr(fn, "func", fn)(*_copy(args), rt=rt)
+            K.cuda_code(name, rt)(*_copy(args))
     failures = []
     for key, source in rt.sources.items():
         cu = tmp_path / f"{abs(hash(key))}.cu"
@@ -534,47 +533,36 @@ def test_every_updater_runs_its_rule_in_one_kernel():
     reg = get_host().registries["updater"]
     names = set(reg.entries) | set(reg.user_entries)
     missing = [n for n in names if get_host().get("updater", n).update_kernel is None]
-    assert missing in ([], ["kSGD"]), missing  # kSGD overrides apply_many itself
+    assert missing == [], missing  # kSGD included: one update-kernel path for all
     assert set(UPDATERS) >= {n for n in names if not n.startswith("kCudnn")}
 
 
 @pytest.mark.parametrize("type_name", sorted(UPDATERS))
 def test_an_updater_kernel_equals_its_apply(emulated, type_name):
-    """One launch over all slices (emulated CUDA) gives what apply() gives slice by slice;
-    on the stand-in the same step is one launch and exact."""
+    """One launch over all slices (emulated CUDA) gives what apply() gives slice by slice,
+    at non-zero weight decay with and without momentum (the kit's check); on the stand-in
+    and on standin:cuda the same step is one launch, exact on the former."""
+    from singa_core.plugin_host.host import get_host
+    from singa_core.testing import TableLR, check_update_kernel, updater_conf
+
+    cls = get_host().get("updater", type_name)
+    check_update_kernel(
+        lambda **f: cls(updater_conf(UPDATERS[type_name], **f), TableLR(0.05, 0.02))
+    )
     updater = _updater(type_name)
     items = _items(updater, np.random.default_rng(3))
-    for step in (0, 1):
-        ref, got = _copy_items(items), _copy_items(items)
-        for it in ref:
-            updater.apply(step, it.value, it.grad, it.state, scale=it.scale,
-                          lr_scale=it.lr_scale, wd_scale=it.wd_scale)  # fmt: skip
-        if updater.update_kernel is None:  # kSGD: its own kernel
-            K.get_kernel("sgd_update").cuda.func(
-                [it.value for it in got], [it.grad for it in got],
-                [it.state["history"] for it in got], updater.lr(step),
-                [it.lr_scale for it in got], [updater.weight_decay * it.wd_scale for it in got],
-                [it.scale for it in got], updater.momentum, updater.clip_low,
-                updater.clip_high, rt=emulated,
-            )  # fmt: skip
-        else:
-            K.get_kernel(updater.update_kernel).cuda.func(updater, step, got, rt=emulated)
-        for a, b in zip(ref, got, strict=True):
-            _close(a.value, b.value, 3e-6, f"{type_name} value")
-            for k in a.state:
-                _close(a.state[k], b.state[k], 3e-6, f"{type_name} {k}")
-        items = ref
-    dev = standin_device()
     ref = _copy_items(items)
     updater.apply_many(5, ref)
-    on_dev = [
-        type(it)(dev.asarray(it.value), dev.asarray(it.grad),
-                 {k: dev.asarray(v) for k, v in it.state.items()}, it.scale, it.lr_scale,
-                 it.wd_scale)
-        for it in _copy_items(items)
-    ]  # fmt: skip
-    with standin.counting() as c:
-        updater.apply_many(5, on_dev)
-    assert (c.kernels, c.reads) == (1, 0)
-    for a, b in zip(ref, on_dev, strict=True):
-        _close(a.value, b.value.get(), 3e-6, f"{type_name} value on the stand-in")
+    for code in ("host", "cuda"):
+        dev = standin_device(code)
+        on_dev = [
+            type(it)(dev.asarray(it.value), dev.asarray(it.grad),
+                     {k: dev.asarray(v) for k, v in it.state.items()}, it.scale, it.lr_scale,
+                     it.wd_scale)
+            for it in _copy_items(items)
+        ]  # fmt: skip
+        with dev.activate(), standin.counting() as c:
+            updater.apply_many(5, on_dev)
+        assert (c.kernels, c.reads) == (1, 0), (code, c.by_name)
+        for a, b in zip(ref, on_dev, strict=True):
+            _close(a.value, b.value.get(), 3e-6, f"{type_name} on {code}")
