@@ -1,13 +1,15 @@
-"""What one training step asks of a GPU, counted without one: singa on the stand-in device
-beside PyTorch eager's aten ops for the same nets.
+"""What one training step asks of a GPU, counted without one: singa on the standin:cuda
+device (every kernel's CUDA code run on the CPU, each launch counted where the runtime
+launches it) beside PyTorch eager's aten ops for the same nets.
 
     python benchmarks/gpu_ops.py [--nets mlp,lenet,cifar10,char-rnn] [--by-name 15]
 
 For each net (the MNIST MLP, LeNet, the CIFAR-10 net with LRN, char-rnn's GRU 512 x 50 x
-50) it runs singa's real training loop on the stand-in device
-(``singa_core.testing.launches.count_training_steps``) and prints per undisplayed step:
+50) it runs singa's real training loop on the ``standin:cuda`` device
+(``singa_core.testing.count_training_steps``) and prints per undisplayed step:
 
-* kernels: calls into the device array module that launch work on a GPU;
+* kernels: launches observed: raw CUDA kernels and cuBLAS GEMMs as the emulated runtime
+  runs them, and the array module's calls that launch work on a GPU;
 * views: reshapes, transposes, slices (no device work);
 * device reads: values read on the host (each stops the host until the GPU is done);
 * copies in: host arrays sent to the device (the step's inputs and labels);

@@ -1,5 +1,6 @@
-"""What a training step asks of a GPU, counted on the stand-in (no GPU, no timing): no
-device read between displayed steps, one host-to-device copy per input, and no more
+"""What a training step asks of a GPU, observed on standin:cuda (the kernels' CUDA code run
+on the CPU, each launch counted where the emulated runtime makes it; no GPU, no timing):
+no device read between displayed steps, one host-to-device copy per input, and no more
 kernel launches than the figures docs/performance.md gives."""
 
 from __future__ import annotations

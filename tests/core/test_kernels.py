@@ -566,3 +566,39 @@ def test_an_updater_kernel_equals_its_apply(emulated, type_name):
         assert (c.kernels, c.reads) == (1, 0), (code, c.by_name)
         for a, b in zip(ref, on_dev, strict=True):
             _close(a.value, b.value.get(), 3e-6, f"{type_name} on {code}")
+
+
+def test_the_kit_catches_an_update_kernel_that_couples_a_decoupled_decay(emulated):
+    """The bug of the first seam: a rule whose apply() decouples its weight decay (AdamW,
+    Lion) with a kernel whose prologue couples it is right on the CPU and wrong on a GPU;
+    check_update_kernel runs the kernel's CUDA code and fails it."""
+    from singa_core.testing import TableLR, check_update_kernel, updater_conf
+    from singa_core.updater import Updater, define_update_kernel
+
+    body = "T0[j] = T0[j] - rate * (g > 0.0f ? 1.0f : (g < 0.0f ? -1.0f : 0.0f));"
+    define_update_kernel("test_decoupled_sgd_wrong", body, states=(), weight_decay="coupled")
+    define_update_kernel("test_decoupled_sgd", body, states=(), weight_decay="decoupled")
+
+    class DecoupledSignSGD(Updater):  # Lion without momentum: w -= lr·(sign(g) + wd·w)
+        def apply(self, step, value, grad, state, *, scale=1.0, lr_scale=1.0, wd_scale=1.0):
+            g = self.prologue(value, grad, scale, wd_scale, weight_decay=False)
+            lr = self.lr(step) * lr_scale
+            self.decay_weights(value, lr, wd_scale)
+            value -= np.float32(lr) * np.sign(g)
+
+    try:
+        for kernel, right in (("test_decoupled_sgd", True), ("test_decoupled_sgd_wrong", False)):
+            cls = type("Up", (DecoupledSignSGD,), {"update_kernel": kernel})
+
+            def make(cls=cls, **f):
+                return cls(updater_conf("", **f), TableLR(0.05))
+
+            if right:
+                check_update_kernel(make)
+            else:
+                with pytest.raises(AssertionError, match="differs from apply"):
+                    check_update_kernel(make)
+    finally:
+        for name in ("test_decoupled_sgd", "test_decoupled_sgd_wrong"):
+            K._KERNELS.pop(name, None)
+        K._resolved.clear()
