@@ -194,8 +194,9 @@ DeviceOpt = Annotated[
         "--device",  # named: typer 0.27 takes a metavar equal to the name for the name
         metavar="DEVICE",
         help="where every worker computes: cpu, cuda (= cuda:0), cuda:N (needs "
-        "singa-classic[gpu]; gpu, gpu:N are the same) or standin (the CPU through the "
-        "stand-in device module, for checking plugins); default: job.conf's gpu field "
+        "singa-classic[gpu]; gpu, gpu:N are the same), standin (the CPU through the "
+        "stand-in device module, for checking plugins) or standin:cuda (the same, the "
+        "kernels' CUDA code emulated); default: job.conf's gpu field "
         "(worker i on gpu[i], the others on the CPU)",
     ),
 ]
