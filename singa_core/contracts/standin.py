@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import sys
 import threading
 import types
@@ -423,6 +424,10 @@ def _unwrap(x):
         return [_unwrap(v) for v in x]
     if isinstance(x, dict):
         return {k: _unwrap(v) for k, v in x.items()}
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):  # an updater's UpdateItem
+        return dataclasses.replace(
+            x, **{f.name: _unwrap(getattr(x, f.name)) for f in dataclasses.fields(x) if f.init}
+        )
     return x
 
 
