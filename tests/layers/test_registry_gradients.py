@@ -91,19 +91,22 @@ def test_gradient(type_name, tmp_path):
         case.run()
 
 
+@pytest.mark.parametrize("code", ["host", "cuda"])
 @pytest.mark.parametrize("type_name", sorted(CASES))
-def test_gradient_on_a_device(type_name, tmp_path):
+def test_gradient_on_a_device(type_name, tmp_path, code):
     """The same case on the stand-in device (singa_core/contracts/standin.py): arrays that
     refuse silent conversion to numpy, as CuPy's do. A layer that computes on the host,
     allocates numpy arrays, or mixes them with its device arrays fails here as it would on
-    a GPU; the gradients must still match."""
+    a GPU; the gradients must still match. ``code="cuda"``: on standin:cuda, every kernel
+    the layer calls runs its CUDA code (emulated), so the finite differences check the
+    code a GPU runs."""
     from singa_core.device import standin_device, using_device
 
     cls = _builtin_layer_types()[type_name]
     assert cls.placement in ("device", "host"), f"{type_name} does not say where it computes"
     if cls.placement == "host":  # reads or writes files on the CPU: the net copies its data
         pytest.skip(f"{type_name} computes on the host (placement = 'host')")
-    device = standin_device()
+    device = standin_device(code)
     with using_device(device):
         made = CASES[type_name](tmp_path)
         for case in made if isinstance(made, list) else [made]:
