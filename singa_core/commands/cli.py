@@ -21,6 +21,7 @@ with quiet_interrupts():  # Ctrl-C while the command line loads: "interrupted", 
     from typer.core import TyperCommand, TyperGroup
 
     from singa_core.commands import jobs as _jobs_commands
+    from singa_core.commands import tune as _tune_commands
     from singa_core.commands.override_words import override_word_error
     from singa_core.contracts.errors import USER_ERROR_EXIT, SingaError
     from singa_core.contracts.version import __version__
@@ -1199,6 +1200,8 @@ def version() -> None:
 
 # singa submit, jobs, logs, stop: their own module (singa_core/commands/jobs.py)
 _jobs_commands.register(app)
+# singa tune: its own module (singa_core/commands/tune.py)
+_tune_commands.register(app)
 
 
 def main() -> None:
