@@ -462,7 +462,7 @@ def _positive(msg, name: str, where: _Where, key: tuple, low=1, what="") -> None
         raise SingaError(
             f"{name} is {getattr(msg, name):g}; it must be at least {low:g}{what}",
             where=where(key + (name, 0)),
-            help=f"e.g. {name}: {max(low, 1) * 3:g}" if low else f"e.g. {name}: 1",
+            help=f"e.g. {name}: {max(low, 3):g}" if low else f"e.g. {name}: 1",
         )
 
 

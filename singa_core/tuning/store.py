@@ -85,6 +85,7 @@ class StudyRecord:
     seed: int
     overrides: list[str] = field(default_factory=list)
     engine: str | None = None
+    trials: int | None = None  # the budget --trials gave (else the space's)
     created: float = 0.0
     version: int = 1
 

@@ -296,7 +296,10 @@ class Study:
         optuna = import_optuna()
         study = self.optuna_study()
         space = self.space
-        target = int(trials if trials is not None else space.trials)
+        if trials is not None and trials != self.record.trials:
+            self.record.trials = int(trials)  # a --resume without --trials keeps it
+            self.record.write(self.folder)
+        target = int(self.record.trials or space.trials)
         runner = runner or LocalTrials(usable_cpus())
         slots = max(1, runner.slots())
         pending = len([t for t in study.get_trials(deepcopy=False)
