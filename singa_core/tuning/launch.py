@@ -119,7 +119,7 @@ def failure_reason(log: Path, code: int | None) -> str:
     for i in range(len(lines) - 1, -1, -1):
         if "error:" in lines[i]:
             said = lines[i].strip()
-            helps = [x.strip() for x in lines[i + 1 : i + 4] if x.startswith("help:")]
+            helps = [x.strip() for x in lines[i + 1 :] if x.startswith("help:")][:1]
             return " ".join([said, *helps])[:600]
     if code is not None and code < 0:
         return f"killed by signal {-code}"
