@@ -72,11 +72,7 @@ def show(folder: Path, as_json: bool) -> None:
         b = best[0]
         print(
             f"best: trial {b.number}, {space.objective.metric} {b.value:.6g}"
-            + (
-                f"; {study.folder / 'best.conf'}"
-                if (study.folder / "best.conf").is_file()
-                else ""
-            )
+            + (f"; {study.folder / 'best.conf'}" if (study.folder / "best.conf").is_file() else "")
         )
     else:
         print("best: no trial has completed yet")

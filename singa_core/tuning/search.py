@@ -43,9 +43,7 @@ def pruner(space, train_steps: int):
             max_resource=max(train_steps, space.min_steps + 1),
             reduction_factor=space.reduction_factor,
         )
-    return p.MedianPruner(
-        n_startup_trials=space.stopping_startup, n_warmup_steps=space.min_steps
-    )
+    return p.MedianPruner(n_startup_trials=space.stopping_startup, n_warmup_steps=space.min_steps)
 
 
 def describe(space) -> str:

@@ -46,9 +46,7 @@ from singa_core.schema import tune_pb2
 KINDS = ("choice", "uniform", "log_uniform", "int", "int_log_uniform")
 MAX_SPACE_BYTES = 1 << 20
 _FLOATS = (FieldDescriptor.TYPE_FLOAT, FieldDescriptor.TYPE_DOUBLE)
-_EXAMPLE = (
-    'param { field: "updater.learning_rate.base_lr"  log_uniform { low: 0.0001 high: 0.1 } }'
-)
+_EXAMPLE = 'param { field: "updater.learning_rate.base_lr"  log_uniform { low: 0.0001 high: 0.1 } }'
 # fields the study itself sets for every trial
 _STUDY_SETS = {"cluster.workspace": "the study gives every trial its own workspace"}
 
@@ -301,9 +299,7 @@ def _dimension(p, i: int, where: _Where, job) -> Dimension:
     kind = p.WhichOneof("distribution")
     field_where = where(base + ("field", 0))
     if not p.HasField("field") or not p.field.strip():
-        raise SingaError(
-            "this param names no field", where=where(base), help=f"e.g. {_EXAMPLE}"
-        )
+        raise SingaError("this param names no field", where=where(base), help=f"e.g. {_EXAMPLE}")
     if kind is None:
         raise SingaError(
             f"param {p.field!r} has no distribution",
@@ -342,7 +338,7 @@ def _dimension(p, i: int, where: _Where, job) -> Dimension:
         raise SingaError(
             f"{p.field} is {_type_text(fd)}: a {kind} range does not fit it",
             where=dist_where,
-            help=f'vary it with choice {{ value: "..." value: "..." }}'
+            help='vary it with choice { value: "..." value: "..." }'
             + (
                 f" (values: {', '.join(v.name for v in fd.enum_type.values)})"
                 if fd.enum_type is not None
@@ -370,8 +366,7 @@ def _dimension(p, i: int, where: _Where, job) -> Dimension:
             raise SingaError(f"a bound of {p.field} is {value}", where=at, help="give a number")
     if not low < high:
         raise SingaError(
-            f"the range of {p.field} is empty or reversed: low {low:g} is not below high "
-            f"{high:g}",
+            f"the range of {p.field} is empty or reversed: low {low:g} is not below high {high:g}",
             where=high_where,
             help="give low < high (to fix a field at one value, set it in job.conf)",
         )
@@ -432,8 +427,7 @@ def _objective(o, where: _Where, job, locate_job) -> Objective:
         raise SingaError(
             "the objective names no metric",
             where=where(("objective", 0, "metric", 0)),
-            help='e.g. objective { metric: "accuracy" } (or "loss", or any metric a layer '
-            "reports)",
+            help='e.g. objective { metric: "accuracy" } (or "loss", or any metric a layer reports)',
         )
     phase = "validation" if o.phase == tune_pb2.Objective.VALIDATION else "test"
     steps = job.validate_steps if phase == "validation" else job.test_steps
@@ -442,9 +436,9 @@ def _objective(o, where: _Where, job, locate_job) -> Objective:
         raise SingaError(
             f"the objective is a {phase} metric, and the job has no {phase} passes "
             f"({field_name} is {steps})",
-            where=where(("objective", 0, "phase", 0)) if o.HasField("phase") else where(
-                ("objective", 0)
-            ),
+            where=where(("objective", 0, "phase", 0))
+            if o.HasField("phase")
+            else where(("objective", 0)),
             help=f"set {field_name} (and {phase[:4] if phase == 'test' else 'validate'}_freq) "
             f"in job.conf ({locate_job(field_name)})",
         )

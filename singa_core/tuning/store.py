@@ -147,9 +147,7 @@ def _state(trial, tuner_alive: bool) -> str:
     name = trial.state.name
     if name == "RUNNING":
         return "running" if tuner_alive else "interrupted"
-    return {"COMPLETE": "complete", "PRUNED": "pruned", "FAIL": "failed"}.get(
-        name, name.lower()
-    )
+    return {"COMPLETE": "complete", "PRUNED": "pruned", "FAIL": "failed"}.get(name, name.lower())
 
 
 def trial_records(study, tuner_alive: bool) -> list[TrialRecord]:

@@ -34,9 +34,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import singa_core.tuning.results as results
+import singa_core.tuning.search as search
 from singa_core.contracts.errors import SingaError
 from singa_core.running.fileio import atomic_write_bytes
-from singa_core.tuning import results, search
 from singa_core.tuning.launch import LocalTrials, TrialLaunch
 from singa_core.tuning.store import (
     DB,
@@ -324,7 +325,9 @@ class Study:
         t0 = time.monotonic()
         try:
             with runner:
-                for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+                for t in study.get_trials(
+                    deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)
+                ):
                     self._start(study, optuna.Trial(study, t._trial_id), runner, threads, running,
                                 again=True)  # fmt: skip
                 while True:

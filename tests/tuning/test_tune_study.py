@@ -75,8 +75,9 @@ def test_a_study_then_show_then_best_conf_trains_to_the_trials_result(tmp_path, 
     best_conf = study / "best.conf"
     text = best_conf.read_text()
     assert f"trial {best['number']}" in text and "neuralnet {" in text
+    threads = {"OPENBLAS_NUM_THREADS": str(best["threads"])}
     res = run_singa("train", str(best_conf), "--seed", str(best["seed"]), "-q",
-                    "--no-tensorboard", env={"OPENBLAS_NUM_THREADS": str(best["threads"])})  # fmt: skip
+                    "--no-tensorboard", env=threads)  # fmt: skip
     _ok(res)
     again = _final_test(study / "best")
     assert again["step"] == 60
@@ -105,12 +106,15 @@ def test_the_same_seed_proposes_the_same_points(tmp_path, mnist_stores):
 
 def test_a_failing_trial_ends_with_its_reason_not_the_study(tmp_path, mnist_stores):
     conf = mnist_job(tmp_path, mnist_stores, steps=30, test_freq=30)
-    space = space_file(tmp_path, """\
+    space = space_file(
+        tmp_path,
+        """\
 param { field: "updater.learning_rate.base_lr" choice { value: "0.05" value: "1e30" } }
 budget { trials: 4 }
 sampler { kind: RANDOM }
 early_stopping { rule: NONE }
-""")
+""",
+    )
     study = tmp_path / "study"
     res = run_singa("tune", str(conf), str(space), "--study", str(study), "--seed", "1",
                     "--parallel", "2", "-o", "neuralnet.layer[3].type=kReLU")  # fmt: skip
@@ -163,9 +167,7 @@ def _free(ws) -> bool:
         return False
 
 
-def test_kill_9_of_the_tuner_loses_no_finished_trial_and_resume_continues(
-    tmp_path, mnist_stores
-):
+def test_kill_9_of_the_tuner_loses_no_finished_trial_and_resume_continues(tmp_path, mnist_stores):
     conf = mnist_job(tmp_path, mnist_stores, steps=1500, test_freq=100)
     text = SPACE.replace("budget { trials: 4 }", "budget { trials: 3 }\nearly_stopping "
                          "{ rule: NONE }")  # fmt: skip
