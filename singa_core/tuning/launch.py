@@ -184,6 +184,9 @@ class TrialProcess:
     def reason(self, code: int | None) -> str:
         return failure_reason(self.log_path, code)
 
+    def close(self) -> None:
+        """The trial has ended (nothing to free on this machine)."""
+
 
 class LocalTrials:
     """The embedded runner: trials as processes on this machine."""

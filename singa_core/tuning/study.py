@@ -343,6 +343,9 @@ class Study:
                         study.sampler = search.sampler(space, self.record.seed, number)
                         trial = study.ask(dists)
                         self._start(study, trial, runner, threads, running)
+                    caught = getattr(runner, "caught_signal", None)
+                    if self._stop_signal is None and caught is not None and caught():
+                        self._stop_signal = caught()  # the runner's own handler took it
                     if self._stop_signal is not None:
                         for r in running.values():
                             r.reason = r.reason or "interrupt"
@@ -470,6 +473,10 @@ class Study:
             r.handle.stop()
         if code is None:
             return False
+        reason = r.handle.reason(code) if code not in (0, 130, 143) else None
+        close = getattr(r.handle, "close", None)
+        if close is not None:
+            close()  # a cluster's trial frees its CPUs for the next
         t = r.trial
         t.set_user_attr("seconds", round(r.prior_seconds + elapsed, 3))
         if r.last_step is not None:
@@ -492,7 +499,7 @@ class Study:
                     t.set_user_attr("reason", f"stopped at its time limit, step {r.last_step}")
                 study.tell(t, value, skip_if_finished=True)
         else:
-            self._fail(study, t, r.handle.reason(code))
+            self._fail(study, t, reason or f"exit {code}")
         return True
 
     def _install_signals(self):
