@@ -204,3 +204,30 @@ def test_kill_9_of_the_tuner_loses_no_finished_trial_and_resume_continues(tmp_pa
     assert "--resume" in log and "resuming at step" in log  # from its checkpoint
     assert [s for s in _test_steps(second)] == list(range(0, 1501, 100))  # no pass twice
     assert after[2]["state"] == "complete"
+
+
+def test_ctrl_c_stops_every_trial_with_a_checkpoint(tmp_path, mnist_stores):
+    conf = mnist_job(tmp_path, mnist_stores, steps=3000, test_freq=100)
+    text = SPACE.replace("budget { trials: 4 }", "budget { trials: 2 }")
+    study = tmp_path / "study"
+    proc = _tuner(str(conf), str(space_file(tmp_path, text)), "--study", str(study),
+                  "--parallel", "2")  # fmt: skip
+    try:
+        for n in (0, 1):
+            ws = study / "trials" / f"{n:04d}"
+            _wait_for(lambda ws=ws: any(s >= 100 for s in _test_steps(ws)), 240, f"trial {n}")
+        proc.send_signal(signal.SIGINT)  # to the tuner alone, as a terminal's Ctrl-C is not
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert "SIGINT: stopping every trial with a checkpoint" in err
+    assert f"continue with: singa tune --resume --study {study}" in err
+    for t in _show(study)["trials"]:
+        assert t["state"] == "interrupted", t
+        ws = study / "trials" / f"{t['number']:04d}"
+        assert (ws / "checkpoint").is_dir() and _free(ws)
+        assert "interrupted at step" in (ws / "trial.log").read_text()
