@@ -13,6 +13,7 @@ The rooms, from the bottom up (a room imports only the rooms before it):
 * :mod:`singa_core.inference`: using a trained model (the deploy net with a checkpoint's
   Params: ``predict``, ONNX and safetensors export);
 * :mod:`singa_core.api`: ``singa_core.Job``, the Python API;
+* :mod:`singa_core.tuning`: ``singa tune``'s studies over a job.conf's fields (Optuna);
 * :mod:`singa_core.commands`: the ``singa`` command line and its tools;
 * :mod:`singa_core.testing`: the plugin author's kit.
 

@@ -10,6 +10,7 @@ clean install (the ``ray`` extra without ``grpcio`` failed every Ray run this wa
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -154,6 +155,18 @@ def feature(extra: str, venv: PlainVenv, tmp: Path) -> None:
         res = venv.run("singa", "compile-proto", str(proto), "--out", str(tmp))
         _ok(res, "compile-proto")
         assert (tmp / "ext_pb2.py").is_file()
+    elif extra == "tune":  # a study of 2 trials; --show reads its store
+        space = tmp / "space.conf"
+        space.write_text(
+            'param { field: "updater.momentum" uniform { low: 0 high: 0.9 } }\n'
+            'objective { metric: "loss" }\nbudget { trials: 2 }\n'
+        )
+        res = venv.run("singa", "tune", str(conf), str(space), "--study", str(tmp / "study"),
+                       "-o", "test_steps=2")  # fmt: skip
+        _ok(res, "tune")
+        res = venv.run("singa", "tune", "--show", str(tmp / "study"), "--json")
+        _ok(res, "tune --show")
+        assert len(json.loads(res.stdout)["trials"]) == 2
     elif extra == "gpu":
         res = venv.run("singa", "train", str(conf), "--workspace", str(ws), "--device", "cuda")
         if res.returncode == 2 and "no CUDA device" in res.stderr:
@@ -175,6 +188,7 @@ def refusals(tmp: Path, conf: Path, ws: Path) -> dict[str, list[str]]:
         "images": ["data", "images", str(tmp / "images"), "--out", str(tmp / "imgout")],
         "ray": ["train", str(conf), "--engine", "ray", "--workspace", str(tmp / "rayws")],
         "proto": ["compile-proto", str(tmp / "ext.proto"), "--out", str(tmp)],
+        "tune": ["tune", str(conf), str(tmp / "ext.proto")],
         "gpu": ["train", str(conf), "--device", "cuda", "--workspace", str(tmp / "gpuws")],
     }  # fmt: skip
 

@@ -21,6 +21,7 @@ with quiet_interrupts():  # Ctrl-C while the command line loads: "interrupted", 
     from typer.core import TyperCommand, TyperGroup
 
     from singa_core.commands import jobs as _jobs_commands
+    from singa_core.commands import tune as _tune_commands
     from singa_core.commands.override_words import override_word_error
     from singa_core.contracts.errors import USER_ERROR_EXIT, SingaError
     from singa_core.contracts.version import __version__
@@ -915,12 +916,17 @@ def time_command(
     epilog="""Examples:
   singa plot examples/mnist
   singa plot examples/mnist --terminal
-  singa plot runs/lr-0.01 runs/lr-0.001 --out compare.png --metric loss"""
+  singa plot runs/lr-0.01 runs/lr-0.001 --out compare.png --metric loss
+  singa plot examples/mnist/tune-tune --terminal"""
 )
 def plot(
     workspaces: Annotated[
         list[Path],
-        typer.Argument(metavar="WORKSPACE", help="workspaces written by `singa train` (overlaid)"),
+        typer.Argument(
+            metavar="WORKSPACE",
+            help="workspaces written by `singa train` (overlaid), or a study folder of "
+            "`singa tune`",
+        ),
     ],
     out: Annotated[
         Path | None,
@@ -942,10 +948,25 @@ def plot(
         ),
     ] = None,
 ) -> None:
-    """Plot loss and accuracy against step (train, test, validation) from metrics.jsonl."""
+    """Plot loss and accuracy against step (train, test, validation) from metrics.jsonl.
+
+    Given a study folder of `singa tune`: the objective over the trials (and the best so
+    far) and each trial's objective at its test passes."""
     from singa_core.commands import plotting
 
     try:
+        if len(workspaces) == 1 and plotting.is_study(workspaces[0]):
+            study = plotting.read_study(workspaces[0])
+            if terminal:
+                import shutil
+
+                width = shutil.get_terminal_size((100, 24)).columns
+                print(plotting.plot_study_terminal(study, width=width))
+                return
+            target = out if out is not None else workspaces[0] / "plot.png"
+            plotting.plot_study_png(study, target)
+            print(f"wrote {target}")
+            return
         runs = plotting.load_runs(workspaces)
         metrics = plotting.choose_metrics(runs, metric)
         if terminal:
@@ -1200,6 +1221,8 @@ def version() -> None:
 
 # singa submit, jobs, logs, stop: their own module (singa_core/commands/jobs.py)
 _jobs_commands.register(app)
+# singa tune: its own module (singa_core/commands/tune.py)
+_tune_commands.register(app)
 
 
 def main() -> None:

@@ -254,7 +254,7 @@ def plot_terminal(runs: list[Curves], metrics: list[str], width: int = 80, heigh
     return "\n\n".join(blocks)
 
 
-def _panel(title: str, series, width: int, height: int) -> str:
+def _panel(title: str, series, width: int, height: int, xlabel: str = "step") -> str:
     if not series:
         return f"{title}: no values"
     steps = [s for _, _, pts in series for s, _ in pts]
@@ -299,6 +299,106 @@ def _panel(title: str, series, width: int, height: int) -> str:
         lines.append(f"{lab:>{lw}} |{''.join(grid[r])}")
     lines.append(" " * lw + " +" + "-" * cols)
     left, right = f"{x0}", f"{max(steps)}"
-    lines.append(" " * (lw + 2) + left + right.rjust(cols - len(left)) + "  (step)")
+    lines.append(" " * (lw + 2) + left + right.rjust(cols - len(left)) + f"  ({xlabel})")
     lines.append(" " * (lw + 2) + "   ".join(f"{m} {name}" for m, name, _ in series))
     return "\n".join(lines)
+
+
+# -- a study (singa tune's folder) -----------------------------------------------------------
+def is_study(folder: Path) -> bool:
+    """Whether ``folder`` is a study folder of `singa tune` (it holds study.json)."""
+    return (Path(folder) / "study.json").is_file()
+
+
+@dataclass
+class StudyCurves:
+    """A study to draw: the objective of each ended trial by trial number, the best so far,
+    and each trial's objective at its test passes."""
+
+    title: str
+    metric: str
+    by_trial: dict[str, list[tuple[int, float]]]  # "complete"/"pruned" -> (trial, value)
+    best: list[tuple[int, float]]
+    curves: list[tuple[int, str, list[tuple[int, float]]]]  # (trial, state, points)
+
+
+def read_study(folder: Path) -> StudyCurves:
+    from singa_core.tuning.study import open_study
+
+    study = open_study(folder)
+    obj = study.space.objective
+    by_trial: dict[str, list[tuple[int, float]]] = {"complete": [], "pruned": []}
+    best: list[tuple[int, float]] = []
+    curves = []
+    top = None
+    for r in study.trials():
+        if r.curve:
+            curves.append((r.number, r.state, list(r.curve)))
+        value = r.value if r.state == "complete" else (r.curve[-1][1] if r.curve else None)
+        if value is None or r.state not in by_trial:
+            continue
+        by_trial[r.state].append((r.number, value))
+        if r.state == "complete":
+            better = top is None or (value > top if obj.maximize else value < top)
+            top = value if better else top
+            best.append((r.number, top))
+    if not curves:
+        raise SingaError(
+            "the study has no test pass to plot yet",
+            where=str(folder),
+            help="plot after its first trial's first test pass (`singa tune --show` lists them)",
+        )
+    return StudyCurves(study.record.name, obj.metric, by_trial, best, curves)
+
+
+def plot_study_png(data: StudyCurves, out: Path) -> Path:
+    """Two panels: the objective over the trials (and the best so far), each trial's
+    objective over its steps (stopped-early trials dashed)."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise SingaError("`singa plot` needs matplotlib for a PNG", help=PLOT_EXTRA_HELP) from None
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for state, mark in (("complete", "o"), ("pruned", "x")):
+        pts = data.by_trial[state]
+        if pts:
+            xs, ys = zip(*pts, strict=True)
+            left.plot(xs, ys, mark, label="stopped early" if state == "pruned" else state)
+    if data.best:
+        xs, ys = zip(*data.best, strict=True)
+        left.step(xs, ys, where="post", linewidth=1.6, label="best so far")
+    left.set_title(f"{data.metric} by trial ({data.title})")
+    left.set_xlabel("trial")
+    for number, state, pts in data.curves:
+        steps, values = zip(*pts, strict=True)
+        right.plot(steps, values, "--" if state == "pruned" else "-", linewidth=1.2,
+                   label=f"trial {number}")  # fmt: skip
+    right.set_title(f"{data.metric} at each test pass")
+    right.set_xlabel("step")
+    for ax in (left, right):
+        ax.grid(True, alpha=0.3)
+        if ax.lines and len(ax.lines) <= 12:
+            ax.legend(fontsize="small")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    try:
+        fig.savefig(buf, format="png", dpi=100)
+    finally:
+        plt.close(fig)
+    atomic_write_bytes(out, buf.getvalue(), "plot")
+    return out
+
+
+def plot_study_terminal(data: StudyCurves, width: int = 80, height: int = 16) -> str:
+    marks = {"complete": "o", "pruned": "x"}
+    series = [(marks[s], "stopped early" if s == "pruned" else s, pts)
+              for s, pts in data.by_trial.items() if pts]  # fmt: skip
+    if data.best:
+        series.append(("*", "best so far", data.best))
+    first = _panel(f"{data.metric} by trial ({data.title})", series, width, height, "trial")
+    curves = [(RUN_MARKS[i % len(RUN_MARKS)], f"trial {n}", pts)
+              for i, (n, _, pts) in enumerate(data.curves)]  # fmt: skip
+    return first + "\n\n" + _panel(f"{data.metric} at each test pass", curves, width, height)

@@ -59,6 +59,16 @@ class Engine:
         return None
 
     @classmethod
+    def trial_runner(cls, address: str | None, insecure: bool = False):
+        """Where ``singa tune --engine NAME`` runs a study's trials: a context manager
+        with ``slots()`` (trials that fit at once), ``where`` (words for the table's
+        heading) and ``start(launch)`` (a ``singa_core.tuning.launch.TrialLaunch``) giving a
+        handle with ``records()``, ``poll()``, ``stop()``, ``kill()`` and ``reason(code)``,
+        as ``singa_core.tuning.launch.TrialProcess`` has; None (the default) when the engine
+        has no cluster to run trials on."""
+        return None
+
+    @classmethod
     def default_address(cls) -> str | None:
         """The cluster the user named for this engine outside the command line (Ray:
         ``RAY_ADDRESS``), or None."""

@@ -32,13 +32,14 @@ from typing import TYPE_CHECKING
 from google.protobuf import descriptor_pb2
 
 if TYPE_CHECKING:
-    from singa_core.schema import common_pb2, job_pb2
+    from singa_core.schema import common_pb2, job_pb2, tune_pb2
 
 __all__ = [
     "common_pb2",
     "compile_plugin_protos",
     "job_pb2",
     "python_module_source",
+    "tune_pb2",
     "source_descriptor_set",
 ]
 
@@ -50,7 +51,7 @@ PROTO_DIR = REPO_ROOT / "proto"
 #: named ``singa_core/schema/<name>.proto`` and the generated modules land in this package.
 VIRTUAL_DIR = "singa_core/schema"
 #: The schema's source files, in compilation order.
-PROTO_NAMES = ("job.proto", "common.proto")
+PROTO_NAMES = ("job.proto", "common.proto", "tune.proto")
 
 _INSTALL_HELP = (
     "help: pip install 'singa-classic[proto]'  (grpcio-tools bundles protoc); a plugin "
@@ -62,7 +63,7 @@ def __getattr__(name: str) -> ModuleType:
     # The generated modules are imported on first use, so that the package (and thus
     # ``python -m singa_core.schema.generate``) still imports when they are missing or
     # stale.
-    if name in ("job_pb2", "common_pb2"):
+    if name in ("job_pb2", "common_pb2", "tune_pb2"):
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
@@ -133,10 +134,10 @@ def source_descriptor_set() -> descriptor_pb2.FileDescriptorSet:
 
 def checked_in_descriptor_set() -> descriptor_pb2.FileDescriptorSet:
     """The descriptors embedded in the checked-in ``job_pb2`` and ``common_pb2``."""
-    from singa_core.schema import common_pb2, job_pb2
+    from singa_core.schema import common_pb2, job_pb2, tune_pb2
 
     fds = descriptor_pb2.FileDescriptorSet()
-    for module in (job_pb2, common_pb2):
+    for module in (job_pb2, common_pb2, tune_pb2):
         fds.file.add().ParseFromString(module.DESCRIPTOR.serialized_pb)
     return fds
 

@@ -29,8 +29,9 @@ RANKS = {
     "running": 3,
     "inference": 4,
     "api": 5,
-    "commands": 6,
-    "testing": 7,
+    "tuning": 6,
+    "commands": 7,
+    "testing": 8,
 }
 # the plugin API 1.0 paths are aliases of contracts modules (rank 0)
 ALIASES = {

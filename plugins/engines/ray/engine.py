@@ -110,6 +110,12 @@ class RayEngine(SharedMemoryEngine):
         return RayClusterJobs(address, insecure)
 
     @classmethod
+    def trial_runner(cls, address: str | None, insecure: bool = False):
+        from singa_builtins.engines.ray.trials import RayTrials
+
+        return RayTrials(address, insecure)
+
+    @classmethod
     def default_address(cls) -> str | None:
         text = os.environ.get("RAY_ADDRESS") or None
         return None if text == "local" else text
