@@ -238,7 +238,7 @@ def test_a_layer_without_a_device_path_runs_on_the_host_with_one_note(tmp_path):
     with using_device(dev):
         src = SourceLayer(np.ones((2, 3)))
         layer = Doubling(layer_conf('name: "d"'))
-    assert layer.device == CPU and layer.requested_device == dev
+    assert layer.device == CPU and layer._requested_device == dev
     transfer = DeviceTransfer(src, layer)
     transfer.setup([src])
     layer.setup([transfer])

@@ -29,7 +29,7 @@ def read_indices(layer: Layer, src: Layer, out: np.ndarray, vocab_size: int, fie
     """``out[:] = src.data`` truncated to integers (0.3's ``static_cast<int>``), checked to
     lie in ``[0, vocab_size)``; a SingaError naming ``layer``, the index and vocab_size
     otherwise. Returns ``out``. On a device the check reads the source's host copy
-    (``host_data``: the input layer's batch a device copy sends) where there is one, so
+    (``host_copy()``: the input layer's batch a device copy sends) where there is one, so
     that a step reads nothing back."""
     x = src.data.reshape(out.shape)
     with np.errstate(invalid="ignore"):
@@ -45,8 +45,8 @@ def read_indices(layer: Layer, src: Layer, out: np.ndarray, vocab_size: int, fie
 
 def host_copy(srcs, x) -> np.ndarray:
     """The values of ``x`` (the sources' data, on a device) on the host, flat: the
-    sources' host copies (``host_data``) where each has one, else one read of ``x``."""
-    hosts = [getattr(s, "host_data", lambda: None)() for s in srcs]
+    sources' host copies (``host_copy()``) where each has one, else one read of ``x``."""
+    hosts = [s.host_copy() for s in srcs]
     if any(h is None for h in hosts):
         return to_host(x).reshape(-1)
     return np.concatenate([h.reshape(-1) for h in hosts])

@@ -322,7 +322,7 @@ class SoftmaxLossLayer(LossLayer):
                 field="srclayers",
             )
         labels = labels[: self.batchsize]
-        host = labels if is_host_array(labels) else src.host_labels()
+        host = labels if is_host_array(labels) else src.host_copy("labels")
         if host is None:  # a device label source without a host copy: one read
             host = to_host(labels)
         host = host[: self.batchsize]
@@ -352,7 +352,6 @@ class SoftmaxLossLayer(LossLayer):
         else:  # the logits' bias, added in the same launch (Layer.absorbs_bias)
             b = self.absorbed_bias.value
             self.kernels.bias_softmax_xent(x, b, labels, *scratch, self.topk, self.scale)
-        self.count_metrics(self.METRICS)
         self.loss = self._last[0]  # a 0-d array of the layer's device: read it when needed
 
     def backward(self, phase, srcs):
@@ -409,7 +408,7 @@ class _SoftmaxLossRun(SequenceRun):
             whole = first.xp.stack([la[:B] for la in labels])
         host = []
         for src, la in zip(self.label_srcs, labels, strict=True):
-            h = la if is_host_array(la) else src.host_labels()
+            h = la if is_host_array(la) else src.host_copy("labels")
             host.append((to_host(la) if h is None else h)[:B])
         host = np.stack(host)
         if whole.dtype.kind not in "iu":
@@ -435,7 +434,6 @@ class _SoftmaxLossRun(SequenceRun):
             self.x, labels, self.prob, self._rows, self._counter, sums, self._last, first.topk,
             first.scale,
         )  # fmt: skip
-        first.count_metrics(first.METRICS)
         loss = self._last[0]  # the mean over all time steps, a 0-d array of the device
         for copy in self.layers:
             copy.loss = loss

@@ -139,7 +139,7 @@ class Layer:
         self.unroll_index: int = int(conf.unroll_index)  # which time step of an unrolled net
         ctx = ctx or LayerContext(rng=np.random.default_rng(0))
         # the device the worker asked for; a layer without a device path computes on the host
-        self.requested_device: Device = ctx.device
+        self._requested_device: Device = ctx.device
         if self.placement != "device" and not ctx.device.is_host:
             ctx = replace(ctx, device=CPU)
         self.ctx = ctx
@@ -205,18 +205,13 @@ class Layer:
         """Integer labels this layer provides to loss/accuracy layers (SINGA's aux_data)."""
         return self.aux
 
-    def host_labels(self) -> np.ndarray | None:
-        """The host (numpy) copy of :meth:`labels` where one exists, else None: a loss
-        layer checks the labels' range there rather than reading them off a device. A
-        layer whose labels live on a device but came from the host says where."""
-        labels = self.labels()
-        return labels if isinstance(labels, np.ndarray) else None
-
-    def host_data(self) -> np.ndarray | None:
-        """The host (numpy) copy of ``data`` where one exists, else None: a layer reading
-        indices (kEmbedding) checks their range there rather than reading them off a
-        device. A layer whose data lives on a device but came from the host says where."""
-        return self.data if isinstance(self.data, np.ndarray) else None
+    def host_copy(self, what: str = "data") -> np.ndarray | None:
+        """The host (numpy) copy of ``data`` (``what="data"``) or of :meth:`labels`
+        (``"labels"``) where one exists, else None: a layer checks indices or labels there
+        (their range) rather than reading them off a device. A layer whose arrays live on a
+        device but came from the host (the net's device copies) says where."""
+        value = self.labels() if what == "labels" else self.data
+        return value if isinstance(value, np.ndarray) else None
 
     def state_dict(self) -> dict[str, Any]:
         """Resumable state besides Params (data cursors); JSON-serialisable values."""
@@ -465,51 +460,53 @@ class Layer:
             self._metric_sum[name] = self._metric_sum.get(name, 0.0) + float(value)
         self._metric_count[name] = self._metric_count.get(name, 0) + count
 
-    def metric_sums(self, names: Sequence[str]):
-        """A float64 array, one entry per name, on this layer's device: the layer's own
-        kernels add each batch's metric values into it (no read), and the layer counts the
-        batch with :meth:`count_metrics`. Popping the metrics reads and zeroes it."""
+    def metric_sums(self, names: Sequence[str], count: int = 1):
+        """A float64 array, one entry per name, on this layer's device, into which the
+        layer's own kernel adds one batch's metric values (no read); each call counts
+        ``count`` batches of them, so call it once per forward. Popping the metrics reads
+        and zeroes it."""
         if self._metric_acc is None or self._metric_acc[0] != tuple(names):
             # sums restored from a checkpoint continue in the array, added in the same
             # order as in the run that was not interrupted
             start = np.array([self._metric_sum.pop(n, 0.0) for n in names], dtype=np.float64)
             self._metric_acc = (tuple(names), self.device.asarray(start))
-        return self._metric_acc[1]
-
-    def count_metrics(self, names: Sequence[str], count: int = 1) -> None:
-        """One more batch of the metrics summed in :meth:`metric_sums`."""
         for name in names:
             self._metric_count[name] = self._metric_count.get(name, 0) + count
+        return self._metric_acc[1]
 
     def pop_metrics(self) -> dict[str, float]:
         """Averages of the metrics added since the last call; resets them. A layer may
         override it (its own metric arithmetic); :func:`pop_metrics_of` calls it then."""
         return _pop_together([self], reset=True)[0]
 
-    def metric_state(self) -> list[list]:
-        """``[name, sum, count]`` of each metric since the last pop (device sums read):
-        what a checkpoint keeps so that a resumed run displays the same averages."""
-        sums = _pop_together([self], reset=False)[0]
-        return [[k, v, self._metric_count.get(k, 0)] for k, v in sums.items()]
 
-    def load_metric_state(self, state: list) -> None:
-        """Restore :meth:`metric_state` (as host sums)."""
-        self._metric_sum.clear()
-        self._metric_count.clear()
-        self._metric_pending.clear()
-        for k, v, n in state:
-            self._metric_sum[k] = float(v)
-            self._metric_count[k] = int(n)
-        if self._metric_acc is not None:  # the restored sums continue in the array
-            names = self._metric_acc[0]
-            self._metric_acc = None
-            self.metric_sums(names)
+# -- the metrics' bookkeeping the core does (checkpoints, the numeric guard) --------------------
+def metric_state(layer: Layer) -> list[list]:
+    """``[name, sum, count]`` of each metric since the last pop (device sums read):
+    what a checkpoint keeps so that a resumed run displays the same averages."""
+    sums = _pop_together([layer], reset=False)[0]
+    return [[k, v, layer._metric_count.get(k, 0)] for k, v in sums.items()]
 
-    def peek_metrics(self) -> dict[str, float]:
-        """The sums of the metrics added since the last ``pop_metrics`` that are on the
-        host (not reset); a device's metrics are checked through its arrays instead (the
-        numeric guard)."""
-        return self._metric_sum
+
+def load_metric_state(layer: Layer, state: list) -> None:
+    """Restore :func:`metric_state` (as host sums)."""
+    layer._metric_sum.clear()
+    layer._metric_count.clear()
+    layer._metric_pending.clear()
+    for k, v, n in state:
+        layer._metric_sum[k] = float(v)
+        layer._metric_count[k] = int(n)
+    if layer._metric_acc is not None:  # the restored sums continue in the array
+        names = layer._metric_acc[0]
+        layer._metric_acc = None
+        start = np.array([layer._metric_sum.pop(n, 0.0) for n in names], dtype=np.float64)
+        layer._metric_acc = (names, layer.device.asarray(start))
+
+
+def host_metric_sums(layer: Layer) -> dict[str, float]:
+    """The sums of the metrics added on the host since the last pop (not reset); a
+    device's metrics are checked through its arrays instead (the numeric guard)."""
+    return layer._metric_sum
 
 
 def pop_metrics_of(layers: Sequence[Layer]) -> list[dict[str, float]]:

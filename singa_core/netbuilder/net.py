@@ -170,11 +170,11 @@ class NeuralNet:
             for i, src in enumerate(srcs):  # an edge between devices: a copy on it
                 if src is not None and needs_transfer(src, layer):
                     srcs[i] = net._add_transfer(src, layer)
-            if layer.placement is None and not layer.requested_device.is_host:
+            if layer.placement is None and not layer._requested_device.is_host:
                 net.notes[type_name] = (
                     f"note: layer type {type_name} does not say it computes on a device "
                     f"(Layer.placement): it runs on the CPU, its data copied to and from "
-                    f"{layer.requested_device} every step"
+                    f"{layer._requested_device} every step"
                 )
             try:
                 layer.setup(srcs)

@@ -107,13 +107,12 @@ class DeviceTransfer(Layer):
             self._run.fetch_labels()
         return self.aux
 
-    def host_labels(self):
-        labels = self.src.labels()  # what labels() copies (the source is on the host)
-        return labels if is_host_array(labels) else None
-
-    def host_data(self):
-        data = getattr(self, "_now", self.src).data  # what data copies
-        return data if is_host_array(data) else None
+    def host_copy(self, what="data"):
+        if what == "labels":
+            value = self.src.labels()  # what labels() copies (the source is on the host)
+        else:
+            value = getattr(self, "_now", self.src).data  # what data copies
+        return value if is_host_array(value) else None
 
     def to_onnx(self, g, inputs):
         return inputs[0]  # the same values on another device

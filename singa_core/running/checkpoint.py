@@ -54,6 +54,7 @@ import numpy as np
 
 from singa_core.contracts.device import to_host
 from singa_core.contracts.errors import SingaError, SingaWarning
+from singa_core.contracts.layer import load_metric_state, metric_state
 from singa_core.contracts.param import DTYPE
 from singa_core.running.fileio import atomic_write_bytes
 
@@ -1131,7 +1132,7 @@ def layer_states(nets: dict) -> dict:
                 "rng": layer.ctx.rng.bit_generator.state,
                 # metrics since the last display: a resumed run displays the same averages
                 # (a list: the state's JSON sorts keys, the display keeps this order)
-                "metrics": layer.metric_state(),
+                "metrics": metric_state(layer),
             }
             for layer in net.layers
         }
@@ -1147,4 +1148,4 @@ def restore_layer_states(nets: dict, states: dict) -> None:
             layer.load_state_dict(st["state"])
             layer.ctx.rng.bit_generator.state = st["rng"]
             if "metrics" in st:
-                layer.load_metric_state(st["metrics"])
+                load_metric_state(layer, st["metrics"])

@@ -38,6 +38,7 @@ from singa_core.contracts.cuda import CUPY, launch_multi_tensor, multi_tensor_so
 from singa_core.contracts.device import array_module, is_host_array, to_host
 from singa_core.contracts.errors import SingaError
 from singa_core.contracts.kernels import define_kernel, kernels_for
+from singa_core.contracts.layer import host_metric_sums
 
 NON_FINITE_EXIT = 3
 
@@ -177,7 +178,7 @@ class NumericGuard:
                     help="check the learning-rate schedule (updater.learning_rate)",
                 )
         ok = all(
-            math.isfinite(v) for layer in self.net.layers for v in layer.peek_metrics().values()
+            math.isfinite(v) for layer in self.net.layers for v in host_metric_sums(layer).values()
         )
         device = []
         if ok:
@@ -247,7 +248,7 @@ class NumericGuard:
             if bad(layer.data):
                 out.append(f"the output of layer '{layer.name}' ({_describe(layer.data)})")
         for layer in layers:
-            for k, v in layer.peek_metrics().items():
+            for k, v in host_metric_sums(layer).items():
                 if not math.isfinite(v):
                     out.append(f"metric '{k}' of layer '{layer.name}' ({v})")
         for layer in reversed(layers):
