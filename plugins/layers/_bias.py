@@ -1,4 +1,4 @@
-"""The activations' bias-absorbing forward kernels (``Layer.absorbs_bias``).
+"""The activations' bias-absorbing forward kernels (``singa_core.layer.AbsorbsBias``).
 
 On a device the net builder lets an activation that alone reads a kInnerProduct add the
 product's bias itself (:mod:`singa_core.netbuilder.fusion`): ``bias_ACT_forward(x, b,

@@ -52,7 +52,7 @@ from singa_builtins.layers._window import (
 from singa_core.blas import gemm
 from singa_core.cuda import BLOCK, CUPY, grid_for
 from singa_core.kernels import define_kernel
-from singa_core.layer import NeuronLayer, kAggGrad
+from singa_core.layer import NeuronLayer, kAggGrad, partitioned_size
 from singa_core.memory import charge as charge_memory
 from singa_core.param import DTYPE
 
@@ -179,7 +179,7 @@ class ConvolutionBase(NeuronLayer):
                 help="add `convolution_conf { num_filters: 32 kernel: 5 }`",
             )
         nf = int(conf.num_filters)
-        nf = self.partitioned_size(nf, "num_filters")
+        nf = partitioned_size(self, nf, "num_filters")
         if nf <= 0:
             raise self.error(
                 f"layer '{self.name}': num_filters must be positive, got {conf.num_filters}",

@@ -26,7 +26,7 @@ from singa_builtins.layers.stanh import stanh_onnx
 
 from singa_core.cuda import elementwise_kernel
 from singa_core.kernels import define_kernel
-from singa_core.layer import NeuronLayer
+from singa_core.layer import AbsorbsBias, NeuronLayer
 from singa_core.memory import charge as charge_memory
 from singa_core.param import DTYPE
 from singa_core.schema import job_pb2
@@ -75,10 +75,9 @@ _FUNCS = {
 }
 
 
-class ActivationLayer(NeuronLayer):
+class ActivationLayer(AbsorbsBias, NeuronLayer):
     type_names = ("kActivation", "kCudnnActivation")
     placement = "device"
-    absorbs_bias = True
     alias_note = CUDNN_ALIAS_NOTE
 
     def setup(self, srcs):
@@ -126,7 +125,7 @@ class ActivationLayer(NeuronLayer):
     def forward(self, phase, srcs):
         if self.absorbed_bias is None:
             getattr(self.kernels, self._fwd)(srcs[0].data, self.data)
-        else:  # the source's bias, added in the same launch (Layer.absorbs_bias)
+        else:  # the source's bias, added in the same launch (AbsorbsBias)
             getattr(self.kernels, "bias_" + self._fwd)(
                 srcs[0].data, self.absorbed_bias.value, self.data
             )

@@ -108,7 +108,7 @@ class CharRNNLayer(InputLayer):
         return (self.stride - 1) // self.unroll_len
 
     def output_for(self, consumer: Layer) -> CharRNNStep:
-        t = consumer.unroll_index
+        t = int(consumer.conf.unroll_index)
         if t > self.unroll_len:
             raise self.error(
                 f"layer '{consumer.name}' reads time step {t} of '{self.name}', which holds "

@@ -19,12 +19,12 @@ from __future__ import annotations
 import numpy as np
 
 from singa_core.blas import gemm, gemm_acc
-from singa_core.layer import NeuronLayer, kAggGrad, kDeploy
+from singa_core.layer import DefersBias, NeuronLayer, kAggGrad, kDeploy, partitioned_size
 from singa_core.param import DTYPE
 from singa_core.sequences import SequenceRun, run_arrays, shares_params
 
 
-class InnerProductLayer(NeuronLayer):
+class InnerProductLayer(DefersBias, NeuronLayer):
     type_names = ("kInnerProduct",)
     placement = "device"
     needs_whole_source = True  # partitioned on dim 1, each part reads all of src
@@ -39,7 +39,7 @@ class InnerProductLayer(NeuronLayer):
                 help="add `innerproduct_conf { num_output: N }`",
             )
         hdim = int(conf.num_output)
-        hdim = self.partitioned_size(hdim, "num_output")
+        hdim = partitioned_size(self, hdim, "num_output")
         if hdim <= 0:
             raise self.error(
                 f"layer '{self.name}': num_output must be positive, got {conf.num_output}",
@@ -74,7 +74,7 @@ class InnerProductLayer(NeuronLayer):
         return g.add("Gemm", [x, w, b], name=self.name, transB=0 if self.transpose else 1)
 
     def bias_to_defer(self):
-        # on a device its consumer may add the bias in its own launch (Layer.absorbs_bias);
+        # on a device its consumer may add the bias in its own launch (AbsorbsBias);
         # not on the few-row predicting path, whose add is also the transposing copy
         return self.bias if self._yt is None else None
 

@@ -11,7 +11,7 @@ from singa_builtins.layers._elementwise_run import elementwise_run
 
 from singa_core.cuda import elementwise_kernel
 from singa_core.kernels import define_kernel
-from singa_core.layer import NeuronLayer
+from singa_core.layer import AbsorbsBias, NeuronLayer
 from singa_core.memory import charge as charge_memory
 
 
@@ -53,10 +53,9 @@ define_kernel(
 define_bias_activation("relu", relu_forward, "(v > 0.0f || v != v) ? v : 0.0f", "y = max(0, x)")
 
 
-class ReLULayer(NeuronLayer):
+class ReLULayer(AbsorbsBias, NeuronLayer):
     type_names = ("kReLU",)
     placement = "device"
-    absorbs_bias = True
 
     def setup(self, srcs):
         self.expect_srcs(srcs)
@@ -75,7 +74,7 @@ class ReLULayer(NeuronLayer):
     def forward(self, phase, srcs):
         if self.absorbed_bias is None:
             self.kernels.relu_forward(srcs[0].data, self.data)
-        else:  # the source's bias, added in the same launch (Layer.absorbs_bias)
+        else:  # the source's bias, added in the same launch (AbsorbsBias)
             self.kernels.bias_relu_forward(srcs[0].data, self.absorbed_bias.value, self.data)
 
     def backward(self, phase, srcs):

@@ -27,8 +27,8 @@ class RNNDummyLayer(NeuronLayer):
     placement = "host"  # reads records/files on the CPU; the net copies its output
     num_srclayers = (0, 1)
 
-    @classmethod
-    def deploy_role_for(cls, conf):
+    @staticmethod
+    def deploy_role(conf):
         # without a source it stands for the next input (a sampling net's first character,
         # then the fed-back prediction): predicting feeds it
         return "keep" if conf.srclayers else "input"

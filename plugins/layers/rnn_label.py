@@ -21,7 +21,7 @@ class RNNLabelLayer(InputLayer):
     def setup(self, srcs):
         self.expect_srcs(srcs)
         seq = getattr(srcs[0], "sequence", None)
-        t = self.unroll_index
+        t = int(self.conf.unroll_index)
         if seq is None:
             raise self.error(
                 f"layer '{self.name}' (kRNNLabel): source '{srcs[0].name}' holds no character "

@@ -8,7 +8,7 @@ from singa_builtins.layers._elementwise_run import elementwise_run
 
 from singa_core.cuda import elementwise_kernel
 from singa_core.kernels import define_kernel
-from singa_core.layer import NeuronLayer
+from singa_core.layer import AbsorbsBias, NeuronLayer
 from singa_core.memory import charge as charge_memory
 from singa_core.param import DTYPE
 
@@ -56,10 +56,9 @@ define_kernel(
 define_bias_activation("sigmoid", sigmoid_forward, "1.0f / (expf(-v) + 1.0f)", "y = 1/(1 + e^−x)")
 
 
-class SigmoidLayer(NeuronLayer):
+class SigmoidLayer(AbsorbsBias, NeuronLayer):
     type_names = ("kSigmoid",)
     placement = "device"
-    absorbs_bias = True
 
     def setup(self, srcs):
         self.expect_srcs(srcs)
@@ -80,7 +79,7 @@ class SigmoidLayer(NeuronLayer):
     def forward(self, phase, srcs):
         if self.absorbed_bias is None:
             self.kernels.sigmoid_forward(srcs[0].data, self.data)
-        else:  # the source's bias, added in the same launch (Layer.absorbs_bias)
+        else:  # the source's bias, added in the same launch (AbsorbsBias)
             self.kernels.bias_sigmoid_forward(srcs[0].data, self.absorbed_bias.value, self.data)
 
     def backward(self, phase, srcs):

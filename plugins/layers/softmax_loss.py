@@ -31,7 +31,7 @@ from singa_builtins.layers import CUDNN_ALIAS_NOTE
 from singa_core.cuda import CUPY, grid_for
 from singa_core.device import is_host_array, to_host
 from singa_core.kernels import define_kernel, kernels_for
-from singa_core.layer import LossLayer
+from singa_core.layer import AbsorbsBias, LossLayer
 from singa_core.param import DTYPE
 from singa_core.schema import job_pb2
 from singa_core.sequences import SequenceRun, run_arrays, stacked
@@ -272,14 +272,13 @@ define_kernel(
 )
 
 
-class SoftmaxLossLayer(LossLayer):
+class SoftmaxLossLayer(AbsorbsBias, LossLayer):
     type_names = ("kSoftmaxLoss", "kCudnnSoftmaxLoss")
     placement = "device"
     alias_note = CUDNN_ALIAS_NOTE
     num_srclayers = (2, 2)
     deploy_role = "output"
     METRICS = ("loss", "accuracy")
-    absorbs_bias = True  # on a device, the logits' bias is added in the forward kernel
 
     @classmethod
     def deploy_output(cls, conf):
@@ -349,7 +348,7 @@ class SoftmaxLossLayer(LossLayer):
         scratch = (self._prob, self._rows, self._counter, sums, self._last)
         if self.absorbed_bias is None:
             self.kernels.softmax_xent(x, labels, *scratch, self.topk, self.scale)
-        else:  # the logits' bias, added in the same launch (Layer.absorbs_bias)
+        else:  # the logits' bias, added in the same launch (AbsorbsBias)
             b = self.absorbed_bias.value
             self.kernels.bias_softmax_xent(x, b, labels, *scratch, self.topk, self.scale)
         self.loss = self._last[0]  # a 0-d array of the layer's device: read it when needed

@@ -11,7 +11,7 @@ from singa_builtins.layers._elementwise_run import elementwise_run
 
 from singa_core.cuda import elementwise_kernel
 from singa_core.kernels import define_kernel
-from singa_core.layer import NeuronLayer
+from singa_core.layer import AbsorbsBias, NeuronLayer
 from singa_core.memory import charge as charge_memory
 from singa_core.param import DTYPE
 
@@ -68,10 +68,9 @@ define_bias_activation(
 )
 
 
-class STanhLayer(NeuronLayer):
+class STanhLayer(AbsorbsBias, NeuronLayer):
     type_names = ("kSTanh",)
     placement = "device"
-    absorbs_bias = True
 
     def setup(self, srcs):
         self.expect_srcs(srcs)
@@ -92,7 +91,7 @@ class STanhLayer(NeuronLayer):
     def forward(self, phase, srcs):
         if self.absorbed_bias is None:
             self.kernels.stanh_forward(srcs[0].data, self.data)
-        else:  # the source's bias, added in the same launch (Layer.absorbs_bias)
+        else:  # the source's bias, added in the same launch (AbsorbsBias)
             self.kernels.bias_stanh_forward(srcs[0].data, self.absorbed_bias.value, self.data)
 
     def backward(self, phase, srcs):

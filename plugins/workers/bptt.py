@@ -148,7 +148,7 @@ class BPTTWorker(Worker):
 
     @staticmethod
     def _dynamic_source(net, layer, name: str):
-        for candidate in (unrolled_name(layer.unroll_index, name), name):
+        for candidate in (unrolled_name(int(layer.conf.unroll_index), name), name):
             src = net.by_name.get(candidate)
             if src is not None and candidate != layer.name:
                 return src.output_for(layer)

@@ -83,7 +83,6 @@ class Layer:
     * ``num_srclayers``: ``(min, max)`` number of source layers, ``max=None`` unbounded;
     * ``one_to_many``: consumers may read ``data`` directly without a split layer
       (SINGA's kOneToMany: input layers, GRU);
-    * ``is_loss``: reports a loss; the worker reads ``loss`` for gradient checks;
     * ``type_names``: the registered names (first canonical, the rest aliases) and
       ``alias_note``, a reason printed once per job when an alias is used;
     * ``needs_whole_source``: each output depends on every source value (0.3's
@@ -99,7 +98,8 @@ class Layer:
       (labels, metrics, file writers), ``"input"`` (fed raw samples through :meth:`feed`;
       its own sources are dropped), ``"output"`` (a loss: :meth:`deploy_output` says what
       stands for it), or ``None``: no deploy behaviour, an error naming the layer when a
-      deploy net needs it.
+      deploy net needs it. A type whose part depends on its configuration makes it a
+      static method of the LayerProto (``deploy_role(conf) -> str``).
     """
 
     num_srclayers: tuple[int, int | None] = (1, 1)
@@ -110,33 +110,19 @@ class Layer:
     #: it runs on the CPU and the job notes it once). The net builder copies data and
     #: gradients across every edge between devices (singa_core.netbuilder.transfer).
     placement: str | None = None
-    #: False: the numeric guard does not check this layer's output and gradient (a copy
-    #: of another layer's arrays, checked there)
-    guarded: bool = True
+    # False: the numeric guard does not check this layer's output and gradient (the core's
+    # device copies of another layer's arrays, checked there)
+    _guarded: bool = True
     #: shown once per job when the layer is used under an alias (``type_names[1:]``)
     alias_note: str = ""
     one_to_many: bool = False
-    is_loss: bool = False
     recurrent: bool = False
     needs_whole_source: bool = False
     deploy_role: str | None = "keep"
-    #: bias fusion across an edge (decided once per net on a device, never on the host, by
-    #: singa_core.netbuilder.fusion): a layer whose first source is a producer offering a
-    #: bias (:meth:`bias_to_defer`) and read by nothing else can add it itself in its
-    #: first launch when its class says ``absorbs_bias = True``. The pass then sets the
-    #: producer's ``deferred_bias`` (it leaves ``data`` without the bias) and the consumer's
-    #: ``absorbed_bias`` to that Param; the consumer's forward adds ``absorbed_bias.value``
-    #: (over the last axis) to ``srcs[0].data`` in place and computes from the sum, so after
-    #: it the producer's ``data`` is what it would have been without fusion. Backward is
-    #: unchanged (the producer computes its bias gradient).
-    absorbs_bias: bool = False
-    deferred_bias: Param | None = None
-    absorbed_bias: Param | None = None
 
     def __init__(self, conf, ctx: LayerContext | None = None) -> None:
         self.conf = conf  # singa.LayerProto
         self.name: str = conf.name
-        self.unroll_index: int = int(conf.unroll_index)  # which time step of an unrolled net
         ctx = ctx or LayerContext(rng=np.random.default_rng(0))
         # the device the worker asked for; a layer without a device path computes on the host
         self._requested_device: Device = ctx.device
@@ -147,7 +133,6 @@ class Layer:
         self.data: np.ndarray | None = None
         self.grad: np.ndarray | None = None
         self.aux: np.ndarray | None = None  # int labels of input layers
-        self.loss: float = 0.0
         self._metric_sum: dict[str, float] = {}
         self._metric_count: dict[str, int] = {}
         # metrics that stay on the device until read (see add_metric, metric_sums)
@@ -166,12 +151,6 @@ class Layer:
         ``(ctx.batchsize, *sample_shape())``) after the layer's own preprocessing (mean,
         std, scale ...), exactly as ``forward`` would for the same records."""
         raise NotImplementedError
-
-    @classmethod
-    def deploy_role_for(cls, conf) -> str | None:
-        """The ``deploy_role`` of a layer with this LayerProto (default: the class's); a
-        type whose part depends on its configuration overrides it."""
-        return cls.deploy_role
 
     @classmethod
     def deploy_output(cls, conf) -> job_pb2.LayerProto | None:
@@ -248,13 +227,6 @@ class Layer:
         time`` shows GFLOP/s from it; None (the default): the layer does not say."""
         return None
 
-    def bias_to_defer(self) -> Param | None:
-        """The Param (a bias over the last axis of ``data``, C-contiguous) this layer may
-        leave to its only reader to add (see ``absorbs_bias``); None (the default): it
-        adds its own. A layer returning one skips the add while ``deferred_bias`` is set."""
-        return None
-
-    # -- helpers for subclasses ---------------------------------------------------------
     @property
     def device(self) -> Device:
         """Where this layer computes (its worker's device)."""
@@ -399,21 +371,6 @@ class Layer:
         p = Param(proto, tuple(shape), name, device=self.device)
         self.params.append(p)
         return p
-
-    def partitioned_size(self, value: int, what: str) -> int:
-        """``value`` (e.g. num_output) divided among the partitions when the layer is
-        partitioned on dimension 1; a configuration error when it does not divide."""
-        n = self.ctx.num_partitions
-        if self.conf.partition_dim <= 0 or n <= 1:
-            return value
-        if value % n:
-            raise self.error(
-                f"layer '{self.name}' is partitioned on dimension 1 across {n} workers, but "
-                f"its {what} ({value}) is not divisible by that",
-                field="partition_dim",
-                help=f"use a {what} divisible by {n}, or partition_dim: 0",
-            )
-        return value // n
 
     def error(self, message: str, *, field: str | None = None, help: str | None = None):
         """A SingaError pointing at this layer (or one of its fields) in job.conf."""
@@ -588,8 +545,13 @@ class LossLayer(Layer):
     servers need for data-parallel replicas and for the model-partitioned layers below,
     which see every replica's gradient."""
 
+    #: the kit's gradient check takes ``loss`` as the objective of such a layer
     is_loss = True
     deploy_role = None  # a loss plugin says what stands for it (deploy_output)
+
+    def __init__(self, conf, ctx: LayerContext | None = None) -> None:
+        super().__init__(conf, ctx)
+        self.loss: float = 0.0
 
     def group_share(self) -> float:
         if self.conf.partition_dim == 0 and self.ctx.num_partitions > 1:
@@ -607,3 +569,48 @@ class OutputLayer(Layer):
 
     def grad_for(self, consumer: Layer) -> np.ndarray | None:
         return None
+
+
+# -- bias fusion across an edge (decided once per net on a device by netbuilder/fusion.py) ------
+class DefersBias:
+    """A producer that can leave its bias to its only reader (kInnerProduct): mix it into
+    the layer class (``class MyLayer(DefersBias, NeuronLayer)``). On a device, when its
+    first reader absorbs biases (:class:`AbsorbsBias`) and nothing else reads it, the net
+    builder sets ``deferred_bias`` to the Param :meth:`bias_to_defer` offers; the layer
+    then skips its own add (``data`` holds the product without the bias until its reader
+    adds it in place)."""
+
+    deferred_bias: Param | None = None
+
+    def bias_to_defer(self) -> Param | None:
+        """The bias Param this layer would add to ``data`` as its last forward step, or
+        None (it adds its own this time)."""
+        return None
+
+
+class AbsorbsBias:
+    """A consumer that can add its first source's bias in its own first launch (the
+    activations, the softmax loss): mix it into the layer class. When the net builder
+    pairs it with a :class:`DefersBias` producer, ``absorbed_bias`` is that Param: the
+    forward adds ``absorbed_bias.value`` (one value per column of ``srcs[0].data``) to
+    ``srcs[0].data`` in place and computes from the sum, so that after it the source's
+    ``data`` is what it would have been unfused. Backward is unchanged (the producer
+    computes its bias gradient)."""
+
+    absorbed_bias: Param | None = None
+
+
+def partitioned_size(layer: Layer, value: int, what: str) -> int:
+    """``value`` (e.g. num_output) divided among the partitions when ``layer`` is
+    partitioned on dimension 1; a configuration error when it does not divide."""
+    n = layer.ctx.num_partitions
+    if layer.conf.partition_dim <= 0 or n <= 1:
+        return value
+    if value % n:
+        raise layer.error(
+            f"layer '{layer.name}' is partitioned on dimension 1 across {n} workers, but "
+            f"its {what} ({value}) is not divisible by that",
+            field="partition_dim",
+            help=f"use a {what} divisible by {n}, or partition_dim: 0",
+        )
+    return value // n

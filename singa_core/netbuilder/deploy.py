@@ -82,8 +82,8 @@ def deploy_job(job, get_plugin, locate=None) -> DeployPlan:
             cls = get_plugin("layer", name)
         except SingaError as err:
             raise err.located(spec_location(locate, spec, "type")) from None
-        role_for = getattr(cls, "deploy_role_for", None)
-        role = role_for(conf) if role_for is not None else getattr(cls, "deploy_role", "keep")
+        role = getattr(cls, "deploy_role", "keep")
+        role = role(conf) if callable(role) else role  # a role that depends on the conf
         if role not in _ROLES:
             raise SingaError(
                 f"layer '{conf.name}' ({name}) has no deploy behaviour, so the trained model "

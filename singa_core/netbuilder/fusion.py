@@ -1,10 +1,10 @@
 """Fusion across an edge of a built net, decided once per net (the last step of
 :meth:`NeuralNet.create <singa_core.netbuilder.net.NeuralNet.create>`).
 
-**Bias into the consumer.** A producer offering its bias (:meth:`Layer.bias_to_defer
-<singa_core.contracts.layer.Layer.bias_to_defer>`: kInnerProduct) and a consumer that can
-add it in its own first launch (``Layer.absorbs_bias``: the activations, the softmax
-loss) are paired when
+**Bias into the consumer.** A producer offering its bias (a
+:class:`~singa_core.contracts.layer.DefersBias` layer: kInnerProduct) and a consumer that
+can add it in its own first launch (an :class:`~singa_core.contracts.layer.AbsorbsBias`
+layer: the activations, the softmax loss) are paired when
 
 * the producer is the consumer's first source (its only one, or the logits of a loss
   whose second source gives the labels) and no other layer of the net reads the producer
@@ -24,7 +24,7 @@ It names no layer type: any plugin may offer or absorb a bias through the same p
 
 from __future__ import annotations
 
-from singa_core.contracts.layer import Layer
+from singa_core.contracts.layer import AbsorbsBias, DefersBias, Layer
 from singa_core.contracts.names import split_unrolled_name
 
 
@@ -37,13 +37,15 @@ def fuse_biases(net) -> list[tuple[str, str]]:
             readers.setdefault(id(src), []).append(layer)
     fused = []
     for consumer in net.layers:
-        if not consumer.absorbs_bias or consumer.absorbed_bias is not None:
+        if not isinstance(consumer, AbsorbsBias) or consumer.absorbed_bias is not None:
             continue
         srcs = net.srclayers(consumer)
         if not srcs or not isinstance(srcs[0], Layer):
             continue
         producer = srcs[0]
-        if producer.deferred_bias is not None or readers.get(id(producer)) != [consumer]:
+        if not isinstance(producer, DefersBias) or producer.deferred_bias is not None:
+            continue
+        if readers.get(id(producer)) != [consumer]:
             continue
         device = producer.device
         if device.is_host or consumer.device != device:

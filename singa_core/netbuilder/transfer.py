@@ -42,7 +42,7 @@ class DeviceTransfer(Layer):
         self.src = src
 
     #: the numeric guard skips it: its values are its source's, checked there
-    guarded = False
+    _guarded = False
 
     # Copies are made when a consumer first reads them in a step: a transfer feeding a
     # loss layer copies only the labels, one feeding a neuron layer only the data (one

@@ -222,7 +222,7 @@ class NumericGuard:
         """Every guarded layer's output and output gradient (re-read each step: layers may
         re-allocate them), floating-point ones of any device."""
         for layer in self.net.layers:
-            if not layer.guarded:
+            if not layer._guarded:
                 continue
             for a in (layer.data, layer.grad):
                 if a is not None and getattr(a, "dtype", None) is not None:

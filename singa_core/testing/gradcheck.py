@@ -194,7 +194,7 @@ class GradientChecker:
         fwd_phase = self.phase | kForward
         bwd_phase = self.phase | kBackward
 
-        if layer.is_loss:
+        if getattr(layer, "is_loss", False):
             out_pairs = []
         else:
             out_pairs = tops(layer) if tops is not None else [(lambda: layer.data, layer.grad)]
@@ -203,7 +203,7 @@ class GradientChecker:
         def objective() -> float:
             layer.ctx.rng = np.random.default_rng(self.seed + 7)
             layer.forward(fwd_phase, srcs)
-            if layer.is_loss:
+            if getattr(layer, "is_loss", False):
                 return float(layer.loss) * self.loss_scale
             return float(
                 sum(

@@ -1,5 +1,7 @@
 """kCharRNN: windows of unroll_len + 1 characters from batchsize streams of a text."""
 
+import types
+
 import numpy as np
 import pytest
 from singa_builtins.layers.char_rnn import CharRNNLayer
@@ -27,7 +29,7 @@ def char_rnn(path, vocab, batchsize, unroll_len, ctx=None):
 
 class Consumer:
     def __init__(self, t):
-        self.unroll_index = t
+        self.conf = types.SimpleNamespace(unroll_index=t)
         self.name = f"{t}#x"
 
 

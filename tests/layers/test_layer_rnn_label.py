@@ -1,5 +1,7 @@
 """kRNNLabel: copy t's labels are step t + 1 of the kCharRNN window (the next character)."""
 
+import types
+
 import numpy as np
 import pytest
 from singa_builtins.layers.char_rnn import CharRNNLayer
@@ -25,7 +27,8 @@ def char_rnn(tmp_path, unroll_len=3):
 
 def label(data, t):
     conf = layer_conf('name: "label"', unroll_index=t)
-    layer = build(RNNLabelLayer, conf, [data.output_for(conf)])
+    consumer = types.SimpleNamespace(conf=conf, name=conf.name)  # the layer, before it exists
+    layer = build(RNNLabelLayer, conf, [data.output_for(consumer)])
     return layer
 
 
