@@ -29,6 +29,7 @@ import threading
 import types
 
 import numpy as np
+from singa_builtins.layers.sigmoid import sigmoid_forward
 
 from singa_core.blas import gemm
 from singa_core.cuda import BLOCK, CUPY, elementwise_source, grid_for
@@ -63,12 +64,29 @@ def gru_step_backward_host(grad, grad2, rec, g, p, h, dx, dh, rec_prev) -> None:
         jit.backward(grad, grad2, rec, g, p, h, dx, dh, rec_prev)
 
 
+def gru_forward_host(h, z, tz, r, tr, c, hu_c, bz, br, bc, out, has_bias) -> None:
+    """From the six products (``z = x·W_zᵀ``, ``tz = h·U_zᵀ``, likewise ``r``/``tr``, ``c =
+    x·W_cᵀ``, ``hu_c = h·U_cᵀ``): the gates ``z``, ``r``, ``c`` in place and ``out = z ⊙
+    (h − c) + c``; ``tz`` ends as scratch."""
+    for gate, t, b in ((z, tz, bz), (r, tr, br)):
+        gate += t
+        if has_bias:
+            gate += b
+        sigmoid_forward(gate, gate)
+    np.multiply(r, hu_c, out=tz)
+    c += tz
+    if has_bias:
+        c += bc
+    np.tanh(c, out=c)
+    np.subtract(h, c, out=tz)  # h = z ⊙ (h_prev − c) + c
+    tz *= z
+    np.add(tz, c, out=out)
+
+
 def gru_step_forward_numpy(g, p, bz, br, bc, h, out, has_bias) -> None:
     """``g`` (B×3H): ``x·Wᵀ`` of the step, becomes ``[z | r | c]``; ``p`` (B×3H): ``h·Uᵀ``
     (its first block ends as scratch, the last, ``h·U_cᵀ``, is kept for backward);
     ``out = z ⊙ (h − c) + c``."""
-    from singa_builtins.layers.gru import gru_forward_host  # (gru.py imports this module)
-
     H = out.shape[-1]
     z, r, c = g[:, :H], g[:, H : 2 * H], g[:, 2 * H :]
     tz, tr, hu = p[:, :H], p[:, H : 2 * H], p[:, 2 * H :]
@@ -401,12 +419,17 @@ class GRURun(SequenceRun):
             np.dot(dx2, self.w, out=self.gx)
 
     def _add(self, params, stacked_grad, agg: bool) -> None:
-        """Param k's gradient (+)= block k of ``stacked_grad``. Without ``kAggGrad`` the
-        gradient of the whole sequence is written (the copies would each overwrite it)."""
-        H = self.H
-        for k, q in enumerate(params):
-            block = stacked_grad[k * H : (k + 1) * H]
-            if agg:
-                q.grad += block
-            else:
-                q.grad[...] = block
+        """Without ``kAggGrad`` the gradient of the whole sequence is written (the copies
+        would each overwrite it)."""
+        add_stacked(params, stacked_grad, self.H, agg)
+
+
+def add_stacked(params, stacked_grad, hdim: int, agg: bool) -> None:
+    """Param k's gradient (+)= block k (``hdim`` rows) of ``stacked_grad`` (the gates'
+    ``[z | r | c]`` order), added with ``kAggGrad``, else written."""
+    for k, q in enumerate(params):
+        block = stacked_grad[k * hdim : (k + 1) * hdim]
+        if agg:
+            q.grad += block
+        else:
+            q.grad[...] = block

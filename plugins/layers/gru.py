@@ -63,131 +63,16 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import numpy as np
-from singa_builtins.layers._gru_sequence import GRURun
+from singa_builtins.layers._gru_sequence import GRURun, add_stacked
 from singa_builtins.layers._gru_sequence import compiles as gru_passes_compile
 from singa_builtins.layers._pool_kernels import JIT_BYTES, JIT_NOTE
-from singa_builtins.layers.sigmoid import sigmoid_forward
 
-from singa_core.blas import gemm_acc
-from singa_core.cuda import elementwise_kernel
-from singa_core.kernels import define_kernel
+from singa_core.blas import gemm
 from singa_core.layer import Layer, NeuronLayer, kAggGrad
 from singa_core.memory import charge as charge_memory
 from singa_core.memory import charge_once
 from singa_core.param import DTYPE
 from singa_core.sequences import run_arrays, shares_params
-
-
-# -- the gate arithmetic of a step, one launch each way on a GPU --------------------------------
-def gru_forward_host(h, z, tz, r, tr, c, hu_c, bz, br, bc, out, has_bias) -> None:
-    """From the six products (``z = x·W_zᵀ``, ``tz = h·U_zᵀ``, likewise ``r``/``tr``, ``c =
-    x·W_cᵀ``, ``hu_c = h·U_cᵀ``): the gates ``z``, ``r``, ``c`` in place and ``out = z ⊙
-    (h − c) + c``; ``tz`` ends as scratch."""
-    for gate, t, b in ((z, tz, bz), (r, tr, br)):
-        gate += t
-        if has_bias:
-            gate += b
-        sigmoid_forward(gate, gate)
-    np.multiply(r, hu_c, out=tz)
-    c += tz
-    if has_bias:
-        c += bc
-    np.tanh(c, out=c)
-    np.subtract(h, c, out=tz)  # h = z ⊙ (h_prev − c) + c
-    tz *= z
-    np.add(tz, c, out=out)
-
-
-def gru_backward_host(grad, grad2, z, r, c, h, hu_c, g, dz, dr, dc, dcr, t) -> None:
-    """``g = grad + grad2`` and the gates' gradients ``dz``, ``dr``, ``dc``, ``dcr = dc ⊙
-    r`` (see the module doc); ``t`` ends as ``g ⊙ z``, the direct part of h_prev's."""
-    np.add(grad, grad2, out=g)
-    # dc = g ⊙ (1 − z) ⊙ (1 − c²)
-    np.multiply(c, c, out=t)
-    np.subtract(1.0, t, out=t)
-    np.subtract(1.0, z, out=dc)
-    dc *= t
-    dc *= g
-    # dz = g ⊙ (h_prev − c) ⊙ z(1 − z)
-    np.subtract(1.0, z, out=t)
-    t *= z
-    np.subtract(h, c, out=dz)
-    dz *= t
-    dz *= g
-    # dr = dc ⊙ (h_prev U_cᵀ) ⊙ r(1 − r)
-    np.subtract(1.0, r, out=t)
-    t *= r
-    np.multiply(dc, hu_c, out=dr)
-    dr *= t
-    np.multiply(dc, r, out=dcr)
-    np.multiply(g, z, out=t)
-
-
-define_kernel(
-    "gru_forward",
-    host=gru_forward_host,
-    generic=gru_forward_host,
-    cuda=elementwise_kernel(
-        "singa_gru_forward",
-        "const float* h, float* z, const float* tz, float* r, const float* tr, float* c, "
-        "const float* hu_c, float* out, const float* bz, const float* br, const float* bc",
-        """
-float zv = z[i] + tz[i];
-float rv = r[i] + tr[i];
-float cv = c[i];
-const int k = (int)(i % hdim);
-if (has_bias) { zv = zv + bz[k]; rv = rv + br[k]; }
-zv = 1.0f / (expf(-zv) + 1.0f);
-rv = 1.0f / (expf(-rv) + 1.0f);
-cv = cv + __fmul_rn(rv, hu_c[i]);
-if (has_bias) cv = cv + bc[k];
-cv = tanhf(cv);
-z[i] = zv; r[i] = rv; c[i] = cv;
-out[i] = __fmul_rn(h[i] - cv, zv) + cv;
-""",
-        gru_forward_host,
-        scalars="long long hdim, int has_bias",
-        pick=lambda h, z, tz, r, tr, c, hu_c, bz, br, bc, out, has_bias: (
-            h,
-            z,
-            tz,
-            r,
-            tr,
-            c,
-            hu_c,
-            out,
-        ),
-        extra=lambda h, z, tz, r, tr, c, hu_c, bz, br, bc, out, has_bias: (
-            (bz, br, bc),
-            (np.int64(z.shape[-1]), np.int32(bool(has_bias))),
-        ),
-    ),
-    doc="a GRU step's gates and output from its six products (one launch on a GPU)",
-)
-define_kernel(
-    "gru_backward",
-    host=gru_backward_host,
-    generic=gru_backward_host,
-    cuda=elementwise_kernel(
-        "singa_gru_backward",
-        "const float* grad, const float* grad2, const float* z, const float* r, "
-        "const float* c, const float* h, const float* hu_c, float* g, float* dz, float* dr, "
-        "float* dc, float* dcr, float* t",
-        """
-const float gv = grad[i] + grad2[i];
-const float zv = z[i], rv = r[i], cv = c[i];
-const float dcv = __fmul_rn(__fmul_rn(1.0f - zv, 1.0f - __fmul_rn(cv, cv)), gv);
-g[i] = gv;
-dc[i] = dcv;
-dz[i] = __fmul_rn(__fmul_rn(h[i] - cv, __fmul_rn(1.0f - zv, zv)), gv);
-dr[i] = __fmul_rn(__fmul_rn(dcv, hu_c[i]), __fmul_rn(1.0f - rv, rv));
-dcr[i] = __fmul_rn(dcv, rv);
-t[i] = __fmul_rn(gv, zv);
-""",
-        gru_backward_host,
-    ),
-    doc="a GRU step's gate gradients (one launch on a GPU)",
-)
 
 _ROLES = ("w_z_hx", "w_r_hx", "w_c_hx", "w_z_hh", "w_r_hh", "w_c_hh", "b_z", "b_r", "b_c")
 
@@ -272,26 +157,26 @@ class GRULayer(NeuronLayer):
         self._work = None  # the copy-by-copy passes' buffers, made when they first run
 
     def _buffers(self) -> SimpleNamespace:
-        """The work buffers of this copy's own forward and backward passes (12 of (B, H),
-        2 of (B, V)), made on first use: a run of all unrolled copies (``GRURun``) keeps
-        its own and never asks, so its copies hold none."""
+        """The work buffers of this copy's own forward and backward passes, made on first
+        use: a run of all unrolled copies (``GRURun``) keeps its own and never asks, so its
+        copies hold none. The gates and products are stacked ``[z | r | c]`` as a run's
+        are, so one step is the run's step kernels (one GRU cell)."""
         if self._work is None:
-            B, hdim, vdim, xp = self.batchsize, self.hdim, self.vdim, self.xp
+            B, H, V, xp = self.batchsize, self.hdim, self.vdim, self.xp
 
             def buf(*shape):
                 return xp.zeros(shape, dtype=DTYPE)
 
             self._work = SimpleNamespace(
-                z=buf(B, hdim), r=buf(B, hdim), c=buf(B, hdim),
-                hu_c=buf(B, hdim),  # h_prev U_cᵀ
-                t=buf(B, hdim),  # h_prev U_zᵀ, then scratch
-                tr=buf(B, hdim),  # h_prev U_rᵀ
-                g=buf(B, hdim),  # grad + grad2
-                dz=buf(B, hdim), dr=buf(B, hdim), dc=buf(B, hdim),
-                dcr=buf(B, hdim),  # dc ⊙ r
-                gh=buf(B, hdim),  # h_prev gradient when the buffer is not contiguous
-                gx=buf(B, vdim),  # x gradient when the buffer is not contiguous
-                tx=buf(B, vdim),  # scratch
+                g=buf(B, 3 * H),  # x·Wᵀ, then the gates [z | r | c]
+                p=buf(B, 3 * H),  # h_prev·Uᵀ
+                dx=buf(B, 3 * H),  # [dz | dr | dc]
+                dh=buf(B, 3 * H),  # [dz | dr | dc ⊙ r]
+                zero=buf(B, H),  # no gradient from a next step: it comes through grad2
+                direct=buf(B, H),  # g ⊙ z, h_prev's direct gradient
+                gw=buf(3 * H, V), gu=buf(3 * H, H), gb=buf(3 * H),
+                gh=buf(B, H),  # h_prev gradient when the buffer is not contiguous
+                gx=buf(B, V),  # x gradient when the buffer is not contiguous
                 ones=xp.ones(B, dtype=DTYPE),
             )  # fmt: skip
         return self._work
@@ -360,71 +245,41 @@ class GRULayer(NeuronLayer):
     def forward(self, phase, srcs):
         x, h = self._x(srcs), self._hprev(srcs)
         p = [q.value for q in self.params]
-        w = self._buffers()
-        z, r, c = w.z, w.r, w.c
-        np.dot(x, p[0].T, out=z)
-        np.dot(h, p[3].T, out=w.t)
-        np.dot(x, p[1].T, out=r)
-        np.dot(h, p[4].T, out=w.tr)
-        np.dot(h, p[5].T, out=w.hu_c)
-        np.dot(x, p[2].T, out=c)
-        bz, br, bc = (p[6], p[7], p[8]) if self.has_bias else (w.hu_c,) * 3
-        self.kernels.gru_forward(
-            h, z, w.t, r, w.tr, c, w.hu_c, bz, br, bc, self.data, self.has_bias
-        )
-
-    def _param_grad(self, i: int, a: np.ndarray, b: np.ndarray | None, agg: bool) -> None:
-        """Param ``i``'s gradient ``aᵀ b`` (or ``Σ_rows a`` when ``b`` is None), added to
-        the gradient in place with ``kAggGrad``, else written over it."""
-        grad = self.params[i].grad
-        ones = self._buffers().ones
-        if agg:
-            if b is None:
-                gemm_acc(ones[None, :], a, grad.reshape(1, -1))
-            else:
-                gemm_acc(a.T, b, grad)
-        elif b is None:
-            np.dot(ones, a, out=grad)
-        else:
-            np.dot(a.T, b, out=grad)
+        w, H = self._buffers(), self.hdim
+        for k in range(3):  # the products into their blocks of the stacked arrays
+            gemm(x, p[k].T, w.g[:, k * H : (k + 1) * H])
+            gemm(h, p[k + 3].T, w.p[:, k * H : (k + 1) * H])
+        bz, br, bc = (p[6], p[7], p[8]) if self.has_bias else (w.ones,) * 3
+        self.kernels.gru_step_forward(w.g, w.p, bz, br, bc, h, self.data, self.has_bias)
 
     def backward(self, phase, srcs):
         x, h = self._x(srcs), self._hprev(srcs)
-        p = [q.value for q in self.params]
-        w = self._buffers()
-        z, r, c, t = w.z, w.r, w.c, w.t
-        dz, dr, dc, dcr = w.dz, w.dr, w.dc, w.dcr
-        self.kernels.gru_backward(
-            self.grad, self.grad2, z, r, c, h, w.hu_c, w.g, dz, dr, dc, dcr, t
-        )  # t = g ⊙ z
+        w, H, B = self._buffers(), self.hdim, self.batchsize
+        self.kernels.gru_step_backward(
+            self.grad, self.grad2, w.zero, w.g, w.p, h, w.dx, w.dh, w.direct
+        )
         agg = bool(phase & kAggGrad)
-        for k, (d, dh) in enumerate(((dz, dz), (dr, dr), (dc, dcr))):
-            self._param_grad(k, d, x, agg)
-            self._param_grad(k + 3, dh, h, agg)
-            if self.has_bias:
-                self._param_grad(k + 6, d, None, agg)
-
+        np.dot(w.dx.T, x, out=w.gw)
+        add_stacked(self.params[0:3], w.gw, H, agg)
+        np.dot(w.dh.T, h, out=w.gu)
+        add_stacked(self.params[3:6], w.gu, H, agg)
+        if self.has_bias:
+            np.dot(w.ones, w.dx, out=w.gb)
+            add_stacked(self.params[6:9], w.gb, H, agg)
+        p = [q.value for q in self.params]
         buf = srcs[0].grad_for(self)
-        if buf is not None:
-            self._src_grad(buf, ((dz, p[0]), (dr, p[1]), (dc, p[2])), w.gx, w.tx, None)
+        if buf is not None:  # gx = Σ_k Dx_k·W_k
+            out = buf.reshape(B, self.vdim) if buf.flags.c_contiguous else w.gx
+            for k in range(3):
+                gemm(w.dx[:, k * H : (k + 1) * H], p[k], out, beta=float(k > 0))
+            if out is w.gx:  # a strided view: reshape would copy, so assign instead
+                buf[...] = w.gx.reshape(buf.shape)
         if len(srcs) == 2:
             buf = srcs[1].grad_for(self)
-            if buf is not None:
-                self._src_grad(buf, ((dz, p[3]), (dr, p[4]), (dcr, p[5])), w.gh, t, t)
-
-    @staticmethod
-    def _src_grad(buf, terms, scratch, tmp, extra) -> None:
-        """``buf = Σ d·W over terms (+ extra)``; ``tmp`` is a scratch (may be ``extra``)."""
-        n = scratch.shape
-        out = buf.reshape(n) if buf.flags.c_contiguous else scratch
-        if extra is not None:  # fold the extra term in first, tmp is free afterwards
-            out[...] = extra
-            for d, w in terms:
-                out += np.dot(d, w, out=tmp)
-        else:
-            (d0, w0), *rest = terms
-            np.dot(d0, w0, out=out)
-            for d, w in rest:
-                out += np.dot(d, w, out=tmp)
-        if out is scratch:  # a strided view: reshape would copy, so assign instead
-            buf[...] = scratch.reshape(buf.shape)
+            if buf is not None:  # gh = Σ_k Dh_k·U_k + g ⊙ z
+                out = buf.reshape(B, H) if buf.flags.c_contiguous else w.gh
+                out[...] = w.direct
+                for k in range(3):
+                    gemm(w.dh[:, k * H : (k + 1) * H], p[k + 3], out, beta=1.0)
+                if out is w.gh:
+                    buf[...] = w.gh.reshape(buf.shape)

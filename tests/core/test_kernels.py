@@ -186,21 +186,6 @@ def _col2im_case(rng, window, nchw=False):
     return [col, target, *window], [1], 0
 
 
-def _gru_forward_case(rng, bias):
-    B, H = 5, 7
-    a = [_f32(rng, B, H) for _ in range(7)]  # h, z, tz, r, tr, c, hu_c
-    b = [_f32(rng, H) for _ in range(3)]
-    return [*a, *b, np.empty((B, H), np.float32), bias], [1, 3, 5, 10], 3e-7
-
-
-def _gru_backward_case(rng):
-    B, H = 5, 7
-    grad, grad2, h, hu_c = (_f32(rng, B, H) for _ in range(4))
-    z, r, c = (1 / (1 + np.exp(-_f32(rng, B, H))) for _ in range(3))
-    outs = [np.empty((B, H), np.float32) for _ in range(6)]
-    return [grad, grad2, z, r, c, h, hu_c, *outs], [7, 8, 9, 10, 11, 12], 3e-7
-
-
 def _gru_step_forward_case(rng, bias):
     B, H = 5, 7
     g, p = _f32(rng, B, 3 * H), _f32(rng, B, 3 * H)  # x·Wᵀ and h·Uᵀ, stacked
@@ -230,8 +215,6 @@ LIBRARY_CALLS = {"gemm"}
 
 CASES = {
     "gemm": [lambda r, b=b, t=t: _gemm_case(r, b, t) for b in (0.0, 1.0) for t in (False, True)],
-    "gru_forward": [lambda r: _gru_forward_case(r, True), lambda r: _gru_forward_case(r, False)],
-    "gru_backward": [_gru_backward_case],
     "gru_step_forward": [
         lambda r: _gru_step_forward_case(r, True),
         lambda r: _gru_step_forward_case(r, False),
