@@ -54,8 +54,10 @@ def rewind_metrics(path: Path, step: int, evaluated=()) -> int:
     evaluations after ``step``, and evaluations at ``step`` not in ``evaluated`` (those the
     checkpoint says had run). Partial lines of a killed run go too. Returns the number of
     lines dropped."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+    from singa_core.running.fileio import read_regular_text
+
+    try:  # a FIFO in its place is refused at once, never waited on
+        lines = read_regular_text(path, "metrics file").splitlines()
     except FileNotFoundError:
         return 0
     recs = []
@@ -89,8 +91,10 @@ def cut_torn_line(path: Path) -> int:
     """Cut a last line without its newline from ``path`` (metrics.jsonl): a record torn by
     a full disk or a kill, which the next append would glue to the run's first record.
     Returns the number of bytes cut (0 when the file ends in a newline or is absent)."""
+    from singa_core.running.fileio import open_regular
+
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path, "metrics file") as fh:  # a FIFO: refused, not waited on
             size = fh.seek(0, 2)
             if size == 0:
                 return 0
