@@ -1060,7 +1060,7 @@ def choose_checkpoint(
             s, f, why = trained
             other = f"--resume-from {s}" if resume and f.parent == d else f"--checkpoint {f}"
             if resume and f.parent != d:
-                other = f"move {f.parent} back to {d} and --resume that run"
+                other = f"move {d} away and {f.parent} back to {d}, then --resume"
             raise SingaError(
                 f"the checkpoint to use by default is step 0, an untrained model, but {f} "
                 f"holds step {s}, a trained one that {why}",
