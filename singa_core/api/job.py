@@ -253,11 +253,15 @@ def select_engine(host, job, name: str | None):
     engine that supports its cluster configuration."""
     reg = host.registry("engine")
     if name:
-        cls = host.get("engine", name)
+        try:
+            cls = host.get("engine", name)
+        except SingaError as err:  # the name came from --engine (Job(engine=...))
+            raise err.located("--engine") from None
         reason = cls.supports(job)
         if reason:
             raise SingaError(
                 f"engine '{name}' cannot run this job: {reason}",
+                where="--engine",
                 help="choose another --engine (see `singa list-plugins`)",
             )
         return cls

@@ -11,6 +11,7 @@ import sys
 from singa_core.commands.startup import quiet_interrupts, restore_interrupts
 
 with quiet_interrupts():  # Ctrl-C while the command line loads: "interrupted", exit 130
+    import contextlib
     import errno
     import json
     import os
@@ -34,7 +35,8 @@ class _Command(TyperCommand):
     def parse_args(self, ctx, args):
         if any(p.name == "override" for p in self.params):
             _check_override_words(list(args))  # before click's "unexpected extra argument"
-        return super().parse_args(ctx, args)
+        with _usage_errors_located(ctx):
+            return super().parse_args(ctx, args)
 
     def collect_usage_pieces(self, ctx) -> list[str]:
         pieces = [self.options_metavar] if self.options_metavar else []
@@ -84,7 +86,12 @@ class _Group(TyperGroup):
 
     def parse_args(self, ctx, args):
         ctx.meta.setdefault("singa.argv", list(args))  # to name the argument of an OSError
-        return super().parse_args(ctx, args)
+        with _usage_errors_located(ctx):
+            return super().parse_args(ctx, args)
+
+    def resolve_command(self, ctx, args):
+        with _usage_errors_located(ctx):  # "No such command"
+            return super().resolve_command(ctx, args)
 
     def invoke(self, ctx):
         try:
@@ -96,6 +103,62 @@ class _Group(TyperGroup):
             if exc.errno != errno.ENAMETOOLONG:
                 raise
             _fail(name_too_long(exc, ctx.meta.get("singa.argv", [])))
+
+
+@contextlib.contextmanager
+def _usage_errors_located(ctx):
+    """click's own usage errors (a missing option or argument, an unknown option or
+    command, a value of the wrong type) in singa's one form: ``singa data --out: error:
+    missing option '--out'`` and a ``help:`` line, exit 2, instead of click's ``Usage: ...
+    / Try ... / Error: ...`` block."""
+    click = _click_exceptions()
+    try:
+        yield
+    except click.NoArgsIsHelpError:
+        raise  # `singa` alone: the help, as asked for
+    except click.UsageError as exc:
+        _fail(usage_error(exc, ctx))
+
+
+def _click_exceptions():
+    return _click_module("exceptions")
+
+
+def _click_module(name: str):
+    """A module of the click typer runs on (typer 0.2x vendors its own copy,
+    ``typer._click``; earlier ones use click itself)."""
+    import importlib
+
+    package = TyperCommand.__mro__[1].__module__.rsplit(".", 1)[0]
+    return importlib.import_module(f"{package}.{name}")
+
+
+def usage_error(exc, ctx=None) -> SingaError:
+    """The :class:`SingaError` of a click usage error: located at the command and the
+    option or argument it is about (``singa predict --top-k``), else at the command."""
+    click = _click_exceptions()
+    ctx = exc.ctx or ctx
+    command = ctx.command_path if ctx is not None else "singa"
+    name = None
+    if isinstance(exc, (click.NoSuchOption, click.BadOptionUsage)):
+        name = exc.option_name
+    elif getattr(exc, "param", None) is not None:
+        param = exc.param
+        if param.param_type_name == "argument":
+            name = _argument_name(param)
+        else:
+            name = max(param.opts, key=len) if param.opts else param.name
+    what = exc.format_message().strip().rstrip(".") or "bad command line"
+    what = what[0].lower() + what[1:]
+    if isinstance(exc, click.NoSuchOption) and exc.possibilities:
+        what = exc.message.strip().rstrip(".")
+        what = what[0].lower() + what[1:]
+        hint = "did you mean " + " or ".join(exc.possibilities) + "?"
+    elif command == "singa" and "no such command" in what:
+        hint = "`singa -h` lists the commands"
+    else:
+        hint = f"`{command} -h` shows its arguments and options"
+    return SingaError(what, where=f"{command} {name}" if name else command, help=hint)
 
 
 def _shown_name(name: str) -> str:
@@ -242,8 +305,22 @@ def _sample_shape_agrees(model, given: list[int] | None) -> None:
 
 
 def _fail(err: SingaError) -> None:
+    """Print a user error in the one form (``WHERE: error: WHAT``, ``help:``) and exit 2
+    (3 for a non-finite stop). An error that names no place is located at the command that
+    met it (``singa train``); one without help points at the command's ``-h``."""
+    _complete(err)
     print(err.format(), file=sys.stderr)
     raise typer.Exit(getattr(err, "exit_code", USER_ERROR_EXIT))  # 3: numeric.NonFiniteError
+
+
+def _complete(err: SingaError) -> SingaError:
+    ctx = _click_module("globals").get_current_context(silent=True)
+    command = ctx.command_path if ctx is not None else "singa"
+    if err.where is None:
+        err.where = command
+    if not err.help:
+        err.help = f"`{command} -h` shows its arguments and options"
+    return err
 
 
 def _host():
@@ -744,7 +821,10 @@ def data(
 
     try:
         host = _host()
-        conv_cls = host.get("dataset", name, what="dataset")
+        try:
+            conv_cls = host.get("dataset", name, what="dataset")
+        except SingaError as err:
+            raise err.located(f"singa data {name}") from None
         said: list[str] = []
 
         def log(message: str) -> None:
