@@ -673,7 +673,9 @@ class Job:
             warnings.simplefilter("ignore", SingaWarning)
             chosen = choose_checkpoint(prepared.workspace, resume=True)
         if chosen is None:
-            raise SingaError("no checkpoint")
+            raise SingaError(
+                "no checkpoint", help="train with checkpoint_freq > 0 to save along the way"
+            )
         named = f"{chosen.files[0]} (step {chosen.step})"
         resumed = prepared.resume is not None and prepared.resume[0] == chosen.step
         if not chosen.verified:

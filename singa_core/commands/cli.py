@@ -38,6 +38,12 @@ class _Command(TyperCommand):
         with _usage_errors_located(ctx):
             return super().parse_args(ctx, args)
 
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except SingaError as err:  # a command that does not catch its own: the one form too
+            _fail(err)
+
     def collect_usage_pieces(self, ctx) -> list[str]:
         pieces = [self.options_metavar] if self.options_metavar else []
         for param in self.get_params(ctx):
@@ -120,6 +126,13 @@ def _usage_errors_located(ctx):
         _fail(usage_error(exc, ctx))
 
 
+def _command_path(ctx) -> str:
+    """``singa data``: the command as typed (whatever name the program was started as)."""
+    if ctx is None:
+        return "singa"
+    return " ".join(["singa", *ctx.command_path.split(" ")[1:]])
+
+
 def _click_exceptions():
     return _click_module("exceptions")
 
@@ -138,7 +151,7 @@ def usage_error(exc, ctx=None) -> SingaError:
     option or argument it is about (``singa predict --top-k``), else at the command."""
     click = _click_exceptions()
     ctx = exc.ctx or ctx
-    command = ctx.command_path if ctx is not None else "singa"
+    command = _command_path(ctx)
     name = None
     if isinstance(exc, (click.NoSuchOption, click.BadOptionUsage)):
         name = exc.option_name
@@ -155,7 +168,8 @@ def usage_error(exc, ctx=None) -> SingaError:
         what = what[0].lower() + what[1:]
         hint = "did you mean " + " or ".join(exc.possibilities) + "?"
     elif command == "singa" and "no such command" in what:
-        hint = "`singa -h` lists the commands"
+        what, _, guess = what.partition(". Did you mean ")
+        hint = f"did you mean {guess}" if guess else "`singa -h` lists the commands"
     else:
         hint = f"`{command} -h` shows its arguments and options"
     return SingaError(what, where=f"{command} {name}" if name else command, help=hint)
@@ -314,8 +328,7 @@ def _fail(err: SingaError) -> None:
 
 
 def _complete(err: SingaError) -> SingaError:
-    ctx = _click_module("globals").get_current_context(silent=True)
-    command = ctx.command_path if ctx is not None else "singa"
+    command = _command_path(_click_module("globals").get_current_context(silent=True))
     if err.where is None:
         err.where = command
     if not err.help:

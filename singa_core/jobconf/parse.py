@@ -484,7 +484,12 @@ def apply_override(cfg: JobConfig, override: str) -> None:
                 msg = _field_value(msg, fd)
             continue
         if not last:
-            raise SingaError(f'"{name}" is not a message', where=where, help=None)
+            raise SingaError(
+                f'"{name}" is not a message',
+                where=where,
+                help="only the last part of a field path can be a value; the parts before it "
+                "name messages",
+            )
         text_value = value
         if fd.type == fd.TYPE_STRING and value[:1] not in ("'", '"'):
             text_value = '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -509,7 +509,11 @@ def _file_size(p: Path, what: str) -> int:
             "resuming needs both step<S>-worker<W> and its .state.npz",
         ) from None
     except OSError as exc:
-        raise SingaError(f"cannot read {what}: {exc.strerror or exc}", where=str(p)) from None
+        raise SingaError(
+            f"cannot read {what}: {exc.strerror or exc}",
+            where=str(p),
+            help="check the file's permissions and the disk (the kernel log names I/O errors)",
+        ) from None
     if p.is_dir():
         raise SingaError(
             f"{what} is a folder",
@@ -564,7 +568,9 @@ def verify_file(path: str | Path, what: str = "checkpoint file") -> int:
                 n += len(chunk)
         except OSError as exc:
             raise SingaError(
-                f"cannot read {what}: {exc.strerror or exc}", where=str(path)
+                f"cannot read {what}: {exc.strerror or exc}",
+                where=str(path),
+                help="check the file's permissions and the disk (the kernel log names I/O errors)",
             ) from None
     found = sha.hexdigest()
     if found != entry["sha256"] or n != entry["bytes"]:
@@ -610,7 +616,9 @@ def iter_params(path: str | Path):
                 yield rec
         except OSError as exc:
             raise SingaError(
-                f"cannot read checkpoint file: {exc.strerror or exc}", where=str(path)
+                f"cannot read checkpoint file: {exc.strerror or exc}",
+                where=str(path),
+                help="check the file's permissions and the disk (the kernel log names I/O errors)",
             ) from None
     if not count:
         raise SingaError(
