@@ -151,9 +151,16 @@ def stop_note() -> str:
 
 
 def format_metrics(metrics: dict[str, float]) -> str:
+    """``loss = 0.316456, accuracy = 0.930000, ...``. Beside a non-finite loss the other
+    metrics of the same outputs (accuracy, ...) read ``n/a``: computed from NaN outputs they
+    mean nothing (an argmax of NaNs gave ``accuracy = 1.000000``); ``lr`` stays."""
+    loss = metrics.get("loss")
+    diverged = isinstance(loss, float) and not math.isfinite(loss)
     parts = []
     for k, v in metrics.items():
-        if isinstance(v, float) and (abs(v) >= 1e-3 or v == 0) and math.isfinite(v):
+        if diverged and k not in ("loss", "lr"):
+            parts.append(f"{k} = n/a")
+        elif isinstance(v, float) and (abs(v) >= 1e-3 or v == 0) and math.isfinite(v):
             parts.append(f"{k} = {v:.6f}")
         else:
             parts.append(f"{k} = {v:.6g}")
