@@ -659,17 +659,25 @@ def test(
         ),
     ] = None,
     device: DeviceOpt = None,
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            metavar="N",
+            help="random seed of the test pass (overrides job.conf's seed): a store's "
+            "random_skip, dropout at test time ... repeat with the same N",
+        ),
+    ] = None,
 ) -> None:
     """Evaluate a trained model on the test net (SINGA's -test).
 
-    Loads the newest checkpoint of the job's workspace (else job.conf's checkpoint_path)
-    and prints the test net's metrics over N mini-batches. A job.conf without an updater
-    (e.g. a sampling job) is fine."""
+    Loads the checkpoint of the job's workspace that `singa train --resume` would continue
+    from (else job.conf's checkpoint_path) and prints the test net's metrics over N
+    mini-batches. A job.conf without an updater (e.g. a sampling job) is fine."""
     from singa_core.api.job import Job
 
     _at_least("--steps", steps, 1, "a number of test mini-batches", "--steps 100")
     try:
-        run = Job.from_file(job, override, engine=engine, device=device)
+        run = Job.from_file(job, override, engine=engine, device=device, seed=seed)
         result = run.test(steps, checkpoint)
     except SingaError as err:
         _fail(err)
