@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from conftest import invoke_singa as invoke
 
-from singa_core.contracts.errors import SingaWarning
+from singa_core.errors import SingaWarning
 from singa_core.running import checkpoint as ck
 from singa_core.testing import blobs_csv, mlp_job, run_job
 

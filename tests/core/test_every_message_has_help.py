@@ -169,7 +169,7 @@ def test_errors_the_issue_found_without_a_place(tmp_path):
 
 
 def test_an_error_that_names_no_place_is_located_at_its_command(monkeypatch, tmp_path):
-    from singa_core.contracts.errors import SingaError
+    from singa_core.errors import SingaError
     from singa_core.plugin_host import host as host_module
 
     def fail():

@@ -158,7 +158,7 @@ def test_a_fifo_lock_record_is_never_read_and_never_replaced(job):
 
 
 def test_the_readers_refuse_a_fifo_without_opening_it_for_long(tmp_path):
-    from singa_core.contracts.errors import SingaError
+    from singa_core.errors import SingaError
     from singa_core.running import checkpoint as ck
     from singa_core.running.fileio import open_regular
     from singa_core.running.reporting import cut_torn_line, rewind_metrics

@@ -56,7 +56,7 @@ def test_a_net_unrolled_over_fewer_steps_than_its_data_is_refused_at_the_data(
 
 @pytest.mark.parametrize("value", ["maybe", "2", "yes please"])
 def test_sequence_runs_neither_on_nor_off_is_refused(monkeypatch, value):
-    from singa_core.contracts.errors import SingaError
+    from singa_core.errors import SingaError
     from singa_core.netbuilder.sequences import ENV_SWITCH, runs_enabled
 
     monkeypatch.setenv(ENV_SWITCH, value)
