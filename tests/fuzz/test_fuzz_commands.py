@@ -486,6 +486,7 @@ def _cli_options(name: str) -> list:
     return [] if cmd is None else [p for p in cmd.params if p.param_type_name == "option"]
 
 
+@pytest.mark.slow
 @fuzz_settings(60)
 @given(data=st.data())
 def test_random_command_lines_end_in_success_or_the_one_error_form(model, fifo_ws, data):
