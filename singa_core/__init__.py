@@ -30,32 +30,53 @@ services ``.device``, ``.kernels``, ``.sequences``, ``.memory``, ``.names``, ``.
 """
 
 # A Ctrl-C while the `singa` command loads (this package, pluggy, typer, ...) ends in one
-# line and exit 130 from here on: SIGINT raises SystemExit(130) until the command line
-# restores Python's handler (commands/cli.py, main). Only in the `singa` process itself
-# (its console script, or `python -m singa_core...`), never in a library user's process
-# or a process the command starts (multiprocessing is imported there before this).
-import sys as _sys
+# line and exit 130 from the first statement on: SIGINT raises SystemExit(130) until the
+# command line restores Python's handler (commands/cli.py, main). Only in the `singa`
+# process itself (its console script, or `python -m singa_core...`), never in a library
+# user's process or a process the command starts (multiprocessing is imported there before
+# this). The handler is installed through the builtin `_signal` (no module to load: the
+# `signal` module's enum set-up was a window where a Ctrl-C gave a traceback), and a Ctrl-C
+# before it is in place (within this `try`) is turned into the same ending. What Python
+# does before this file's first statement is out of reach (docs/guide/running.md).
 
-if (
-    # the console script, or python -m (an embedded interpreter may have no argv)
-    (getattr(_sys, "argv", None) or [""])[0].rsplit("/", 1)[-1] in ("singa", "-m")
-    and "multiprocessing" not in _sys.modules
-    and not hasattr(_sys, "ps1")
-):
-    import signal as _signal
 
-    def _interrupted_while_loading(signum, frame):
-        print("interrupted", file=_sys.stderr, flush=True)
-        raise SystemExit(130)
+def _singa_command() -> bool:
+    """Whether this process is the `singa` command itself (see above)."""
+    import sys
 
-    try:
-        if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
-            _signal.signal(_signal.SIGINT, _interrupted_while_loading)
-    except ValueError:  # not the main thread
-        pass
+    return bool(
+        # the console script, or python -m (an embedded interpreter may have no argv)
+        (getattr(sys, "argv", None) or [""])[0].rsplit("/", 1)[-1] in ("singa", "-m")
+        and "multiprocessing" not in sys.modules
+        and not hasattr(sys, "ps1")
+    )
 
-from singa_core.contracts.hookspecs import hookimpl
-from singa_core.contracts.version import (
+
+try:
+    import sys as _sys
+
+    if _singa_command():
+        import _signal
+
+        def _interrupted_while_loading(signum, frame):
+            print("interrupted", file=_sys.stderr, flush=True)
+            raise SystemExit(130)
+
+        try:
+            if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+                _signal.signal(_signal.SIGINT, _interrupted_while_loading)
+        except ValueError:  # not the main thread
+            pass
+except KeyboardInterrupt:
+    if not _singa_command():
+        raise
+    import sys as _sys
+
+    print("interrupted", file=_sys.stderr, flush=True)
+    raise SystemExit(130) from None
+
+from singa_core.contracts.hookspecs import hookimpl  # noqa: E402 - after the handler
+from singa_core.contracts.version import (  # noqa: E402
     CORE_DISTRIBUTION,
     PLUGIN_API_VERSION,
     __version__,

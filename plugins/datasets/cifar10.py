@@ -73,7 +73,10 @@ def _read_batch(path: Path) -> bytes:
         raw = path.read_bytes()
     except OSError as exc:
         raise SingaError(
-            f"cannot read {path.name}: {exc.strerror or exc}", where=str(path)
+            f"cannot read {path.name}: {exc.strerror or exc}",
+            where=str(path),
+            help="check the file's permissions, or give --from the folder holding the CIFAR-10 "
+            "binary batches",
         ) from None
     if len(raw) != _FILE_BYTES:
         raise SingaError(

@@ -310,7 +310,11 @@ class ImagesConverter(DatasetConverter):
         try:
             text = listfile.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise SingaError(f"cannot read {listfile}: {exc}", where=str(listfile)) from None
+            raise SingaError(
+                f"cannot read {listfile}: {exc}",
+                where=str(listfile),
+                help="give a readable UTF-8 list file of 'PATH LABEL' lines, one per image",
+            ) from None
         for number, line in enumerate(text.splitlines(), 1):
             line = line.strip()
             if not line or line.startswith("#"):
@@ -328,7 +332,12 @@ class ImagesConverter(DatasetConverter):
                 )
             items.append((root / path.strip(), value))
         if not items:
-            raise SingaError(f"{listfile} lists no images", where=str(listfile))
+            raise SingaError(
+                f"{listfile} lists no images",
+                where=str(listfile),
+                help="add 'PATH LABEL' lines to it, one per image (lines starting with # are "
+                "comments)",
+            )
         count = max(label for _, label in items) + 1
         return items, [str(i) for i in range(count)]
 

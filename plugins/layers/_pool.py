@@ -223,6 +223,8 @@ class PoolingBase(NeuronLayer):
                 f"layer '{self.name}': pooling windows of more than 255 elements are not "
                 f"supported (got {win.kh}x{win.kw})",
                 field="pooling_conf",
+                help="use a window of at most 255 elements (kernel_h x kernel_w); stack two "
+                "pooling layers for a larger one",
             )
         # one launch each way where the device asks for it (a GPU), else the host's paths:
         # compiled one-pass kernels (numba), or numpy's

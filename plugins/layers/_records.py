@@ -156,6 +156,8 @@ def bad_record_maker(layer: Layer, src):
         return layer.error(
             f"layer '{layer.name}': record '{key_text(src.keys()[k])}' of '{src.path}' {message}",
             field="srclayers",
+            help="the store is damaged or not what this layer parses: re-create it with `singa "
+            "data` (or the converter that wrote it), or point the layer at another store",
         )
 
     return bad
@@ -360,6 +362,8 @@ class StoreOutputLayer(OutputLayer):
             raise self.error(
                 f"layer '{self.name}': source '{src.name}' has no data to write",
                 field="srclayers",
+                help="give the writer layer a source that outputs data (a data, parser or "
+                "computing layer)",
             )
         self.batchsize = int(src.data.shape[0])
         self.dim = int(src.data.size // self.batchsize)
@@ -368,6 +372,8 @@ class StoreOutputLayer(OutputLayer):
                 f"layer '{self.name}': source '{src.name}' has no values per instance "
                 f"(shape {list(src.data.shape)})",
                 field="srclayers",
+                help="give the writer layer a source whose output has at least one value per "
+                "instance",
             )
         self.count = 0
         self._resume_from = 0
@@ -409,6 +415,8 @@ class StoreOutputLayer(OutputLayer):
                 f"layer '{self.name}': source '{src.name}' provides {len(labels)} labels "
                 f"for a batch of {self.batchsize}",
                 field="srclayers",
+                help="the label source must give one label per instance: give it the same "
+                "batchsize as the layer it writes",
             )
         return None if labels is None else labels[: self.batchsize]
 
@@ -421,6 +429,8 @@ class StoreOutputLayer(OutputLayer):
                     f"layer '{self.name}': the {self.backend} store {self.path} refused "
                     f"instance {self.count}",
                     field="store_conf",
+                    help="check the free disk space and the store's folder, or write with "
+                    "another backend",
                 )
             self.count += 1
         store.flush()

@@ -111,6 +111,7 @@ class StoreInputLayer(PrefetchingInput, InputLayer):
             raise self.error(
                 f"layer '{self.name}': the standard deviation to divide by has zeros",
                 field="store_conf",
+                help="give standard deviations (std_file or std_value) that are all non-zero",
             )
         if deploying:
             self.store = None
@@ -208,7 +209,10 @@ class StoreInputLayer(PrefetchingInput, InputLayer):
                 store.close()
             if first is None:
                 raise self.error(
-                    f"layer '{self.name}': {file_field} '{path}' is empty", field="store_conf"
+                    f"layer '{self.name}': {file_field} '{path}' is empty",
+                    field="store_conf",
+                    help="give a file that holds one value per element of an instance "
+                    "(store_conf.shape)",
                 )
             try:
                 vec = np.asarray(self.load_vector(first[1]), dtype=DTYPE).reshape(-1)
@@ -216,12 +220,14 @@ class StoreInputLayer(PrefetchingInput, InputLayer):
                 raise self.error(
                     f"layer '{self.name}': cannot read {file_field} '{path}': {exc}",
                     field="store_conf",
+                    help="check the path and that the file holds a vector of numbers",
                 ) from None
             if vec.size != self.rowlen:
                 raise self.error(
                     f"layer '{self.name}': {file_field} '{path}' holds {vec.size} values, "
                     f"expected {self.rowlen} (store_conf.shape {list(self.instance_shape)})",
                     field="store_conf",
+                    help="give the file of this instance size, or fix store_conf.shape",
                 )
             return vec
         if sc.HasField(value_field):
@@ -295,6 +301,8 @@ class StoreInputLayer(PrefetchingInput, InputLayer):
             f"layer '{self.name}': record '{key_text(key)}' of '{self.conf.store_conf.path}' "
             f"{message}",
             field="store_conf",
+            help="the store is damaged or not what store_conf describes: re-create it with "
+            "`singa data` (or the converter that wrote it), or fix store_conf",
         )
 
     # -- running -----------------------------------------------------------------------
@@ -307,6 +315,8 @@ class StoreInputLayer(PrefetchingInput, InputLayer):
                 raise self.error(
                     f"layer '{self.name}': store '{self.conf.store_conf.path}' has no records",
                     field="store_conf",
+                    help="point store_conf.path at a store that holds records (`singa data` "
+                    "writes them)",
                 )
         return rec
 

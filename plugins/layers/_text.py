@@ -45,7 +45,9 @@ def read_text_file(layer: Layer, path: str, field: str, what: str) -> str:
         ) from None
     except OSError as exc:
         raise layer.error(
-            f"layer '{layer.name}': cannot read {what} {path}: {exc.strerror}", field=field
+            f"layer '{layer.name}': cannot read {what} {path}: {exc.strerror}",
+            field=field,
+            help="check the path and the file's permissions",
         ) from None
 
 

@@ -30,6 +30,8 @@ class AccuracyLayer(ArgSortLayer):
             raise self.error(
                 f"layer '{self.name}': source '{srcs[1].name}' provides no labels",
                 field="srclayers",
+                help="give kAccuracy a second source that provides labels (the data layer, or "
+                "a kLabel layer)",
             )
         top = top_k_indices(x, k)
         self.data[...] = top

@@ -53,6 +53,7 @@ class BMLayer(NeuronLayer):
                 f"layer '{self.name}' (kBM) normalises a [batch, channels, height, width] "
                 f"or [batch, features] source; '{srcs[0].name}' has shape {shape}",
                 field="srclayers",
+                help="put kBM after a convolution, pooling or inner-product layer",
             )
         if len(self.conf.param) < 4:
             raise self.error(

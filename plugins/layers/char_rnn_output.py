@@ -29,7 +29,9 @@ class CharRNNOutputLayer(OutputLayer):
         src = srcs[0].data
         if src is None or src.ndim == 0 or src.shape[0] == 0:
             raise self.error(
-                f"layer '{self.name}': source '{srcs[0].name}' has no data", field="srclayers"
+                f"layer '{self.name}': source '{srcs[0].name}' has no data",
+                field="srclayers",
+                help="give it a source layer that outputs data",
             )
         self._idx = self.xp.empty(src.shape[0], dtype=np.int64)
         self._pending_newline = False

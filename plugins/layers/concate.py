@@ -41,6 +41,8 @@ class ConcateLayer(NeuronLayer):
                 f"layer '{self.name}': concate_conf.concate_dim {dim} is not a dimension of "
                 f"its sources (they have {len(shape)})",
                 field="concate_conf",
+                help="set concate_conf.concate_dim to a dimension its sources have (0 is the "
+                "batch)",
             )
         sizes = []
         for s in srcs:
@@ -53,6 +55,8 @@ class ConcateLayer(NeuronLayer):
                     f"'{s.name}' {tuple(other)} differ in a dimension other than "
                     f"concate_dim {dim}",
                     field="srclayers",
+                    help="the sources must agree in every dimension but concate_dim: fix their "
+                    "sizes, or concate_dim",
                 )
             sizes.append(int(other[dim]))
         self.concate_dim = dim

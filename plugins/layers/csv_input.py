@@ -26,7 +26,10 @@ class CSVInputLayer(StoreInputLayer):
         sep = self.conf.store_conf.separator
         if not sep:
             raise self.error(
-                f"layer '{self.name}': store_conf.separator is empty", field="store_conf"
+                f"layer '{self.name}': store_conf.separator is empty",
+                field="store_conf",
+                help="set store_conf.separator to the character(s) between values, e.g. "
+                'separator: ","',
             )
         if len(sep) == 1:
             self._split = lambda text: text.split(sep)

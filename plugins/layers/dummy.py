@@ -32,6 +32,7 @@ class DummyLayer(NeuronLayer):
                     f"layer '{self.name}' (kDummy) with dummy_conf.input takes no source "
                     f"layers, got {len(srcs)}",
                     field="srclayers",
+                    help="remove its srclayers, or set dummy_conf.input: false",
                 )
             shape = [int(s) for s in conf.shape]
             if not shape or min(shape) <= 0:
@@ -48,6 +49,8 @@ class DummyLayer(NeuronLayer):
                     f"layer '{self.name}' (kDummy) takes 1 source layer unless "
                     f"dummy_conf.input is true, got {len(srcs)}",
                     field="srclayers",
+                    help="give it exactly one srclayers, or set dummy_conf.input: true with a "
+                    "dummy_conf.shape",
                 )
             self.alloc(srcs[0].data.shape)
 

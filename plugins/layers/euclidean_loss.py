@@ -32,6 +32,9 @@ class EuclideanLossLayer(LossLayer):
                 f"{tuple(pred.shape)} but target '{srcs[1].name}' has {target.size} "
                 f"{tuple(target.shape)}",
                 field="srclayers",
+                help="the prediction and the target need the same number of values: set the "
+                "num_output of the prediction's layer to the target's size, or fix the "
+                "target's shape",
             )
         self.batchsize = int(pred.shape[0])
         self._diff = self.xp.empty(pred.shape, dtype=DTYPE)  # p − t

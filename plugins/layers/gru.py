@@ -114,6 +114,7 @@ class GRULayer(NeuronLayer):
             raise self.error(
                 f"layer '{self.name}': source '{srcs[0].name}' has no data to connect to",
                 field="srclayers",
+                help="give it a source layer that outputs data",
             )
         B = int(x.shape[0])
         self.batchsize, self.vdim, self.hdim = B, int(x.size // B), hdim

@@ -51,6 +51,7 @@ class InnerProductLayer(DefersBias, NeuronLayer):
             raise self.error(
                 f"layer '{self.name}': source '{srcs[0].name}' has no data to connect to",
                 field="srclayers",
+                help="give it a source layer that outputs data",
             )
         self.batchsize = int(src.shape[0])
         self.vdim = int(src.size // self.batchsize)

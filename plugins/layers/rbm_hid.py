@@ -40,6 +40,7 @@ class RBMHidLayer(RBMLayer):
                 f"layer '{self.name}' (kRBMHid) reads a kRBMVis layer; its source "
                 f"'{vis.name}' is a {type(vis).__name__}",
                 field="srclayers",
+                help="set its srclayers to the kRBMVis layer it pairs with",
             )
         batch, vdim = vis.data.shape
         self.vdim = int(vdim)

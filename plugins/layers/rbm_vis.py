@@ -46,6 +46,7 @@ class RBMVisLayer(RBMLayer):
                 f"layer '{self.name}' (kRBMVis) needs a [batch, features...] input as its "
                 f"first source; '{srcs[0].name}' has shape {None if x is None else x.shape}",
                 field="srclayers",
+                help="give it a data layer (or another layer with data) as its first srclayers",
             )
         batch, vdim = int(x.shape[0]), int(np.prod(x.shape[1:]))
         self.vdim = vdim

@@ -102,12 +102,14 @@ class RGBImageLayer(InputLayer):
             raise self.error(
                 f"layer '{self.name}': cannot read meanfile '{path}': {exc}",
                 field="rgbimage_conf",
+                help="check the meanfile path: a BlobProto with one mean value per pixel",
             ) from None
         if mean.size != size:
             raise self.error(
                 f"layer '{self.name}': meanfile '{path}' holds {mean.size} values, expected "
                 f"{size} (one per pixel of a {list(self.image_shape)} image)",
                 field="rgbimage_conf",
+                help="give the mean file of this image size, or fix rgbimage_conf's cropsize",
             )
         return mean
 

@@ -61,6 +61,7 @@ class RNNDummyLayer(NeuronLayer):
                 f"layer '{self.name}' (kRNNDummy) without a source draws from U(low, high) "
                 f"but rnn_dummy_conf.low and high are both {self.low:g}",
                 field="rnn_dummy_conf",
+                help="set rnn_dummy_conf.low below rnn_dummy_conf.high, or give the layer a source",
             )
         self.alloc(shape)
         self._scale = DTYPE(self.high - self.low)

@@ -133,6 +133,8 @@ class ShardDataLayer(InputLayer):
             raise self.error(
                 f"layer '{self.name}': store '{self.path}' has no records",
                 field=self.conf_field,
+                help="point the store's path at a store that holds records (`singa data` "
+                "writes them)",
             )
         return rec
 

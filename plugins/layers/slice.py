@@ -71,6 +71,7 @@ class SliceLayer(NeuronLayer):
                 f"layer '{self.name}': slice_conf.slice_dim {dim} is not a dimension of "
                 f"source '{srcs[0].name}' {tuple(src.shape)}",
                 field="slice_conf",
+                help="set slice_conf.slice_dim to a dimension of the source (0 is the batch)",
             )
         if num <= 0 or src.shape[dim] % num:
             raise self.error(
@@ -110,6 +111,7 @@ class SliceLayer(NeuronLayer):
                     f"layer '{self.name}' (kSlice) has num_slices {self.num_slices} but "
                     f"'{consumer.name}' is consumer number {k + 1}",
                     field="slice_conf",
+                    help="set slice_conf.num_slices to the number of layers that take a part of it",
                 )
             self._slot[consumer] = k
         return k
@@ -122,6 +124,8 @@ class SliceLayer(NeuronLayer):
                 f"layer '{self.name}' (kSlice): part {k} cannot go to '{consumer.name}' "
                 f"(num_slices {self.num_slices}, taken: {sorted(self._slot.values())})",
                 field="slice_conf",
+                help="each consumer takes its own part: set slice_conf.num_slices to one per "
+                "consumer",
             )
         self._slot[consumer] = k
 

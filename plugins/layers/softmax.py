@@ -28,7 +28,9 @@ class SoftmaxLayer(NeuronLayer):
         src = srcs[0].data
         if src is None or src.ndim == 0 or src.size == 0:
             raise self.error(
-                f"layer '{self.name}': source '{srcs[0].name}' has no data", field="srclayers"
+                f"layer '{self.name}': source '{srcs[0].name}' has no data",
+                field="srclayers",
+                help="give it a source layer that outputs data",
             )
         self.batchsize = int(src.shape[0])
         self.dim = int(src.size // self.batchsize)

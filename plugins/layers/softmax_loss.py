@@ -319,6 +319,8 @@ class SoftmaxLossLayer(AbsorbsBias, LossLayer):
             raise self.error(
                 f"layer '{self.name}': source '{srcs[1].name}' provides no labels",
                 field="srclayers",
+                help="give the loss layer a second source that provides labels (the data "
+                "layer, or a kLabel layer)",
             )
         labels = labels[: self.batchsize]
         host = labels if is_host_array(labels) else src.host_copy("labels")
@@ -335,6 +337,9 @@ class SoftmaxLossLayer(AbsorbsBias, LossLayer):
                 f"layer '{self.name}': label {bad} is outside [0, {self.dim}) "
                 f"(the layer has {self.dim} classes)",
                 field="srclayers",
+                help="labels are class indices from 0 to the number of classes - 1: set the "
+                "num_output of the layer before the loss to the number of classes, or fix "
+                "the data's labels",
             )
         return labels
 
@@ -421,6 +426,9 @@ class _SoftmaxLossRun(SequenceRun):
                 f"layer '{copy.name}': label {bad} is outside [0, {first.dim}) "
                 f"(the layer has {first.dim} classes)",
                 field="srclayers",
+                help="labels are class indices from 0 to the number of classes - 1: set the "
+                "num_output of the layer before the loss to the number of classes, or fix "
+                "the data's labels",
             )
         return whole.reshape(self.rows)
 

@@ -44,6 +44,7 @@ class SplitLayer(NeuronLayer):
                     f"layer '{self.name}' (kSplit) has num_splits {self.num_splits} but "
                     f"'{consumer.name}' is consumer number {i + 1}",
                     field="split_conf",
+                    help="set split_conf.num_splits to the number of layers that take its output",
                 )
             self._slot[consumer] = i
             self._used.append(self.grads[i])

@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from singa_core.contracts.errors import SingaError
+from singa_core.contracts.errors import SingaError, SingaWarning
 from singa_core.running.reporting import Reporter
 
 EVENTS = ("display", "validation", "test", "checkpoint")
@@ -252,11 +253,15 @@ def select_engine(host, job, name: str | None):
     engine that supports its cluster configuration."""
     reg = host.registry("engine")
     if name:
-        cls = host.get("engine", name)
+        try:
+            cls = host.get("engine", name)
+        except SingaError as err:  # the name came from --engine (Job(engine=...))
+            raise err.located("--engine") from None
         reason = cls.supports(job)
         if reason:
             raise SingaError(
                 f"engine '{name}' cannot run this job: {reason}",
+                where="--engine",
                 help="choose another --engine (see `singa list-plugins`)",
             )
         return cls
@@ -658,32 +663,52 @@ class Job:
                 print(line, file=self.err)
 
     @staticmethod
-    def _name_newest_checkpoint(err, prepared) -> None:
-        """Add the newest checkpoint (intact: training stopped before writing another) to
-        an error that stopped training."""
-        from singa_core.running.checkpoint import find_resume
+    def _newest_checkpoint_note(prepared, good: str) -> tuple[str | None, str]:
+        """(the checkpoint ``--resume`` would continue from, a note about it) after training
+        stopped: called intact only when it was verified against its manifest; one without
+        a manifest (checked for structure only) is named as not verifiable, never intact."""
+        from singa_core.running.checkpoint import choose_checkpoint
 
-        try:
-            step, files, _ = find_resume(prepared.workspace)
-            err.notes.append(
-                f"the newest checkpoint is {files[0]} (step {step}); it is intact: "
-                "`singa train --resume` continues from it"
+        with warnings.catch_warnings():  # the note says it; no second warning line
+            warnings.simplefilter("ignore", SingaWarning)
+            chosen = choose_checkpoint(prepared.workspace, resume=True)
+        if chosen is None:
+            raise SingaError(
+                "no checkpoint", help="train with checkpoint_freq > 0 to save along the way"
             )
+        named = f"{chosen.files[0]} (step {chosen.step})"
+        resumed = prepared.resume is not None and prepared.resume[0] == chosen.step
+        if not chosen.verified:
+            note = (
+                f"the newest checkpoint is {named}; it has no manifest, so it cannot be "
+                "verified (checked for structure only): it may itself be damaged"
+            )
+            if resumed:
+                note += "; this run resumed from it"
+            return named, note + "; check it before continuing with `singa train --resume`"
+        note = f"the newest {good}checkpoint is {named}; it is intact (its manifest verified it)"
+        if resumed:
+            return named, note + (
+                "; this run resumed from it and stopped before writing another: fix the "
+                "cause first, or `singa train --resume` stops the same way"
+            )
+        return named, note + ": fix the cause and continue with `singa train --resume`"
+
+    @classmethod
+    def _name_newest_checkpoint(cls, err, prepared) -> None:
+        """Add the newest checkpoint (training stopped before writing another) to an error
+        that stopped training: intact only when verified."""
+        try:
+            err.notes.append(cls._newest_checkpoint_note(prepared, "")[1])
         except SingaError:
             err.notes.append("no checkpoint was written before it")
 
-    @staticmethod
-    def _non_finite_stop(err, prepared, reporter) -> None:
-        """A NaN/inf stopped training (exit 3): name the newest good checkpoint, log it."""
-        from singa_core.running.checkpoint import find_resume
-
+    @classmethod
+    def _non_finite_stop(cls, err, prepared, reporter) -> None:
+        """A NaN/inf stopped training (exit 3): name the newest checkpoint, log it."""
         try:
-            step, files, _ = find_resume(prepared.workspace)
-            good = f"{files[0]} (step {step})"
-            err.notes.append(
-                f"the newest good checkpoint is {good}; it is intact: fix the cause and "
-                "continue with `singa train --resume`"
-            )
+            good, note = cls._newest_checkpoint_note(prepared, "good ")
+            err.notes.append(note)
         except SingaError:
             good = None
             err.notes.append("no good checkpoint was written (set checkpoint_freq to save some)")
@@ -749,8 +774,9 @@ class Job:
         """Evaluate the test net over ``steps`` mini-batches (default: test_steps) with the
         Params of ``checkpoints`` (default: the newest checkpoint of the workspace, else
         job.conf's checkpoint_path), as ``singa test``. Returns a :class:`TestResult`."""
-        from singa_core.running.checkpoint import latest_checkpoint
+        from singa_core.running.checkpoint import choose_checkpoint
         from singa_core.running.job import prepare_job
+        from singa_core.running.paths import readable_file_problem
 
         job_copy = type(self.cfg.job)()
         job_copy.CopyFrom(self.cfg.job)
@@ -761,9 +787,12 @@ class Job:
         if checkpoints:
             files = [Path(c) for c in checkpoints]
             for c in files:
-                if not c.exists():
+                problem = readable_file_problem(str(c))
+                if problem is not None and problem != "is a folder, not a file":
                     raise SingaError(
-                        "checkpoint file not found",
+                        "checkpoint file not found"
+                        if problem == "does not exist"
+                        else f"checkpoint file {problem}",
                         where=str(c),
                         help="give a WORKSPACE/checkpoint/step<S>-worker<W> file",
                     )
@@ -773,11 +802,12 @@ class Job:
             # the model this job.conf trained: the newest checkpoint of its workspace (it
             # holds every Param, those fine-tuned from checkpoint_path included); without
             # one, checkpoint_path (e.g. a sampling job that reads another job's model)
-            found = latest_checkpoint(ws) if ws else None
+            # (chosen by the rule every command uses: running.checkpoint.choose_checkpoint)
+            found = choose_checkpoint(ws) if ws else None
             if found is not None:
                 default_files = True
                 del j.checkpoint_path[:]
-                j.checkpoint_path.extend(str(f) for f in found[1])
+                j.checkpoint_path.extend(str(f) for f in found.files)
             elif not j.checkpoint_path:
                 raise SingaError(
                     f"no checkpoint to test: {Path(ws or '.') / 'checkpoint'} has none and "

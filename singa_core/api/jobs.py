@@ -52,7 +52,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from singa_core.contracts.errors import SingaError
-from singa_core.running.fileio import atomic_write_bytes
+from singa_core.running.fileio import atomic_write_bytes, open_regular, read_regular_text
 
 JOBS_DIR_ENV = "SINGA_JOBS_DIR"
 JOB_ID_ENV = "SINGA_JOB_ID"  # given to the training: its metrics' start record names the job
@@ -249,8 +249,8 @@ def _write_json(path: Path, data: dict) -> None:
 def _read_json(path: Path) -> dict | None:
     """A JSON object from ``path``; None when it is missing or unreadable."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        data = json.loads(read_regular_text(path, "job record"))
+    except (OSError, ValueError, SingaError):  # a FIFO there too: refused, never waited on
         return None
     return data if isinstance(data, dict) else None
 
@@ -274,9 +274,11 @@ def read_record(folder: Path) -> JobRecord:
         )
 
     try:
-        text = path.read_text()
+        text = read_regular_text(path, "job record")
     except FileNotFoundError:
         raise damaged("job.json is missing") from None
+    except SingaError as exc:  # a FIFO, a folder, ...: refused without waiting
+        raise damaged(f"job.json cannot be read ({exc.message})") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise damaged(
             f"job.json cannot be read ({getattr(exc, 'strerror', None) or exc})"
@@ -314,8 +316,8 @@ def read_exit(folder: Path) -> dict | None:
     )
     if not ok or (data.get("exit_code") is None and data.get("signal") is None):
         try:
-            shown = _describe(json.loads(path.read_text()))
-        except (OSError, ValueError):
+            shown = _describe(json.loads(read_regular_text(path, "exit record")))
+        except (OSError, ValueError, SingaError):
             shown = "text that is not JSON"
         raise DamagedRecord(
             f"job {folder.name}'s exit record is damaged: exit.json holds {shown}, not an "
@@ -372,10 +374,10 @@ def is_local(record: JobRecord) -> bool:
 
 def _tail(log: Path, size: int = 65536) -> list[str]:
     try:
-        with open(log, "rb") as fh:
+        with open_regular(log, "job log") as fh:
             fh.seek(max(0, fh.seek(0, 2) - size))
             return fh.read().decode(errors="replace").splitlines()
-    except OSError:
+    except (OSError, SingaError):
         return []
 
 
@@ -395,9 +397,9 @@ def _from_log(log: Path) -> tuple[int | None, str]:
     """(the step its run ended at, the engine it ran with) from the job's own log."""
     step, engine = None, ""
     try:
-        with open(log, "rb") as fh:
+        with open_regular(log, "job log") as fh:
             head = fh.read(65536).decode(errors="replace").splitlines()
-    except OSError:
+    except (OSError, SingaError):
         return None, ""
     for line in head:
         m = _ENGINE.match(line)
@@ -420,7 +422,7 @@ def _progress(workspace: Path, job_id: str) -> tuple[int | None, int | None, dic
     metrics: dict[str, float] = {}
     mine = False
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path, "metrics file") as fh:  # a FIFO: refused, not waited on
             for raw in fh:
                 try:
                     rec = json.loads(raw)
@@ -442,7 +444,7 @@ def _progress(workspace: Path, job_id: str) -> tuple[int | None, int | None, dic
                     metrics = {k: rec[k] for k in ("loss", "accuracy") if _is_num(rec.get(k))}
                 elif rec.get("phase") == "test" and _is_num(rec.get("accuracy")):
                     metrics["test accuracy"] = rec["accuracy"]
-    except OSError:
+    except (OSError, SingaError):
         pass
     return step, total, metrics
 

@@ -11,6 +11,7 @@ import sys
 from singa_core.commands.startup import quiet_interrupts, restore_interrupts
 
 with quiet_interrupts():  # Ctrl-C while the command line loads: "interrupted", exit 130
+    import contextlib
     import errno
     import json
     import os
@@ -35,7 +36,14 @@ class _Command(TyperCommand):
     def parse_args(self, ctx, args):
         if any(p.name == "override" for p in self.params):
             _check_override_words(list(args))  # before click's "unexpected extra argument"
-        return super().parse_args(ctx, args)
+        with _usage_errors_located(ctx):
+            return super().parse_args(ctx, args)
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except SingaError as err:  # a command that does not catch its own: the one form too
+            _fail(err)
 
     def collect_usage_pieces(self, ctx) -> list[str]:
         pieces = [self.options_metavar] if self.options_metavar else []
@@ -85,7 +93,12 @@ class _Group(TyperGroup):
 
     def parse_args(self, ctx, args):
         ctx.meta.setdefault("singa.argv", list(args))  # to name the argument of an OSError
-        return super().parse_args(ctx, args)
+        with _usage_errors_located(ctx):
+            return super().parse_args(ctx, args)
+
+    def resolve_command(self, ctx, args):
+        with _usage_errors_located(ctx):  # "No such command"
+            return super().resolve_command(ctx, args)
 
     def invoke(self, ctx):
         try:
@@ -97,6 +110,70 @@ class _Group(TyperGroup):
             if exc.errno != errno.ENAMETOOLONG:
                 raise
             _fail(name_too_long(exc, ctx.meta.get("singa.argv", [])))
+
+
+@contextlib.contextmanager
+def _usage_errors_located(ctx):
+    """click's own usage errors (a missing option or argument, an unknown option or
+    command, a value of the wrong type) in singa's one form: ``singa data --out: error:
+    missing option '--out'`` and a ``help:`` line, exit 2, instead of click's ``Usage: ...
+    / Try ... / Error: ...`` block."""
+    click = _click_exceptions()
+    try:
+        yield
+    except click.NoArgsIsHelpError:
+        raise  # `singa` alone: the help, as asked for
+    except click.UsageError as exc:
+        _fail(usage_error(exc, ctx))
+
+
+def _command_path(ctx) -> str:
+    """``singa data``: the command as typed (whatever name the program was started as)."""
+    if ctx is None:
+        return "singa"
+    return " ".join(["singa", *ctx.command_path.split(" ")[1:]])
+
+
+def _click_exceptions():
+    return _click_module("exceptions")
+
+
+def _click_module(name: str):
+    """A module of the click typer runs on (typer 0.2x vendors its own copy,
+    ``typer._click``; earlier ones use click itself)."""
+    import importlib
+
+    package = TyperCommand.__mro__[1].__module__.rsplit(".", 1)[0]
+    return importlib.import_module(f"{package}.{name}")
+
+
+def usage_error(exc, ctx=None) -> SingaError:
+    """The :class:`SingaError` of a click usage error: located at the command and the
+    option or argument it is about (``singa predict --top-k``), else at the command."""
+    click = _click_exceptions()
+    ctx = exc.ctx or ctx
+    command = _command_path(ctx)
+    name = None
+    if isinstance(exc, (click.NoSuchOption, click.BadOptionUsage)):
+        name = exc.option_name
+    elif getattr(exc, "param", None) is not None:
+        param = exc.param
+        if param.param_type_name == "argument":
+            name = _argument_name(param)
+        else:
+            name = max(param.opts, key=len) if param.opts else param.name
+    what = exc.format_message().strip().rstrip(".") or "bad command line"
+    what = what[0].lower() + what[1:]
+    if isinstance(exc, click.NoSuchOption) and exc.possibilities:
+        what = exc.message.strip().rstrip(".")
+        what = what[0].lower() + what[1:]
+        hint = "did you mean " + " or ".join(exc.possibilities) + "?"
+    elif command == "singa" and "no such command" in what:
+        what, _, guess = what.partition(". Did you mean ")
+        hint = f"did you mean {guess}" if guess else "`singa -h` lists the commands"
+    else:
+        hint = f"`{command} -h` shows its arguments and options"
+    return SingaError(what, where=f"{command} {name}" if name else command, help=hint)
 
 
 def _shown_name(name: str) -> str:
@@ -244,8 +321,21 @@ def _sample_shape_agrees(model, given: list[int] | None) -> None:
 
 
 def _fail(err: SingaError) -> None:
+    """Print a user error in the one form (``WHERE: error: WHAT``, ``help:``) and exit 2
+    (3 for a non-finite stop). An error that names no place is located at the command that
+    met it (``singa train``); one without help points at the command's ``-h``."""
+    _complete(err)
     print(err.format(), file=sys.stderr)
     raise typer.Exit(getattr(err, "exit_code", USER_ERROR_EXIT))  # 3: numeric.NonFiniteError
+
+
+def _complete(err: SingaError) -> SingaError:
+    command = _command_path(_click_module("globals").get_current_context(silent=True))
+    if err.where is None:
+        err.where = command
+    if not err.help:
+        err.help = f"`{command} -h` shows its arguments and options"
+    return err
 
 
 def _host():
@@ -571,17 +661,25 @@ def test(
         ),
     ] = None,
     device: DeviceOpt = None,
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            metavar="N",
+            help="random seed of the test pass (overrides job.conf's seed): a store's "
+            "random_skip, dropout at test time ... repeat with the same N",
+        ),
+    ] = None,
 ) -> None:
     """Evaluate a trained model on the test net (SINGA's -test).
 
-    Loads the newest checkpoint of the job's workspace (else job.conf's checkpoint_path)
-    and prints the test net's metrics over N mini-batches. A job.conf without an updater
-    (e.g. a sampling job) is fine."""
+    Loads the checkpoint of the job's workspace that `singa train --resume` would continue
+    from (else job.conf's checkpoint_path) and prints the test net's metrics over N
+    mini-batches. A job.conf without an updater (e.g. a sampling job) is fine."""
     from singa_core.api.job import Job
 
     _at_least("--steps", steps, 1, "a number of test mini-batches", "--steps 100")
     try:
-        run = Job.from_file(job, override, engine=engine, device=device)
+        run = Job.from_file(job, override, engine=engine, device=device, seed=seed)
         result = run.test(steps, checkpoint)
     except SingaError as err:
         _fail(err)
@@ -746,7 +844,10 @@ def data(
 
     try:
         host = _host()
-        conv_cls = host.get("dataset", name, what="dataset")
+        try:
+            conv_cls = host.get("dataset", name, what="dataset")
+        except SingaError as err:
+            raise err.located(f"singa data {name}") from None
         said: list[str] = []
 
         def log(message: str) -> None:

@@ -99,8 +99,12 @@ def find_raw_files(conv, source: Path | None) -> Path:
             errors.append(f"{name}: {exc}")
     if not errors:
         return cache
+    looked = [str(Path(env) / conv.env_subdir)] if env else []
+    looked.append(str(cache))
     raise SingaError(
-        f"cannot find the raw {conv.name} files",
+        f"cannot find the raw {conv.name} files: looked in {' and '.join(looked)}"
+        + ("" if env else " ($SINGA_DATA is not set)"),
+        where=looked[0],
         notes=tried + [f"download into {cache} failed: {e}" for e in errors],
         help=(
             f"put {', '.join(files)} into a folder and run `singa data {conv.name} --from "

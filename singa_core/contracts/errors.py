@@ -109,9 +109,13 @@ def show_singa_warnings() -> None:
     import warnings
 
     original = warnings.showwarning
+    shown: set[str] = set()  # the same message from two call sites is still one line
 
     def show(message, category, filename, lineno, file=None, line=None):
         if isinstance(category, type) and issubclass(category, SingaWarning):
+            if str(message) in shown:
+                return
+            shown.add(str(message))
             print(f"warning: {message}", file=file or sys.stderr, flush=True)
         else:
             original(message, category, filename, lineno, file, line)

@@ -385,6 +385,8 @@ class Layer:
                 f"layer '{self.name}' ({type(self).__name__}) takes {want} source layer(s), "
                 f"got {n}",
                 field="srclayers",
+                help='list the layer\'s inputs in srclayers (e.g. srclayers: "data"), one line '
+                "each",
             )
 
     def expect_labels(self, src: Layer, batchsize: int) -> None:
@@ -402,6 +404,7 @@ class Layer:
                 f"layer '{self.name}': label source '{src.name}' provides {len(labels)} "
                 f"labels for a batch of {batchsize}",
                 field="srclayers",
+                help="give the label source the batchsize of this layer's data",
             )
 
     def add_metric(self, name: str, value, count: int = 1) -> None:

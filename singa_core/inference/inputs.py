@@ -303,8 +303,21 @@ def read_labels(path: Path | None) -> list[str] | None:
     """Class names, one a line (line i = class i), e.g. the labels.txt of singa data images."""
     if path is None:
         return None
-    try:
-        return [line.rstrip("\n") for line in Path(path).read_text(encoding="utf-8").splitlines()]
+    from singa_core.running.fileio import read_regular_text
+
+    try:  # a FIFO (or device) is refused at once, never waited on
+        return [
+            line.rstrip("\n") for line in read_regular_text(path, "class names file").splitlines()
+        ]
+    except SingaError as err:
+        err.help = "give a text file with one class name a line"
+        raise
+    except UnicodeDecodeError as exc:
+        raise SingaError(
+            f"cannot read class names: not UTF-8 text ({exc.reason} at byte {exc.start})",
+            where=str(path),
+            help="give a text file with one class name a line",
+        ) from None
     except OSError as exc:
         raise SingaError(
             f"cannot read class names: {exc.strerror}",

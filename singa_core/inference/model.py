@@ -45,28 +45,34 @@ BATCH = 64
 
 def checkpoint_files(workspace: str | Path | None, checkpoint=None, fallback=()) -> list[Path]:
     """The checkpoint files a model loads: ``checkpoint`` (a file, a checkpoint folder or a
-    workspace: its newest step), else the newest step of ``workspace``, else ``fallback``
-    (job.conf's checkpoint_path)."""
-    from singa_core.running.checkpoint import latest_checkpoint
+    workspace: the step :func:`~singa_core.running.checkpoint.choose_checkpoint` picks
+    there), else the step it picks in ``workspace``, else ``fallback`` (job.conf's
+    checkpoint_path). The same rule as ``singa train --resume``'s."""
+    from singa_core.running.checkpoint import choose_checkpoint
+    from singa_core.running.paths import readable_file_problem
 
     if checkpoint is not None:
         path = Path(checkpoint)
-        if path.is_file():
-            return [path]
-        what = "checkpoint not found"
-        if path.is_dir():  # a checkpoint folder or a workspace: its newest step
-            found = latest_checkpoint(path.parent if path.name == "checkpoint" else path)
-            if found is not None:
-                return list(found[1])
+        if path.is_dir():  # a checkpoint folder or a workspace: the step the rule picks
+            chosen = choose_checkpoint(path.parent if path.name == "checkpoint" else path)
+            if chosen is not None:
+                return list(chosen.files)
             what = "no checkpoint in this folder"
+        else:
+            problem = readable_file_problem(str(path))
+            if problem is None:
+                return [path]
+            # a FIFO, a device, ...: refused, never opened (it could block forever)
+            what = "checkpoint not found" if problem == "does not exist" else problem
+            what = what if what == "checkpoint not found" else f"checkpoint {what}"
         raise SingaError(
             what,
             where=str(path),
             help="give a WORKSPACE/checkpoint/step<S>-worker<W> file, its folder or the workspace",
         )
-    found = latest_checkpoint(workspace) if workspace else None
-    if found is not None:
-        return list(found[1])
+    chosen = choose_checkpoint(workspace) if workspace else None
+    if chosen is not None:
+        return list(chosen.files)
     if fallback:
         return [Path(f) for f in fallback]
     raise SingaError(
@@ -78,10 +84,10 @@ def checkpoint_files(workspace: str | Path | None, checkpoint=None, fallback=())
 
 
 def from_workspace(workspace, checkpoint=None) -> bool:
-    """Whether :func:`checkpoint_files` picks the workspace's newest checkpoint."""
-    from singa_core.running.checkpoint import latest_checkpoint
+    """Whether :func:`checkpoint_files` picks a checkpoint of the workspace by the rule."""
+    from singa_core.running.checkpoint import checkpoint_steps
 
-    return checkpoint is None and bool(workspace) and latest_checkpoint(workspace) is not None
+    return checkpoint is None and bool(workspace) and bool(checkpoint_steps(workspace))
 
 
 def checkpoint_report(files, workspace=None, *, default: bool = True) -> list[str]:

@@ -13,6 +13,7 @@ of the enclosing message.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -290,20 +291,46 @@ def _too_big(path, size: int) -> SingaError:
     )
 
 
+def _read_regular(p: Path) -> bytes:
+    """The bytes of job.conf, opened ``O_NONBLOCK`` and checked with ``fstat``: a named
+    pipe (or device, socket) given as job.conf is refused at once instead of blocking the
+    read until something writes to it."""
+    import stat
+
+    fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(str(p))
+        if not stat.S_ISREG(mode):
+            kind = "a named pipe" if stat.S_ISFIFO(mode) else "a device or socket"
+            raise SingaError(
+                f"{p} is {kind}, not a file",
+                where=str(p),
+                help="give the path of a job.conf file, e.g. examples/mnist/job.conf",
+            )
+        with open(fd, "rb", closefd=False) as fh:
+            return fh.read()
+    finally:
+        os.close(fd)
+
+
 def load_job(path: str | Path, overrides: list[str] = ()) -> JobConfig:
     """Read and parse a job.conf, then apply ``-o key=value`` overrides."""
     p = Path(path)
     try:
-        raw = p.read_bytes()
+        raw = _read_regular(p)
         text = raw.decode("utf-8")
     except FileNotFoundError:
         raise SingaError(
             f"job configuration file not found: {path}",
+            where=str(path),
             help="give the path of a job.conf file, e.g. examples/mnist/job.conf",
         ) from None
     except IsADirectoryError:
         raise SingaError(
             f"{path} is a directory, not a job.conf file",
+            where=str(path),
             help="give the path of the job.conf inside it",
         ) from None
     except UnicodeDecodeError as exc:
@@ -457,7 +484,12 @@ def apply_override(cfg: JobConfig, override: str) -> None:
                 msg = _field_value(msg, fd)
             continue
         if not last:
-            raise SingaError(f'"{name}" is not a message', where=where, help=None)
+            raise SingaError(
+                f'"{name}" is not a message',
+                where=where,
+                help="only the last part of a field path can be a value; the parts before it "
+                "name messages",
+            )
         text_value = value
         if fd.type == fd.TYPE_STRING and value[:1] not in ("'", '"'):
             text_value = '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'

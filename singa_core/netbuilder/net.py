@@ -51,6 +51,44 @@ def stable_seed(*parts) -> list[int]:
 GRAPH_TRANSFORMS: list[Callable] = [unroll, partition]
 
 
+def _check_time_steps(net) -> None:
+    """A source of time steps (a layer with ``unroll_len`` > 1 and ``output_for``, such as
+    kCharRNN: ``char_rnn_conf.unroll_len``) read by fewer unrolled copies than the steps it
+    provides skipped the rest of every window without a word (``neuralnet.unroll_len`` 3
+    with the data's 5 trained on 3 characters of each 5): refused, at the data's field. (More
+    copies than steps is refused by the source itself, when a copy asks for its step.)"""
+    for layer in net.layers:
+        steps = getattr(layer, "unroll_len", None)
+        if not isinstance(steps, int) or steps <= 1 or not hasattr(layer, "output_for"):
+            continue
+        copies = [
+            int(getattr(reader, "unroll_index", 0) or 0) + 1
+            for reader in net.layers
+            if layer.name in net.specs[reader.name].srcs
+        ]
+        if copies and max(copies) < steps:
+            raise layer.error(
+                f"layer '{layer.name}' provides {steps} time steps a window, but the layers "
+                f"reading it are unrolled over {max(copies)} (neuralnet.unroll_len or their "
+                f"own unroll_len): the other {steps - max(copies)} steps of every window "
+                "would never be trained on",
+                field=_steps_field(layer),
+                help=f"give the data and the net the same unroll_len ({max(copies)} or {steps})",
+            )
+
+
+def _steps_field(layer) -> str | None:
+    """The config field that sets a time-step source's steps (``char_rnn_conf.unroll_len``),
+    when the layer's conf has one."""
+    conf = getattr(layer, "conf", None)
+    for field, _value in conf.ListFields() if conf is not None else ():
+        if field.message_type is not None and any(
+            f.name == "unroll_len" for f in field.message_type.fields
+        ):
+            return f"{field.name}.unroll_len"
+    return None
+
+
 class NeuralNet:
     """Layers in topological order, their source lists, and all Params."""
 
@@ -204,6 +242,7 @@ class NeuralNet:
             for i, name in enumerate(net.specs[layer.name].srcs):
                 if srcs[i] is None:
                     srcs[i] = net.by_name[name].output_for(layer)
+        _check_time_steps(net)
         _bind_params(net, locate, get_plugin, seed, init_params)
         fuse_biases(net)  # on a device: a bias added in its consumer's launch (fusion.py)
         return net

@@ -17,6 +17,7 @@ from __future__ import annotations
 import heapq
 import os
 
+from singa_core.contracts.errors import SingaError
 from singa_core.contracts.names import split_unrolled_name
 from singa_core.contracts.sequences import SequenceArena, SequenceSlot
 
@@ -60,8 +61,23 @@ def transfer_slot(src, consumer, arenas: dict) -> SequenceSlot | None:
     return SequenceSlot(arena, s.index)
 
 
+_ON, _OFF = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
 def runs_enabled() -> bool:
-    return os.environ.get(ENV_SWITCH, "1").strip().lower() not in ("0", "false", "no", "off")
+    """Whether the unrolled copies of a layer run as one (``SINGA_SEQUENCE_RUNS``: on unless
+    set to 0/false/no/off); any other value is refused, never taken as either."""
+    value = os.environ.get(ENV_SWITCH, "1").strip().lower()
+    if value in _ON or value == "":
+        return True
+    if value in _OFF:
+        return False
+    raise SingaError(
+        f"{ENV_SWITCH}={os.environ[ENV_SWITCH]!r} is neither on nor off",
+        where=ENV_SWITCH,
+        help=f"set {ENV_SWITCH} to one of {', '.join(_ON)} (the copies of an unrolled layer "
+        f"run as one, the default) or {', '.join(_OFF)} (each copy by itself), or unset it",
+    )
 
 
 def plan_units(net) -> list:

@@ -56,7 +56,13 @@ from singa_core.contracts.device import to_host
 from singa_core.contracts.errors import SingaError, SingaWarning
 from singa_core.contracts.layer import load_metric_state, metric_state
 from singa_core.contracts.param import DTYPE
-from singa_core.running.fileio import atomic_write_bytes
+from singa_core.running.fileio import (
+    atomic_write_bytes,
+    not_a_file_problem,
+    open_regular,
+    read_regular_bytes,
+    read_regular_text,
+)
 
 _STEP_FILE = re.compile(r"^step(\d+)-worker(\d+)$")
 _KEEP_FILE = re.compile(r"^step(\d+)\.keep$")
@@ -443,7 +449,7 @@ def read_manifest_doc(params_path: str | Path) -> dict | None:
     was written), checked; None when it has none."""
     mp = manifest_path(params_path)
     try:
-        raw = mp.read_bytes()
+        raw = read_regular_bytes(mp, "checkpoint manifest")  # a FIFO is refused, not waited on
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -504,24 +510,38 @@ def _file_size(p: Path, what: str) -> int:
             "resuming needs both step<S>-worker<W> and its .state.npz",
         ) from None
     except OSError as exc:
-        raise SingaError(f"cannot read {what}: {exc.strerror or exc}", where=str(p)) from None
+        raise SingaError(
+            f"cannot read {what}: {exc.strerror or exc}",
+            where=str(p),
+            help="check the file's permissions and the disk (the kernel log names I/O errors)",
+        ) from None
     if p.is_dir():
         raise SingaError(
             f"{what} is a folder",
             where=str(p),
             help="give a checkpoint file such as WORKSPACE/checkpoint/step1000-worker0",
         )
+    problem = not_a_file_problem(p.stat().st_mode)
+    if problem is not None:  # a FIFO would block the read below until a writer appeared
+        raise SingaError(
+            f"{what} {p} {problem}",
+            where=str(p),
+            help="a checkpoint is regular files (step<S>-worker<W>, its .state.npz and "
+            ".manifest.json); remove what is there instead, or pick another step",
+        )
     return size
 
 
 def _open(p: Path, what: str):
+    """``p`` opened for reading; anything but a regular file is refused without blocking
+    (:func:`~singa_core.running.fileio.open_regular`)."""
     try:
-        return open(p, "rb", buffering=1 << 20)  # noqa: SIM115 - the caller closes it
-    except OSError as exc:
+        return open_regular(p, what, buffering=1 << 20)
+    except FileNotFoundError:
         raise SingaError(
-            f"cannot read {what}: {exc.strerror or exc}",
+            f"{what} not found",
             where=str(p),
-            help="check that it is a regular, readable file",
+            help="it was there a moment ago: another process removed it; try again",
         ) from None
 
 
@@ -549,7 +569,9 @@ def verify_file(path: str | Path, what: str = "checkpoint file") -> int:
                 n += len(chunk)
         except OSError as exc:
             raise SingaError(
-                f"cannot read {what}: {exc.strerror or exc}", where=str(path)
+                f"cannot read {what}: {exc.strerror or exc}",
+                where=str(path),
+                help="check the file's permissions and the disk (the kernel log names I/O errors)",
             ) from None
     found = sha.hexdigest()
     if found != entry["sha256"] or n != entry["bytes"]:
@@ -595,7 +617,9 @@ def iter_params(path: str | Path):
                 yield rec
         except OSError as exc:
             raise SingaError(
-                f"cannot read checkpoint file: {exc.strerror or exc}", where=str(path)
+                f"cannot read checkpoint file: {exc.strerror or exc}",
+                where=str(path),
+                help="check the file's permissions and the disk (the kernel log names I/O errors)",
             ) from None
     if not count:
         raise SingaError(
@@ -672,8 +696,9 @@ class StateArrays(Mapping):
         if key not in self._names:
             raise KeyError(key)
         try:
-            with np.load(self.path, allow_pickle=False) as z:
-                return z[f"a/{key}"]
+            with _open(Path(self.path), "training-state file") as fh:
+                with np.load(fh, allow_pickle=False) as z:
+                    return z[f"a/{key}"]
         except _STATE_ERRORS as exc:
             raise _corrupt_state(self.path, exc) from None
 
@@ -689,7 +714,7 @@ def _load_state(
 ) -> tuple[dict, Mapping[str, np.ndarray]]:
     verify_file(path, "training-state file")
     try:
-        with np.load(str(path), allow_pickle=False) as z:
+        with _open(Path(path), "training-state file") as fh, np.load(fh, allow_pickle=False) as z:
             meta = json.loads(bytes(z["meta"]).decode())
             if not isinstance(meta, dict) or not isinstance(meta.get("step"), int):
                 raise ValueError("its metadata has no step")
@@ -812,8 +837,8 @@ def _run_record(workspace: str | Path) -> dict:
     import socket
 
     try:
-        holder = json.loads((Path(workspace) / ".singa.lock.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        holder = json.loads(read_regular_text(Path(workspace) / ".singa.lock.json", "lock record"))
+    except (OSError, ValueError, SingaError):
         holder = {}
     if not isinstance(holder, dict):
         holder = {}
@@ -957,41 +982,112 @@ def marked_steps(workspace: str | Path) -> set[int]:
     return {int(m.group(1)) for f in d.iterdir() if (m := _KEEP_FILE.match(f.name))}
 
 
-def find_resume(workspace: str | Path, step: int | None = None) -> tuple[int, list[Path], dict]:
-    """(step, param files, state metadata) of the checkpoint to resume from: ``step``, or
-    the newest. A damaged one is refused; for the newest, the error names the newest intact
-    checkpoint, which ``--resume-from`` continues from."""
-    d = checkpoint_dir(workspace)
-    steps = checkpoint_steps(workspace)
+@dataclass
+class ChosenCheckpoint:
+    """The checkpoint :func:`choose_checkpoint` picked: its step, params files, the
+    training-state metadata of the first, and whether every file was verified against its
+    manifest (False: no manifest, checked for structure only)."""
+
+    step: int
+    files: list[Path]
+    meta: dict
+    verified: bool
+
+
+def _trained_aside(workspace: Path) -> tuple[int, Path] | None:
+    """The newest step above 0 in a folder an earlier run's checkpoints were moved to
+    (``WORKSPACE/checkpoint.before-*``), with its first params file, or None."""
+    best = None
+    for d in sorted(workspace.glob("checkpoint.before-*")):
+        if not d.is_dir():
+            continue
+        for f in d.iterdir():
+            m = _STEP_FILE.match(f.name)
+            if m and int(m.group(1)) > 0 and Path(str(f) + STATE_SUFFIX).exists():
+                if best is None or int(m.group(1)) > best[0]:
+                    best = (int(m.group(1)), f)
+    return best
+
+
+def choose_checkpoint(
+    workspace: str | Path, step: int | None = None, *, resume: bool = False
+) -> ChosenCheckpoint | None:
+    """THE rule for which checkpoint of ``workspace`` a command uses when none is named:
+    ``singa train --resume``, ``singa test``, ``singa predict``, ``singa export`` and
+    ``Job.model()`` all call this (docs/guide/checkpoints.md, "Which checkpoint").
+
+    * ``step`` given (``--resume-from STEP``): that step, verified; else
+    * the newest step whose files all have a manifest wins over newer ones without (which
+      cannot be verified), with a warning naming the steps passed over; when no step has a
+      manifest, the newest;
+    * an untrained step-0 checkpoint is never taken silently while a trained one exists
+      (a newer one without manifest here, or one an earlier run's start moved aside to
+      ``checkpoint.before-*``): that is an error naming both, whose help says how to ask
+      for either explicitly;
+    * the choice is verified (digests, else structure); a damaged one is refused, naming
+      the newest intact one.
+
+    None when the workspace has no complete checkpoint. ``resume`` words the messages for
+    ``--resume`` (``--resume-from STEP``) instead of ``--checkpoint FILE``."""
+    ws = Path(workspace)
+    d = checkpoint_dir(ws)
+    steps = checkpoint_steps(ws)
     if not steps:
-        raise SingaError(
-            f"--resume: no checkpoint in {d}",
-            help="train without --resume first, with checkpoint_freq > 0 to save along the way",
-        )
+        return None
+
+    def pick(s: int) -> str:
+        return f"--resume-from {s}" if resume else f"--checkpoint {steps[s][0]}"
+
     if step is not None:
         if step not in steps:
             raise SingaError(
-                f"--resume-from {step}: {d} has no complete checkpoint of step {step}",
+                f"{'--resume-from' if resume else 'checkpoint step'} {step}: {d} has no "
+                f"complete checkpoint of step {step}",
+                where=str(d),
                 help="steps there: " + ", ".join(str(s) for s in sorted(steps)),
             )
-        return step, steps[step], verify_checkpoint(steps[step])
+        files = steps[step]
+        return ChosenCheckpoint(step, files, verify_checkpoint(files), _has_manifest(files))
     newest = max(steps)
-    # a checkpoint of singa's own without its manifest cannot be verified: never continue
-    # from it while one that can be verified exists (the write order makes it something a
-    # kill under an older singa, or a lost manifest, left)
+    # a checkpoint of singa's own without its manifest cannot be verified: never take it
+    # while one that can be verified exists (the write order makes it something a kill
+    # under an older singa, or a lost manifest, left)
     verifiable = [s for s in sorted(steps, reverse=True) if _has_manifest(steps[s])]
+    skipped: list[int] = []
     if verifiable and verifiable[0] != newest:
-        skipped = [s for s in steps if s > verifiable[0]]
-        warnings.warn(
-            f"--resume: the checkpoint(s) of step {', '.join(map(str, sorted(skipped)))} in "
-            f"{d} have no manifest and cannot be verified; continuing from step "
-            f"{verifiable[0]}, the newest verifiable one (--resume-from STEP picks another)",
-            SingaWarning,
-            stacklevel=2,
-        )
+        skipped = sorted(s for s in steps if s > verifiable[0])
         newest = verifiable[0]
+    if newest == 0:
+        trained = None
+        if skipped:
+            trained = (skipped[-1], steps[skipped[-1]][0], "has no manifest (not verifiable)")
+        else:
+            aside = _trained_aside(ws)
+            if aside is not None:
+                trained = (aside[0], aside[1], "was moved aside when a new run started")
+        if trained is not None:
+            s, f, why = trained
+            other = f"--resume-from {s}" if resume and f.parent == d else f"--checkpoint {f}"
+            if resume and f.parent != d:
+                other = f"move {d} away and {f.parent} back to {d}, then --resume"
+            raise SingaError(
+                f"the checkpoint to use by default is step 0, an untrained model, but {f} "
+                f"holds step {s}, a trained one that {why}",
+                where=str(d),
+                help=f"ask for one explicitly: {other} for the trained model, or "
+                f"{pick(0)} for the untrained one",
+            )
+    if skipped:
+        warnings.warn(
+            f"{'--resume: ' if resume else ''}the checkpoint(s) of step "
+            f"{', '.join(map(str, skipped))} in {d} have no manifest and cannot be verified; "
+            f"{'continuing from' if resume else 'using'} step {newest}, the newest verifiable "
+            f"one ({'--resume-from STEP' if resume else '--checkpoint FILE'} picks another)",
+            SingaWarning,
+            stacklevel=3,
+        )
     try:
-        return newest, steps[newest], verify_checkpoint(steps[newest])
+        meta = verify_checkpoint(steps[newest])
     except SingaError as err:
         intact = None
         for s in sorted(verifiable or steps, reverse=True):
@@ -1004,16 +1100,39 @@ def find_resume(workspace: str | Path, step: int | None = None) -> tuple[int, li
             intact = s
             break
         if intact is None:
-            note, help_ = "no older checkpoint is intact", "start a new run without --resume"
+            note = "no older checkpoint is intact"
+            help_ = (
+                "start a new run without --resume"
+                if resume
+                else "train again, or give --checkpoint FILE of another run"
+            )
         else:
             note = f"the newest intact checkpoint is step {intact} ({steps[intact][0]})"
-            help_ = f"continue from it with `singa train --resume-from {intact}`"
+            help_ = (
+                f"continue from it with `singa train --resume-from {intact}`"
+                if resume
+                else f"use it with {pick(intact)}"
+            )
         raise SingaError(
             f"the newest checkpoint (step {newest}) is damaged: {err.message}",
             where=err.where,
             notes=[note],
             help=help_,
         ) from None
+    return ChosenCheckpoint(newest, steps[newest], meta, newest in verifiable)
+
+
+def find_resume(workspace: str | Path, step: int | None = None) -> tuple[int, list[Path], dict]:
+    """(step, param files, state metadata) of the checkpoint to resume from: ``step``, or
+    the one :func:`choose_checkpoint` picks."""
+    chosen = choose_checkpoint(workspace, step, resume=True)
+    if chosen is None:
+        raise SingaError(
+            f"--resume: no checkpoint in {checkpoint_dir(workspace)}",
+            where=str(workspace),
+            help="train without --resume first, with checkpoint_freq > 0 to save along the way",
+        )
+    return chosen.step, chosen.files, chosen.meta
 
 
 def prune_checkpoints(workspace: str | Path, keep: int, *, newest: int) -> list[int]:

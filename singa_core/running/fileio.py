@@ -220,3 +220,80 @@ def atomic_write_bytes(path, data: bytes, what: str = "file") -> None:
     except BaseException:
         out.abort()
         raise
+
+
+def not_a_file_problem(mode: int) -> str | None:
+    """What is wrong with a path of this ``st_mode`` as a file to read: None for a regular
+    file, else the phrase every refusal uses ("is a named pipe, not a file")."""
+    if stat.S_ISREG(mode):
+        return None
+    from singa_core.running.paths import _kind
+
+    return f"is {_kind(mode)}, not a file"
+
+
+def open_regular(path, what: str = "file", *, text: bool = False, buffering: int = -1):
+    """``path`` opened for reading, refused unless it is a regular file.
+
+    The file is opened ``O_NONBLOCK`` and checked with ``fstat`` on the open descriptor, so
+    a named pipe (FIFO) planted where singa expects a file (a checkpoint, a manifest, a
+    metrics file, a lock record) is refused at once, with the message an explicit path gets
+    ("checkpoint file PATH is a named pipe, not a file"), instead of blocking in ``open()``
+    until a writer appears; a device or socket likewise. A missing file raises
+    ``FileNotFoundError`` (callers decide whether that is an error); any other failure is a
+    located :class:`SingaError`."""
+    shown = os.fspath(path)
+    try:
+        fd = os.open(shown, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except IsADirectoryError:
+        raise SingaError(
+            f"{what} {shown} is a folder, not a file",
+            where=shown,
+            help="singa reads only regular files here; move the folder away",
+        ) from None
+    except OSError as exc:
+        raise SingaError(
+            f"cannot read {what} {shown}: {exc.strerror or exc}",
+            where=shown,
+            help="check that it is a regular, readable file",
+        ) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        problem = not_a_file_problem(mode)
+        if problem is not None:
+            raise SingaError(
+                f"{what} {shown} {problem}",
+                where=shown,
+                help="singa reads only regular files here (a FIFO would block it forever); "
+                "remove it or move it away",
+            )
+        import fcntl
+
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        if text:
+            return open(fd, encoding="utf-8", buffering=buffering)  # noqa: SIM115
+        return open(fd, "rb", buffering=buffering)  # noqa: SIM115 - the caller closes it
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular_bytes(path, what: str = "file") -> bytes:
+    """The bytes of the regular file ``path`` (see :func:`open_regular`)."""
+    with open_regular(path, what) as fh:
+        try:
+            return fh.read()
+        except OSError as exc:
+            raise SingaError(
+                f"cannot read {what} {os.fspath(path)}: {exc.strerror or exc}",
+                where=os.fspath(path),
+                help="check that it is a regular, readable file",
+            ) from None
+
+
+def read_regular_text(path, what: str = "file") -> str:
+    """The UTF-8 text of the regular file ``path`` (``UnicodeDecodeError``, a ValueError,
+    for bytes that are not UTF-8, as ``Path.read_text`` raises)."""
+    return read_regular_bytes(path, what).decode("utf-8")

@@ -283,6 +283,9 @@ def prepare_job(
             help="set a positive number of steps, e.g. `train_steps: 1000`",
         )
     check_limits(cfg)  # negative counts, sizes, shapes (a JobProto built in Python too)
+    from singa_core.netbuilder.sequences import runs_enabled
+
+    runs_enabled()  # SINGA_SEQUENCE_RUNS neither on nor off: refused before anything runs
     if not job.HasField("neuralnet") or not job.neuralnet.layer:
         raise SingaError(
             "job.conf defines no layers",

@@ -233,6 +233,10 @@ class NumericGuard:
         """Everything non-finite, in the order a step computes it: Param values (the step's
         inputs) and layer outputs in net order, metrics, then output and Param gradients in
         backward (reverse net) order. The first is where the step went wrong."""
+        return [text for text, _ in self._findings()]
+
+    def _findings(self) -> list[tuple[str, object]]:
+        """:meth:`findings`, each with the layer it is about."""
 
         def bad(a) -> bool:
             return (
@@ -244,29 +248,43 @@ class NumericGuard:
         for layer in layers:
             for p in layer.params:
                 if p.is_owner and bad(p.value):
-                    out.append(f"Param '{p.name}' of layer '{layer.name}' ({_describe(p.value)})")
+                    text = f"Param '{p.name}' of layer '{layer.name}' ({_describe(p.value)})"
+                    out.append((text, layer))
             if bad(layer.data):
-                out.append(f"the output of layer '{layer.name}' ({_describe(layer.data)})")
+                out.append((f"the output of layer '{layer.name}' ({_describe(layer.data)})", layer))
         for layer in layers:
             for k, v in host_metric_sums(layer).items():
                 if not math.isfinite(v):
-                    out.append(f"metric '{k}' of layer '{layer.name}' ({v})")
+                    out.append((f"metric '{k}' of layer '{layer.name}' ({v})", layer))
         for layer in reversed(layers):
             if bad(layer.grad):
-                out.append(f"the output gradient of layer '{layer.name}' ({_describe(layer.grad)})")
+                text = f"the output gradient of layer '{layer.name}' ({_describe(layer.grad)})"
+                out.append((text, layer))
             for p in layer.params:
                 if p.grad_owner is p and bad(p.grad):
                     out.append(
-                        f"the gradient of Param '{p.name}' of layer '{layer.name}' "
-                        f"({_describe(p.grad)})"
+                        (
+                            f"the gradient of Param '{p.name}' of layer '{layer.name}' "
+                            f"({_describe(p.grad)})",
+                            layer,
+                        )
                     )
         return out
 
     def _raise(self, step: int) -> None:
-        found = self.findings() or ["a value of the net"]
+        pairs = self._findings()
+        found = [text for text, _ in pairs] or ["a value of the net"]
+        where = None
+        if pairs:  # located at the job.conf line of the first layer that went non-finite
+            ctx = getattr(pairs[0][1], "ctx", None)
+            try:
+                where = ctx.locate(None) if ctx is not None else None
+            except Exception:  # a plugin's context without a location: the message says
+                where = None
         raise NonFiniteError(
             f"training went non-finite at step {step}: first {found[0]}",
             step=step,
+            where=where,
             notes=[f"also {f}" for f in found[1:6]]
             + ([f"and {len(found) - 6} more"] if len(found) > 6 else []),
             help="lower the learning rate (updater.learning_rate.base_lr) or check the data "

@@ -54,8 +54,10 @@ def rewind_metrics(path: Path, step: int, evaluated=()) -> int:
     evaluations after ``step``, and evaluations at ``step`` not in ``evaluated`` (those the
     checkpoint says had run). Partial lines of a killed run go too. Returns the number of
     lines dropped."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+    from singa_core.running.fileio import read_regular_text
+
+    try:  # a FIFO in its place is refused at once, never waited on
+        lines = read_regular_text(path, "metrics file").splitlines()
     except FileNotFoundError:
         return 0
     recs = []
@@ -89,8 +91,10 @@ def cut_torn_line(path: Path) -> int:
     """Cut a last line without its newline from ``path`` (metrics.jsonl): a record torn by
     a full disk or a kill, which the next append would glue to the run's first record.
     Returns the number of bytes cut (0 when the file ends in a newline or is absent)."""
+    from singa_core.running.fileio import open_regular
+
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path, "metrics file") as fh:  # a FIFO: refused, not waited on
             size = fh.seek(0, 2)
             if size == 0:
                 return 0
@@ -147,9 +151,16 @@ def stop_note() -> str:
 
 
 def format_metrics(metrics: dict[str, float]) -> str:
+    """``loss = 0.316456, accuracy = 0.930000, ...``. Beside a non-finite loss the other
+    metrics of the same outputs (accuracy, ...) read ``n/a``: computed from NaN outputs they
+    mean nothing (an argmax of NaNs gave ``accuracy = 1.000000``); ``lr`` stays."""
+    loss = metrics.get("loss")
+    diverged = isinstance(loss, float) and not math.isfinite(loss)
     parts = []
     for k, v in metrics.items():
-        if isinstance(v, float) and (abs(v) >= 1e-3 or v == 0) and math.isfinite(v):
+        if diverged and k not in ("loss", "lr"):
+            parts.append(f"{k} = n/a")
+        elif isinstance(v, float) and (abs(v) >= 1e-3 or v == 0) and math.isfinite(v):
             parts.append(f"{k} = {v:.6f}")
         else:
             parts.append(f"{k} = {v:.6g}")

@@ -79,8 +79,14 @@ def _import_summary_writer():
 
 def _import_event_parts():
     """tensorboardX's event protos, summary builders and masked CRC, without PyTorch."""
+    import logging
+
     _import_summary_writer()  # the same import guard (no torch)
     from tensorboardX import summary
+
+    # a NaN loss is written as NaN (TensorBoard draws it); tensorboardX's own line for it,
+    # "NaN or Inf found in input tensor.", is not printed: the numeric guard says where
+    logging.getLogger("tensorboardX.x2num").setLevel(logging.ERROR)
     from tensorboardX.proto.event_pb2 import Event, SessionLog
     from tensorboardX.record_writer import masked_crc32c
 

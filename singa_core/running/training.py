@@ -29,6 +29,8 @@ import signal
 import time
 from collections.abc import Callable
 
+import numpy as np
+
 from singa_core.contracts.layer import kTest, kVal, pop_metrics_of
 from singa_core.contracts.names import base_layer_name, split_replica_name
 from singa_core.contracts.stub import ParamStub
@@ -40,6 +42,15 @@ from singa_core.running.tensorboard import GradientHistograms, param_histograms
 
 class EvaluationStopped(Exception):
     """A stop request cut an evaluation pass short (internal to :class:`TrainingLoop`)."""
+
+
+def quiet_float_errors():
+    """numpy's floating-point warnings off for a pass over a net: an overflow or a NaN in a
+    layer printed a raw ``RuntimeWarning`` with numpy's file and source line. The numeric
+    guard (running/numeric.py) checks every output, gradient, Param and loss after each
+    step and reports a divergence once, located at the first layer or Param that went
+    non-finite; nothing is hidden that it does not say."""
+    return np.errstate(over="ignore", invalid="ignore", divide="ignore")
 
 
 def fires(step: int, freq: int, after: int) -> bool:
@@ -118,6 +129,10 @@ class TrainingLoop:
         self.param_histograms = getattr(reporter, "param_histograms", False) is True
 
     def evaluate(self, phase: int, steps: int, step: int | None = None) -> dict[str, float]:
+        with quiet_float_errors():
+            return self._evaluate(phase, steps, step)
+
+    def _evaluate(self, phase: int, steps: int, step: int | None = None) -> dict[str, float]:
         net = self.nets[phase]
         t0 = time.perf_counter()
         self.reporter.begin("test" if phase == kTest else "validation")
@@ -154,6 +169,12 @@ class TrainingLoop:
         """Train from ``start_step``; returns (final step, last checkpoint, interrupted).
         ``done_evaluations``: the evaluations ("validation", "test") the interrupted run
         already logged at ``start_step`` (from the checkpoint), not run again."""
+        with quiet_float_errors():
+            return self._run(start_step, resumed=resumed, done_evaluations=done_evaluations)
+
+    def _run(
+        self, start_step: int, *, resumed: bool = False, done_evaluations=()
+    ) -> tuple[int, str | None, bool]:
         job = self.job
         step = start_step
         last_ckpt = None

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from singa_core.contracts.errors import SingaError
-from singa_core.running.fileio import atomic_write_bytes
+from singa_core.running.fileio import atomic_write_bytes, not_a_file_problem, read_regular_text
 
 LOCK_NAME = ".singa.lock"
 INFO_NAME = ".singa.lock.json"
@@ -51,8 +51,8 @@ def _holder_text(info: dict | None) -> str:
 def read_holder(workspace: str | Path) -> dict | None:
     """What the holder of the workspace's lock recorded about itself, or None."""
     try:
-        doc = json.loads((Path(workspace) / INFO_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        doc = json.loads(read_regular_text(Path(workspace) / INFO_NAME, "lock record"))
+    except (OSError, ValueError, SingaError):  # a FIFO there: no record, never a wait
         return None
     return doc if isinstance(doc, dict) else None
 
@@ -79,13 +79,23 @@ class WorkspaceLock:
 
         try:
             self.workspace.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            # O_NONBLOCK: a FIFO in the lock's place is refused below, never waited on
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
         except OSError as exc:
             raise SingaError(
                 f"cannot create the workspace lock {self.path}: {exc.strerror or exc}",
                 where=str(self.workspace),
                 help="choose a workspace folder that exists or can be created and is writable",
             ) from None
+        problem = not_a_file_problem(os.fstat(fd).st_mode)
+        if problem is not None:
+            os.close(fd)
+            raise SingaError(
+                f"workspace lock {self.path} {problem}",
+                where=str(self.path),
+                help="singa locks a workspace with a regular file of that name; remove what "
+                "is there (no run of singa's made it)",
+            )
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

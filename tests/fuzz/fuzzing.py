@@ -126,8 +126,9 @@ _LOCATED = re.compile(r"^(?P<where>\S.*?): error: ", re.M)
 
 
 def assert_run_or_located_error(res) -> str:
-    """A CliRunner result is exit 0, or exit 2 with a ``WHERE: error: WHAT`` message (and no
-    traceback). Returns "ok" or "error"."""
+    """A CliRunner result is exit 0, or exit 2 with a ``WHERE: error: WHAT`` message and a
+    ``help:`` line (no traceback, no click ``Usage:``/``Error:`` block: one form for every
+    user error, issue 46). Returns "ok" or "error"."""
     if res.exit_code == 0 and res.exception is None:
         return "ok"
     exc = res.exception
@@ -139,6 +140,12 @@ def assert_run_or_located_error(res) -> str:
     assert "Traceback" not in res.output, res.output
     m = _LOCATED.search(res.output)
     assert m, f"error without a location:\n{res.output}"
+    assert re.search(r"^help: \S", res.output[m.start() :], re.M), (
+        f"error without a help line:\n{res.output}"
+    )
+    assert not re.search(r"^(Usage: |Error: )", res.output, re.M), (
+        f"click's own form, not singa's:\n{res.output}"
+    )
     assert len(res.output) < 20_000, f"error message of {len(res.output)} characters"
     return "error"
 
