@@ -62,7 +62,7 @@ def _check_time_steps(net) -> None:
         if not isinstance(steps, int) or steps <= 1 or not hasattr(layer, "output_for"):
             continue
         copies = [
-            int(getattr(reader, "unroll_index", 0) or 0) + 1
+            int(reader.conf.unroll_index) + 1
             for reader in net.layers
             if layer.name in net.specs[reader.name].srcs
         ]

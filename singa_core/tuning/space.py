@@ -279,7 +279,11 @@ def resolve_field(job, path: str, where: Location) -> FieldDescriptor:
             msg = value
             continue
         if not last:
-            raise SingaError(f'"{name}" is not a message (in {path})', where=where, help=None)
+            raise SingaError(
+                f'"{name}" is not a message (in {path})',
+                where=where,
+                help="only a message's fields take a further .name; end the path at this field",
+            )
         return fd
     raise AssertionError("unreachable")
 
@@ -309,7 +313,11 @@ def _dimension(p, i: int, where: _Where, job) -> Dimension:
         )
     for path, why in _STUDY_SETS.items():
         if p.field.strip() == path:
-            raise SingaError(f"{path} cannot be varied: {why}", where=field_where, help=None)
+            raise SingaError(
+                f"{path} cannot be varied: {why}",
+                where=field_where,
+                help="leave it out of the space; the study sets it for every trial",
+            )
     fd = resolve_field(job, p.field, field_where)
     numeric = fd.cpp_type in (
         fd.CPPTYPE_INT32, fd.CPPTYPE_INT64, fd.CPPTYPE_UINT32, fd.CPPTYPE_UINT64,
