@@ -21,7 +21,13 @@ neuralnet {{
     store_conf {{ backend: "textfile" path: "{data}" batchsize: 6 shape: 4 }}
   }}
   layer {{ name: "emb" type: kDummy srclayers: "data" unroll_conn_type: kUnrollOneToAll }}
-  layer {{ name: "scaled" user_type: "kFooScale" srclayers: "emb" }}
+  layer {{
+    name: "ip0" type: kInnerProduct srclayers: "emb"
+    innerproduct_conf {{ num_output: 5 }}
+    param {{ name: "w0" init {{ type: kUniform low: -0.3 high: 0.3 }} }}
+    param {{ name: "b0" init {{ type: kUniform low: -0.1 high: 0.1 }} }}
+  }}
+  layer {{ name: "scaled" user_type: "kFooScale" srclayers: "ip0" }}
   layer {{
     name: "out" type: kInnerProduct srclayers: "scaled"
     innerproduct_conf {{ num_output: 3 }}
@@ -47,7 +53,7 @@ def test_the_run_equals_the_copies(tmp_path, monkeypatch, device):
     params, used = {}, {}
     for runs in ("0", "1"):
         monkeypatch.setenv("SINGA_SEQUENCE_RUNS", runs)
-        run = run_job(conf, tmp_path / f"runs{runs}", "--device", device)
+        run = run_job(conf, tmp_path / f"runs{runs}", "--device", device, "--seed", "3")
         params[runs], used[runs] = run.checkpoints[3], len(calls)
     assert used["0"] == 0 and used["1"] >= 3  # the run ran (each step), only with runs on
     assert params["0"].keys() == params["1"].keys()
