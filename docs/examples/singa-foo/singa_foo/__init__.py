@@ -1,0 +1,1 @@
+"""singa-foo: CONTRIBUTING.md's worker, updater, LR change and param generator."""

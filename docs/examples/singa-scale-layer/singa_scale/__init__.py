@@ -1,0 +1,1 @@
+"""singa-scale-layer: CONTRIBUTING.md's example of a layer with its own configuration."""
