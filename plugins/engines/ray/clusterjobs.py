@@ -96,23 +96,31 @@ class JobSupervisor:
             rec = self.registry.record(self.rec["id"]) or {}
             if rec.get("state") != "starting":
                 break
-            if self.runner.poll() is not None or time.monotonic() > deadline:
+            failed = self.runner.poll() not in (None, 0)  # it forks, and exits 0 at once
+            if failed or time.monotonic() > deadline:
                 tail = (folder / "runner.err").read_text(errors="replace").strip()
                 last = tail.splitlines()[-1] if tail else f"exit status {self.runner.poll()}"
                 raise ValueError(f"the job's runner on the head did not start: {last}")
             time.sleep(0.1)
+        self.runner.wait()
+        pid = int(rec.get("runner_pid") or 0)
+        self.runner_of = (pid, _started(pid))
         threading.Thread(target=self._watch, name="singa-job-runner", daemon=True).start()
 
     def info(self) -> dict:
         return self.registry.record(self.rec["id"]) or dict(self.rec)
 
     def _watch(self) -> None:
-        code = self.runner.wait()
+        from singa_builtins.engines.ray.jobrunner import alive
+
+        while alive(*self.runner_of):
+            time.sleep(1.0)
+        time.sleep(1.0)  # its last record, written just before it ended
         rec = self.registry.record(self.rec["id"]) or self.rec
         if rec.get("state") in ("running", "starting"):  # the runner died without its record
             rec.update(state="failed", ended=time.time(), exit_code=None,
-                       message=f"its runner on the head was killed (exit status {code}); the "
-                       "training got SIGTERM from it and checkpoints its last step")  # fmt: skip
+                       message="its runner on the head was killed; the training got SIGTERM "
+                       "from it and checkpoints its last step")  # fmt: skip
             self.registry.put_record(rec)
         time.sleep(LINGER)
         os._exit(0)

@@ -2,11 +2,13 @@
 singa_builtins.engines.ray.jobrunner SPEC.json``), started on the head by the job's
 supervisor actor (:mod:`.clusterjobs`).
 
-It runs in a session of its own (``setsid``), outside the supervisor's process group: when
-a Ray worker process dies, its raylet kills the worker's whole process group (SIGTERM, then
+It runs in a session of its own (``setsid``), outside the supervisor's process group, and
+not as the supervisor's child (it forks once more and the first process exits): when a Ray
+worker process dies, its raylet kills the worker's whole process group (SIGTERM, then
 SIGKILL 0.2 s later: measured, Ray 2.60), which left the training 0.2 s to save a checkpoint
-that takes longer (a Ray call to every server). So the runner, and the training below it,
-outlive the supervisor, and the runner:
+that takes longer (a Ray call to every server); and a worker that exits because its raylet
+died kills its own child processes (measured: the runner, when it was one). So the runner,
+and the training below it, outlive the supervisor, and the runner:
 
 * starts ``singa train JOB.conf ARGS --address <the GCS>`` with its output in the job's
   log on the head (the training gets SIGTERM if the runner itself dies: it checkpoints);
@@ -241,6 +243,11 @@ class Runner:
 
 def main(argv: list[str]) -> int:
     spec = json.loads(Path(argv[0]).read_text())
+    # not a child of the supervisor's worker process: a Ray worker that exits (its raylet
+    # died, say) kills its child processes (RAY_kill_child_processes_on_worker_exit), but
+    # not their children
+    if os.fork():
+        os._exit(0)
     return Runner(spec).run()
 
 
