@@ -85,6 +85,8 @@ def _unreachable(address: str, err: SingaError, as_json: bool) -> None:
     """The cluster does not answer: the jobs this machine submitted there are unknown."""
     from singa_core.api.jobs import cluster_pointers
 
+    if not getattr(err, "unreachable", False):  # it answers (and refuses, or fails a call)
+        _fail(err)
     known = cluster_pointers(address)
     if as_json:
         gone = f"the cluster at {address} does not answer"

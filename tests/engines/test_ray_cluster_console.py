@@ -13,7 +13,8 @@ In order, one set of machines:
    running with its submitter, node and progress; ``singa logs ID`` (RAY_ADDRESS, no
    --address) shows its lines; ``singa stop ID`` stops it, ``singa logs ID -f`` follows it
    to its end (the checkpoint line), and the job is listed stopped with exit 143;
-5. a second job whose supervisor is killed with -9 is listed failed, naming it.
+5. a second job whose supervisor is killed with -9 is listed failed, naming it, once its
+   training has checkpointed its last step and ended.
 """
 
 from __future__ import annotations
@@ -130,6 +131,11 @@ def test_a_job_submitted_to_the_cluster_outlives_its_machine_and_is_stopped_from
         second = res.stdout.strip().splitlines()[-1]
         (sup,) = supervisors() - before
         os.kill(sup, signal.SIGKILL)  # a pid of this test's own machine, as the host sees it
-        res = singa(VIEWER, "jobs", "--address", head, "--json")
-        (rec,) = [r for r in json.loads(res.stdout) if r["id"] == second]
+        deadline = time.monotonic() + 120  # the training checkpoints its last step first
+        while True:
+            res = singa(VIEWER, "jobs", "--address", head, "--json")
+            (rec,) = [r for r in json.loads(res.stdout) if r["id"] == second]
+            if rec["state"] not in ("running", "starting") or time.monotonic() > deadline:
+                break
+            time.sleep(1)
         assert rec["state"] == "failed" and "supervisor" in rec["message"], rec

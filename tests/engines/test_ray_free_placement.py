@@ -93,8 +93,10 @@ def test_gpu_workers_ask_for_gpus_and_go_to_gpu_nodes_the_cpu_workers_anywhere()
         node_of = plan(topo, reqs, [B, G], strategy, first=B.id)
         assert node_of[0] == G.id, (strategy, node_of)
         assert node_of[1] == B.id, (strategy, node_of)
-    # group keeps the group with its server on one node: the GPU node, which has the room
-    assert plan(topo, reqs, [B, G], "group", first=B.id) == [G.id] * 3
+    # group puts the GPU worker on the GPU node and the CPU worker and the server on the
+    # node without GPUs, which has room for them (issue 44: nodes without GPUs first)
+    assert plan(topo, reqs, [B, G], "group", first=B.id) == [G.id, B.id, B.id]
+    assert plan(topo, reqs, [G, B], "group", first=G.id) == [G.id, B.id, B.id]
     # ... and splits it where that node has no room for all: the GPU worker stays there
     small = dataclasses.replace(G, free_cpus=1)
     node_of = plan(topo, reqs, [B, small], "group", first=B.id)

@@ -182,13 +182,15 @@ def ask_gcs(address: str, creds: Credentials | None, timeout: float = ANSWER_TIM
 
 # -- what the answers mean -------------------------------------------------------------------
 def unreachable_error(address: str, detail: str) -> SingaError:
-    return SingaError(
+    err = SingaError(
         f"nothing answers at {address} (the Ray cluster's GCS): {detail}",
         where=WHERE,
         help="check the address (the head's IP and its `ray start --head --port`, default "
         "6379), that the head is running (`ray start --head` on it), and that no firewall "
         "blocks the port between this machine and the head",
     )
+    err.unreachable = True  # the console lists this machine's jobs there as unknown
+    return err
 
 
 def classify(

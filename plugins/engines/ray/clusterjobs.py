@@ -1,34 +1,34 @@
 """Jobs that run on the Ray cluster itself: ``singa submit --engine ray --address HEAD``,
-``singa jobs/logs/stop --address HEAD`` from any machine that has the cluster's token.
+``singa jobs/logs/stop --address HEAD`` from any machine that holds the cluster's token.
 
 Ray's own job submission needs its dashboard (an HTTP server, ``ray[default]``); this is
 the same design without it. Each job has a **supervisor**: a detached actor
 (``lifetime="detached"``, named ``singa-job-<id>`` in the namespace ``singa-jobs``, no CPU)
-on the head node. It starts ``singa train JOB.conf ARGS --engine ray --address <the GCS>``
-as a subprocess there (the job's driver; killed with SIGTERM, so it checkpoints, if the
-supervisor dies: ``PR_SET_PDEATHSIG``), writes its output to ``~/.singa/cluster-jobs/<id>/log``
-on the head, serves ``log``/``stop``/``info`` calls, and keeps the job's record in the
-GCS's key-value store (``job:<id>`` in the namespace ``singa-jobs``): id, name, submitter,
-node, state, step of total, the latest metrics, workspace, submitted time, exit status,
-and once the job has ended the last 256 kB of its log. Then the supervisor leaves (a few
-seconds later, for followers to read the end).
+on the head node. It starts the job's **runner** (:mod:`.jobrunner`) in a session of its
+own on the head, which runs ``singa train JOB.conf ARGS --engine ray --address <the GCS>``
+(the job's driver) with its output in ``~/.singa/cluster-jobs/<id>/log`` there, copies that
+log and the job's progress into the cluster's registry (:mod:`.registry`: the GCS's
+key-value store, namespace ``singa-jobs``), passes on the stops asked for there, and records
+how the job ended. The supervisor's death (``kill -9``, its worker process dying, the
+head's raylet dying) does not take the training with it: the runner stops the training with
+a checkpoint of its last step and the job is **failed**, "its supervisor was killed" or "the
+head's raylet died", with that step and checkpoint.
 
-So a job outlives the machine that submitted it, and the registry is the cluster's: every
-machine that joins the cluster (with its token: token authentication covers the GCS, the
-key-value store and the actors alike) sees every job. A job whose supervisor or node died
-is **failed** with the reason; a cluster that does not answer is a located error, and the
-jobs this machine submitted there are listed as **unknown**, naming the address. The job's
-paths (job.conf, stores, workspace, the folder it starts in) are the head's.
+The console reads and writes the registry through a ``GcsClient`` with this machine's
+token (no ``ray.init``): ``singa jobs|logs [-f]|stop --address`` work from any machine that
+holds the token, a Ray node or not, in about a second. ``singa submit`` joins the cluster as
+a driver (it creates the supervisor actor), which Ray allows only on a node: elsewhere it
+says so in one line. A cluster that does not answer is a located error, and the jobs this
+machine submitted there are listed as **unknown**, naming the address. The job's paths
+(job.conf, stores, workspace, the folder it starts in) are the head's.
 """
 
 from __future__ import annotations
 
-import ctypes
 import getpass
 import json
 import os
 import secrets
-import signal
 import socket
 import subprocess
 import sys
@@ -36,57 +36,23 @@ import threading
 import time
 from pathlib import Path
 
+from singa_builtins.engines.ray.registry import NAMESPACE, Registry
+
 from singa_core.errors import SingaError
+from singa_core.running.fileio import atomic_write_bytes
 
-NAMESPACE = "singa-jobs"
-KEY = "job:"
-TAIL = 256 * 1024  # bytes of a finished job's log kept in the registry
-PROGRESS_EVERY = 2.0  # seconds between the supervisor's progress updates
-LINGER = 5.0  # seconds a supervisor serves its log after the job ended
-CALL_TIMEOUT = 20.0
-
-
-def _kv():
-    import ray.experimental.internal_kv as kv
-
-    return kv
-
-
-def put_record(rec: dict) -> None:
-    _kv()._internal_kv_put(KEY + rec["id"], json.dumps(rec), namespace=NAMESPACE)
-
-
-def get_record(job_id: str) -> dict | None:
-    raw = _kv()._internal_kv_get(KEY + job_id, namespace=NAMESPACE)
-    if raw is None:
-        return None
-    try:
-        rec = json.loads(raw)
-    except ValueError:
-        return {"id": job_id, "state": "damaged", "message": "its registry entry is not JSON"}
-    if not isinstance(rec, dict):
-        return {"id": job_id, "state": "damaged", "message": "its registry entry is no record"}
-    return rec
-
-
-def job_ids() -> list[str]:
-    keys = _kv()._internal_kv_list(KEY, namespace=NAMESPACE)
-    return sorted(k.decode()[len(KEY) :] for k in keys)
+LINGER = 5.0  # seconds a supervisor stays after its job ended
+START_WAIT = 60.0  # seconds the supervisor waits for its runner to record the training
 
 
 def actor_name(job_id: str) -> str:
     return f"singa-job-{job_id}"
 
 
-def _die_with(parent: int):
-    libc = ctypes.CDLL(None, use_errno=True)
+def _started(pid: int) -> str:
+    from singa_builtins.engines.ray.jobrunner import started
 
-    def arm() -> None:
-        libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    return arm
+    return started(pid)
 
 
 class JobSupervisor:
@@ -104,125 +70,78 @@ class JobSupervisor:
             raise ValueError(f"the job.conf {conf} does not exist on the head")
         folder = Path.home() / ".singa" / "cluster-jobs" / self.rec["id"]
         folder.mkdir(parents=True, exist_ok=True)
-        self.log_path = folder / "log"
-        self.lock = threading.Lock()
-        self.stop_asked: dict | None = None
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "SINGA_JOB_ID": self.rec["id"]}
-        env.pop("RAY_ADDRESS", None)  # the job names its cluster itself (--address)
-        log = open(self.log_path, "ab", buffering=0)  # noqa: SIM115 - the child writes it
-        self.child = subprocess.Popen(
-            [sys.executable, "-m", "singa_core.commands.cli", "train", *train_args],
-            cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-            preexec_fn=_die_with(os.getpid()),  # noqa: PLW1509 - before any thread here
-        )  # fmt: skip
+        log_path = folder / "log"
+        log_path.touch()
         ctx = ray.get_runtime_context()
-        self.rec.update(
-            state="running", node=ctx.get_node_id(), address=ray.util.get_node_ip_address(),
-            pid=self.child.pid, log=str(self.log_path), started=time.time(),
+        gcs = ctx.gcs_address
+        self.registry = Registry(gcs)
+        self.rec.update(node=ctx.get_node_id(), address=ray.util.get_node_ip_address(),
+                        log=str(log_path))  # fmt: skip
+        me, raylet = os.getpid(), os.getppid()  # Ray's worker processes are its raylet's
+        spec = {
+            "record": self.rec, "train_args": train_args, "gcs": gcs, "log": str(log_path),
+            "supervisor": [me, _started(me)], "raylet": [raylet, _started(raylet)],
+        }  # fmt: skip
+        spec_path = folder / "runner.json"
+        atomic_write_bytes(spec_path, json.dumps(spec).encode(), "job runner spec")
+        err = open(folder / "runner.err", "ab")  # noqa: SIM115 - the runner writes it
+        self.runner = subprocess.Popen(
+            [sys.executable, "-m", "singa_builtins.engines.ray.jobrunner", str(spec_path)],
+            cwd=cwd, stdin=subprocess.DEVNULL, stdout=err, stderr=subprocess.STDOUT,
+            start_new_session=True,  # outside the process group Ray kills with this actor
         )  # fmt: skip
-        put_record(self.rec)
-        self.ended = threading.Event()  # set once the ended job's record is in the registry
-        threading.Thread(target=self._watch, name="singa-job-watch", daemon=True).start()
+        err.close()
+        deadline = time.monotonic() + START_WAIT
+        while True:
+            rec = self.registry.record(self.rec["id"]) or {}
+            if rec.get("state") != "starting":
+                break
+            failed = self.runner.poll() not in (None, 0)  # it forks, and exits 0 at once
+            if failed or time.monotonic() > deadline:
+                tail = (folder / "runner.err").read_text(errors="replace").strip()
+                last = tail.splitlines()[-1] if tail else f"exit status {self.runner.poll()}"
+                raise ValueError(f"the job's runner on the head did not start: {last}")
+            time.sleep(0.1)
+        self.runner.wait()
+        pid = int(rec.get("runner_pid") or 0)
+        self.runner_of = (pid, _started(pid))
+        threading.Thread(target=self._watch, name="singa-job-runner", daemon=True).start()
 
-    # -- the calls ----------------------------------------------------------------------
     def info(self) -> dict:
-        with self.lock:
-            self._progress()
-            return dict(self.rec)
-
-    def log(self, offset: int, limit: int = 1 << 20) -> tuple[str, int, bool]:
-        """(the log's text from byte ``offset``, the next offset, whether the job runs).
-        It runs until its end is recorded: a follower that sees it end (and stops) finds
-        it ended in the registry, not running still, and the log it reads after is whole."""
-        running = not self.ended.is_set()
-        try:
-            with open(self.log_path, "rb") as fh:
-                fh.seek(offset)
-                data = fh.read(limit)
-        except OSError:
-            data = b""
-        return data.decode(errors="replace"), offset + len(data), running or bool(data)
-
-    def stop(self, now: bool) -> bool:
-        """SIGTERM to the job (it checkpoints and exits 143) unless a stop is under way;
-        ``now``: SIGKILL. False when nothing was sent."""
-        with self.lock:
-            if self.child.poll() is not None:
-                return False
-            if not now and self.stop_asked is not None:
-                return False
-            self.stop_asked = {"time": time.time(), "now": now}
-            self.rec["stopping"] = True
-            self.rec["stop_now"] = now or self.rec.get("stop_now", False)
-            put_record(self.rec)
-            try:
-                self.child.send_signal(signal.SIGKILL if now else signal.SIGTERM)
-            except ProcessLookupError:
-                return False
-            return True
-
-    # -- its own thread -------------------------------------------------------------------
-    def _progress(self) -> None:
-        from singa_core.api.jobs import _from_log, _progress
-
-        step, total, metrics = _progress(Path(self.rec["cwd"]) / self.rec["workspace"],
-                                         self.rec["id"])  # fmt: skip
-        last, engine = _from_log(self.log_path)
-        self.rec.update(step=step, total=total, metrics=metrics, engine=engine)
-        if last is not None and self.child.poll() is not None:
-            self.rec["step"] = last
+        return self.registry.record(self.rec["id"]) or dict(self.rec)
 
     def _watch(self) -> None:
-        from singa_core.api.jobs import _last_error
+        from singa_builtins.engines.ray.jobrunner import alive
 
-        while True:
-            try:
-                code = self.child.wait(timeout=PROGRESS_EVERY)
-                break
-            except subprocess.TimeoutExpired:
-                with self.lock:
-                    self._progress()
-                    put_record(self.rec)
-        with self.lock:
-            self._progress()
-            self.rec["exit_code"] = code if code >= 0 else None
-            self.rec["ended"] = time.time()
-            if code == 0:
-                self.rec["state"] = "finished"
-            elif self.stop_asked is not None:
-                self.rec["state"] = "stopped"
-                now = self.rec.get("stop_now")
-                self.rec["message"] = "stopped by `singa stop`" + (" --now" if now else "")
-            else:
-                self.rec["state"] = "failed"
-                self.rec["message"] = (
-                    f"killed by signal {-code}" if code < 0 else _last_error(self.log_path)
-                )
-            try:
-                with open(self.log_path, "rb") as fh:
-                    size = fh.seek(0, 2)
-                    fh.seek(max(0, size - TAIL))
-                    self.rec["log_tail"] = fh.read().decode(errors="replace")
-                    self.rec["log_tail_offset"] = max(0, size - TAIL)
-            except OSError:
-                pass
-            put_record(self.rec)
-        self.ended.set()
-        time.sleep(LINGER)  # followers read the end, then the registry has it
+        while alive(*self.runner_of):
+            time.sleep(1.0)
+        time.sleep(1.0)  # its last record, written just before it ended
+        rec = self.registry.record(self.rec["id"]) or self.rec
+        if rec.get("state") in ("running", "starting"):  # the runner died without its record
+            rec.update(state="failed", ended=time.time(), exit_code=None,
+                       message="its runner on the head was killed; the training got SIGTERM "
+                       "from it and checkpoints its last step")  # fmt: skip
+            self.registry.put_record(rec)
+        time.sleep(LINGER)
         os._exit(0)
 
 
 # -- the client ------------------------------------------------------------------------------
-def _refused(what: str, address: str, help_text: str) -> SingaError:
-    return SingaError(what, where="--address", help=help_text)
+def _call_error(address: str, exc: BaseException) -> SingaError:
+    from singa_builtins.engines.ray.faults import summary
+
+    return SingaError(
+        f"the Ray cluster at {address} did not answer a call to its registry ({summary(exc)})",
+        where="--address",
+        help="the head's GCS answered a moment ago: try again; `ray status` on the head says "
+        "whether it is overloaded",
+    )
 
 
 class RayClusterJobs:
-    """The console's view of one Ray cluster (a context manager: joins it, then leaves)."""
+    """The console's view of one Ray cluster's jobs (a context manager)."""
 
     def __init__(self, address: str | None, insecure: bool = False) -> None:
-        from singa_builtins.engines.ray.runtime import Runtime
-
         text = address or os.environ.get("RAY_ADDRESS") or ""
         if not text or text == "local":
             raise SingaError(
@@ -231,20 +150,48 @@ class RayClusterJobs:
                 help="give the cluster's head, --address HEAD:PORT (or set RAY_ADDRESS)",
             )
         self.address = text
-        self.runtime = Runtime(text, insecure=insecure)
+        self.insecure = insecure
+        self.runtime = None
+        self.registry: Registry | None = None
 
     def __enter__(self) -> RayClusterJobs:
-        self.runtime.__enter__()
+        from singa_builtins.engines.ray.auth import check_cluster, resolve_address
+        from singa_builtins.engines.ray.runtime import import_ray
+
+        import_ray()
+        os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+        warning = check_cluster(self.address, self.insecure)  # located errors, in seconds
+        if warning:
+            print(warning, file=sys.stderr, flush=True)
+        self.gcs = resolve_address(self.address)
+        try:
+            self.registry = Registry(self.gcs)
+        except Exception as exc:  # noqa: BLE001 - Ray's error classes vary
+            raise _call_error(self.address, exc) from None
         return self
 
     def __exit__(self, *exc) -> None:
-        self.runtime.__exit__(*exc)
+        if self.runtime is not None:
+            self.runtime.__exit__(*exc)
+            self.runtime = None
+
+    def _reg(self, what, *args):
+        try:
+            return what(*args)
+        except SingaError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a timeout or a dropped GCS connection
+            raise _call_error(self.address, exc) from None
 
     # -- submitting -------------------------------------------------------------------------
     def submit(self, conf: str, args: list[str], *, name: str, workspace: str, cwd: str) -> dict:
         import ray
+        from singa_builtins.engines.ray.runtime import Runtime
 
-        known = set(job_ids())
+        self.runtime = Runtime(self.address, insecure=self.insecure, checked=True)
+        self.runtime.__enter__()  # a driver: this machine must be a node
+        reg = self.registry
+        known = set(self._reg(reg.job_ids))
         job_id = secrets.token_hex(3)
         while job_id in known:
             job_id = secrets.token_hex(3)
@@ -255,7 +202,7 @@ class RayClusterJobs:
             "workspace": workspace, "cwd": cwd, "submitted": time.time(), "state": "starting",
             "cluster": self.address, "step": None, "total": None, "metrics": {},
         }  # fmt: skip
-        put_record(rec)
+        self._reg(reg.put_record, rec)
         train_args = [conf, *_without_address(args), "--address", gcs]
         sup = (
             ray.remote(JobSupervisor)
@@ -267,11 +214,14 @@ class RayClusterJobs:
             .remote(rec, train_args)
         )  # fmt: skip
         try:
-            return ray.get(sup.info.remote(), timeout=60)
+            return ray.get(sup.info.remote(), timeout=START_WAIT + 30)
         except Exception as exc:  # noqa: BLE001 - the supervisor's own error says why
             from singa_builtins.engines.ray.faults import summary
 
-            _kv()._internal_kv_del(KEY + job_id, namespace=NAMESPACE)
+            try:
+                reg.forget(job_id)
+            except Exception:  # noqa: BLE001 - the error below is what matters
+                pass
             raise SingaError(
                 f"the job could not start on the cluster's head: {_cause(exc) or summary(exc)}",
                 where=conf,
@@ -281,7 +231,7 @@ class RayClusterJobs:
 
     # -- the registry -----------------------------------------------------------------------
     def find(self, job_id: str) -> str:
-        ids = job_ids()
+        ids = self._reg(self.registry.job_ids)
         if job_id in ids:
             return job_id
         matches = [i for i in ids if job_id and i.startswith(job_id)]
@@ -296,51 +246,41 @@ class RayClusterJobs:
             f"(known: {', '.join(ids) or 'none'})",
         )
 
-    def _supervisor(self, job_id: str):
-        import ray
-
-        return ray.get_actor(actor_name(job_id), namespace=NAMESPACE)
-
     def info(self, job_id: str) -> dict:
-        """The job's record, its state checked: a running job whose supervisor does not
-        answer is failed, with the reason."""
-        import ray
-
-        rec = get_record(job_id) or {"id": job_id, "state": "damaged",
-                                     "message": "its registry entry is gone"}  # fmt: skip
-        if rec.get("state") not in ("running", "starting"):
-            return rec
-        try:
-            return ray.get(self._supervisor(job_id).info.remote(), timeout=CALL_TIMEOUT)
-        except Exception as exc:  # noqa: BLE001 - dead actor, dead node, no such actor
-            again = get_record(job_id) or rec
-            if again.get("state") not in ("running", "starting"):
-                return again  # it ended meanwhile
-            rec["state"] = "failed"
-            why = _cause(exc) or type(exc).__name__
-            rec["message"] = f"its supervisor on the head, or the head's node, died ({why})"
-            return rec
+        return self._reg(self.registry.record, job_id) or {
+            "id": job_id, "state": "damaged", "message": "its registry entry is gone"}  # fmt: skip
 
     def list(self) -> list[dict]:
-        return sorted((self.info(i) for i in job_ids()), key=lambda r: r.get("submitted", 0))
+        recs = [self.info(i) for i in self._reg(self.registry.job_ids)]
+        return sorted(recs, key=lambda r: r.get("submitted", 0) if _num(r.get("submitted")) else 0)
 
     def log(self, job_id: str, offset: int) -> tuple[str, int, bool]:
-        import ray
-
-        rec = get_record(job_id) or {}
-        if rec.get("state") in ("running", "starting"):
-            try:
-                return ray.get(self._supervisor(job_id).log.remote(offset), timeout=CALL_TIMEOUT)
-            except Exception:  # noqa: BLE001 - it ended (or died): the registry's copy
-                rec = get_record(job_id) or rec
-        tail, start = rec.get("log_tail", ""), int(rec.get("log_tail_offset", 0))
-        data = tail.encode()
-        skip = max(0, offset - start)
-        return data[skip:].decode(errors="replace"), max(offset, start + len(data)), False
+        """(the job's log from byte ``offset``, the next offset, whether more may come)."""
+        rec = self.info(job_id)
+        running = rec.get("state") in ("running", "starting")
+        if "log_size" not in rec:  # a record of an older singa: its tail, once ended
+            data = str(rec.get("log_tail", "")).encode()
+            start = int(rec.get("log_tail_offset", 0))
+            skip = max(0, offset - start)
+            text = data[skip:].decode(errors="replace")
+            nxt = max(offset, start + len(data))
+        else:
+            data, nxt, skipped = self._reg(self.registry.log_since, rec, offset)
+            text = data.decode(errors="replace")
+            if skipped:
+                text = (f"[singa: the first {skipped} bytes of this log are kept only on the "
+                        f"head ({rec.get('address', 'the head')}), in {rec.get('log')}]\n"
+                        + text)  # fmt: skip
+        if offset == 0 and not text and not running:
+            raise SingaError(
+                f"job {job_id} ({rec.get('state', '?')}) has no log in the cluster's registry",
+                where=job_id,
+                help=f"its log is on the head ({rec.get('address', '?')}), in "
+                f"{rec.get('log') or '~/.singa/cluster-jobs/' + job_id + '/log'}",
+            )
+        return text, nxt, running
 
     def stop(self, job_id: str, now: bool) -> tuple[bool, dict]:
-        import ray
-
         rec = self.info(job_id)
         if rec.get("state") != "running":
             raise SingaError(
@@ -348,8 +288,13 @@ class RayClusterJobs:
                 where=job_id,
                 help=f"`singa jobs --address {self.address}` shows each job's state",
             )
-        sent = ray.get(self._supervisor(job_id).stop.remote(now), timeout=CALL_TIMEOUT)
+        by = f"{getpass.getuser()}@{socket.gethostname()}"
+        sent = self._reg(self.registry.ask_stop, job_id, now, by, time.time())
         return sent, rec
+
+
+def _num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _without_address(args: list[str]) -> list[str]:

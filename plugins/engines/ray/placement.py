@@ -25,7 +25,10 @@ written) first, then by address.
 
 A process whose workers compute on a GPU asks for one GPU per distinct device of its
 workers (``num_gpus`` in its bundle and actor), so it goes to a node with that many free
-GPUs; the other processes go anywhere, nodes without GPUs first when the job uses GPUs.
+GPUs; the other processes go anywhere, nodes without GPUs first when the job uses GPUs
+(``group`` then places a group's GPU processes and its other processes, CPU workers and
+servers, apart: the GPU ones on GPU nodes, the others on nodes without GPUs when those
+have room).
 
 Plans are made on what is **free** now on each node (the totals less what other jobs'
 actors and placement groups hold), so a job that fits beside them is placed there. A job
@@ -304,15 +307,28 @@ def plan(topo, requests, nodes, strategy: str, first: str | None = None) -> list
     if strategy != "group":
         raise ValueError(strategy)
     units = dict.fromkeys(ordered, 0)  # node -> units placed there
-    for k, members in enumerate(_units(topo)):
+    has_gpu = {n.id: n.gpus > EPS for n in nodes}
+    groups = _units(topo)
+    if any(r.gpus for r in requests) and not all(has_gpu.values()):
+        # a hybrid job on a cluster with nodes without GPUs: a unit's GPU processes and its
+        # other processes (CPU workers, servers) are placed apart, the others on nodes
+        # without GPUs first (the GPU nodes' CPUs stay for GPU workers)
+        groups = [part for members in groups
+                  for part in ([i for i in members if requests[i].gpus],
+                               [i for i in members if not requests[i].gpus]) if part]  # fmt: skip
+    for k, members in enumerate(groups):
         reqs = [requests[i] for i in members]
         cpus, memory = sum(r.cpus for r in reqs), sum(r.memory for r in reqs)
         gpus = sum(r.gpus for r in reqs)
         fitting = [n for n in _for(room, ordered, gpus) if room.fits(n, cpus, memory, gpus)]
         if fitting:  # the whole unit on the node with the fewest units, then most room; the
-            # first (server group 0's, whose values a checkpoint writes) on the driver's node
-            node = min(fitting, key=lambda n: (units[n], -room.cpus[n]))
-            if k == 0 and ordered[0] in fitting:
+            # first (server group 0's, whose values a checkpoint writes) on the driver's node;
+            # a unit without GPUs on a node without GPUs first
+            def rank(n: str, gpus: float = gpus) -> tuple:
+                return (not gpus and has_gpu[n], units[n], -room.cpus[n])
+
+            node = min(fitting, key=rank)
+            if k == 0 and ordered[0] in fitting and rank(ordered[0])[0] == rank(node)[0]:
                 node = ordered[0]
             for r in reqs:
                 room.take(node, r.cpus, r.memory, r.gpus)

@@ -34,8 +34,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from singa_builtins.engines.ray.auth import PrivateToken, check_cluster
-from singa_builtins.engines.ray.headwatch import HeadGuard, descendants
+from singa_builtins.engines.ray.auth import PrivateToken, check_cluster, resolve_address
+from singa_builtins.engines.ray.headwatch import GRACE, HeadGuard, descendants
+from singa_builtins.engines.ray.initwatch import InitWatch
+from singa_builtins.engines.ray.membership import check_driver
 from singa_builtins.engines.shm.launcher import SignalCatcher
 
 from singa_core.errors import SingaError
@@ -207,12 +209,15 @@ class Runtime:
 
     def __init__(
         self, address: str | None, *, insecure: bool = False, reports=None, workspace=None,
-        restarts: int = 0,
+        restarts: int = 0, checked: bool = False,
     ) -> None:  # fmt: skip
         text = str(address) if address else os.environ.get("RAY_ADDRESS") or None
         self.address = None if text == "local" else text  # Ray's word for a new runtime
         self.private = self.address is None
         self.insecure = insecure  # --insecure: join a cluster that checks no tokens
+        self.checked = checked  # check_cluster already asked by the caller
+        self.restarts = restarts
+        self.workspace = workspace
         self._owned = False
         self._before: set[int] = set()  # this process's descendants before ray.init
         self._roots: dict[int, str] = {}  # the processes ray.init started (private runtime)
@@ -237,11 +242,16 @@ class Runtime:
         if ray.is_initialized():  # e.g. a program that runs several jobs
             self.signals.install()
             return self
+        gcs = None
         if not self.private and not self.address.startswith("ray://"):
             # before ray.init, which would take ~20 s to say little about a wrong token
-            warning = check_cluster(self.address, self.insecure)
-            if warning:
-                print(warning, file=sys.stderr, flush=True)
+            if not self.checked:
+                warning = check_cluster(self.address, self.insecure)
+                if warning:
+                    print(warning, file=sys.stderr, flush=True)
+            gcs = resolve_address(self.address)
+            # and which waits 60 s and fails on a machine that is not a node
+            check_driver(self.address, gcs)
         kwargs = dict(
             include_dashboard=False,
             log_to_driver=False,
@@ -252,6 +262,7 @@ class Runtime:
         # blocked they never see a signal sent to the process group (only the driver acts
         # on it); a signal that arrives meanwhile waits and is then collected
         blocked = _block_stop_signals()
+        watch = self._init_watch(gcs) if gcs else contextlib.nullcontext()
         self._before = set(descendants(os.getpid())) if self.private else set()
         if self.guard is not None:
             self.guard.start()
@@ -262,7 +273,8 @@ class Runtime:
                     with _bounded_gcs_wait():
                         ray.init(address="local", num_cpus=usable_cpus(), **kwargs)
                 else:
-                    ray.init(address=self.address, **kwargs)
+                    with watch:  # the head lost inside ray.init: exit 2 all the same
+                        ray.init(address=self.address, **kwargs)
             except Exception as exc:  # any class: Ray raises bare Exceptions at start-up too
                 lost = None
                 if self.guard is not None:
@@ -299,6 +311,30 @@ class Runtime:
                 signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         self._owned = True
         return self
+
+    def _init_watch(self, gcs: str) -> InitWatch:
+        """The watcher of ``ray.init`` (:mod:`.initwatch`) with the located error it prints
+        if the head is lost meanwhile."""
+        from singa_builtins.engines.shm.launcher import stopped_error
+
+        what = (
+            f"lost the head node (its GCS at {gcs}) while this machine joined the cluster "
+            "(inside Ray's ray.init): no connection for {down} s"
+        )
+        if self.workspace is not None:
+            err = stopped_error(self.workspace, what)
+            err.help = (err.help or "") + "; restart the head (and the nodes) first"
+        else:
+            err = SingaError(what, where="--address",
+                             help="restart the head (and the nodes), then run the command "
+                             "again")  # fmt: skip
+        interrupted = SingaError(
+            f"interrupted while joining the Ray cluster at {self.address} (inside Ray's "
+            "ray.init, which holds the process: exit 2): nothing of the job had started",
+            where="--address",
+            help="run the command again",
+        )
+        return InitWatch(gcs, err.format(), interrupted.format(), GRACE)
 
     def _init_error(self, exc: Exception) -> SingaError:
         import ray
