@@ -8,7 +8,8 @@
   (``singa train`` of 0 steps) printed beside them. Aim: at most 5% beyond start-up.
 * **early**: the MNIST MLP (``examples/mnist/job.conf``) over base learning rate, momentum
   and weight decay (``examples/mnist/tune.conf``: 24 trials of 600 steps, TPE), once with
-  its median stopping and once with ``rule: NONE`` (the full budget), the same seed: the
+  its early stopping (ASHA) and once with ``rule: NONE`` (the full budget), the same seed
+  (``--full BEST STEPS SECONDS`` reuses a full-budget run measured before): the
   best test accuracy of each and the training steps each took (a stopped trial counts the
   steps it trained). Aim: within 0.005 of the full budget's best at <= 40% of its steps.
   The step counts and accuracies do not depend on the machine's load; the times do.
@@ -145,15 +146,26 @@ def overhead(stores: Path, steps: int, rounds: int = 3) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-def early(stores: Path, trials: int, seed: int = 1) -> None:
+def early(stores: Path, trials: int, seed: int = 1, full: tuple | None = None) -> None:
+    """``full``: (best, steps, seconds) of a full-budget search measured before with the
+    same space, trials and seed (its figures do not depend on the stopping rule), to run
+    only the search with early stopping."""
+    import re
+
     tmp = Path(tempfile.mkdtemp(prefix="singa-tune-bench-"))
     full_space = tmp / "full.conf"
     text = SPACE.read_text()
     full_space.write_text(
-        text.replace("early_stopping { rule: MEDIAN", "early_stopping { rule: NONE")
+        re.sub(r"early_stopping \{ rule: \w+", "early_stopping { rule: NONE", text)
     )
+    rule = re.search(r"early_stopping \{ rule: (\w+)", text).group(1)
     out = {}
-    for name, space in (("median stopping", SPACE), ("full budget", full_space)):
+    if full is not None:
+        out["full budget"] = full
+        print(f"  full budget (measured before, same seed): best {full[0]:.4f}, "
+              f"{full[1]:,} steps, {full[2]:.0f} s")  # fmt: skip
+    searches = [("early stopping", SPACE)] + ([] if full else [("full budget", full_space)])
+    for name, space in searches:
         print(f"  {name}: {load_average()}", flush=True)
         wall, _ = _singa(
             "tune",
@@ -178,9 +190,10 @@ def early(stores: Path, trials: int, seed: int = 1) -> None:
             f"stopped early), {steps:,} training steps, {wall:.0f} s",
             flush=True,
         )
-    (b1, s1, w1), (b0, s0, w0) = out["median stopping"], out["full budget"]
+    (b1, s1, w1), (b0, s0, w0) = out["early stopping"], out["full budget"]
     print(
-        f"early stopping: best {b1:.4f} vs {b0:.4f} (difference {b1 - b0:+.4f}; aim >= -0.005) "
+        f"early stopping ({rule}): best {b1:.4f} vs {b0:.4f} "
+        f"(difference {b1 - b0:+.4f}; aim >= -0.005) "
         f"at {s1 / s0 * 100:.0f}% of the steps (aim <= 40%) and {w1 / w0 * 100:.0f}% of the "
         f"wall time"
     )
@@ -225,6 +238,9 @@ def main() -> None:
     ap.add_argument("--part", choices=("overhead", "early", "parallel", "all"), default="all")
     ap.add_argument("--trials", type=int, default=24)
     ap.add_argument("--steps", type=int, default=300, help="steps of the overhead/parallel job")
+    ap.add_argument("--full", nargs=3, type=float, metavar=("BEST", "STEPS", "SECONDS"),
+                    help="--part early: the full-budget search's figures from an earlier run "
+                    "of the same space, trials and seed (skip running it again)")  # fmt: skip
     args = ap.parse_args()
     import optuna
 
@@ -241,7 +257,7 @@ def main() -> None:
             if part == "overhead":
                 overhead(stores, args.steps)
             elif part == "early":
-                early(stores, args.trials)
+                early(stores, args.trials, full=tuple(args.full) if args.full else None)
             else:
                 parallel(stores, args.steps)
 
