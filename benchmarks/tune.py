@@ -5,7 +5,7 @@
 * **overhead**: one trial inside a study (``singa tune``, parallel 1, the trial's values
   fixed by one-value choices) against the same job alone (``singa train`` with the same
   ``-o``, seed and threads), in alternating rounds; the start-up of a ``singa`` process
-  (``singa train`` of 0 steps) printed beside them. Aim: at most 5% beyond start-up.
+  (``singa train`` of 1 step) printed beside them. Aim: at most 5% beyond start-up.
 * **early**: the MNIST MLP (``examples/mnist/job.conf``) over base learning rate, momentum
   and weight decay (``examples/mnist/tune.conf``: 24 trials of 600 steps, TPE), once with
   its early stopping (ASHA) and once with ``rule: NONE`` (the full budget), the same seed
@@ -91,7 +91,7 @@ def overhead(stores: Path, steps: int, rounds: int = 3) -> None:
             CONF,
             *_stores_args(stores),
             "-o",
-            "train_steps=0",
+            "train_steps=1",
             "--workspace",
             tmp / f"s{k}",
             "-q",
