@@ -18,9 +18,12 @@ early-stopping rule says so, and tells the study how each trial ended: complete 
 objective), pruned, or failed (the error its log ends with); a failing trial never ends
 the study. Everything is in the study's SQLite storage as it happens.
 
-A Ctrl-C or SIGTERM stops every trial with a checkpoint and leaves them running in the
-store; ``--resume`` (:func:`resume_study`) continues each from its checkpoint (or from
-step 0 when it wrote none), then starts new trials up to the budget. A ``kill -9`` of the
+A trial lost with its node (a cluster's actor gone, not an exit of its own) is recorded as
+failed, naming the node, and its values run again as a new trial from step 0 in a fresh
+workspace, beyond the budget. A Ctrl-C or SIGTERM stops every trial with a checkpoint and
+leaves them running in the store; ``--resume`` (:func:`resume_study`) continues each from
+its checkpoint (or from step 0 when it wrote none), then starts new trials up to the
+budget. A ``kill -9`` of the
 tuner loses nothing either: its trials get SIGTERM from the kernel and checkpoint.
 """
 
@@ -228,6 +231,10 @@ def open_study(folder: str | Path) -> Study:
     return Study(folder, record, cfg, space)
 
 
+#: a trial's user attribute: it was lost with its node (its values were run again)
+LOST = "lost"
+
+
 class Study:
     """A study folder (see :mod:`singa_core.tuning.store`); made by :func:`create_study`,
     :func:`resume_study` or :func:`open_study`."""
@@ -337,8 +344,10 @@ class Study:
                     )
                     while (self._stop_signal is None and self._bad_metric is None
                            and not out_of_time and len(running) < parallel):  # fmt: skip
-                        number = len(study.get_trials(deepcopy=False))
-                        if number >= target:
+                        made = study.get_trials(deepcopy=False)
+                        number = len(made)
+                        lost = sum(1 for t in made if t.user_attrs.get(LOST))
+                        if number >= target + lost:  # a lost trial's rerun is not budget
                             break
                         study.sampler = search.sampler(space, self.record.seed, number)
                         trial = study.ask(dists)
@@ -498,6 +507,11 @@ class Study:
                 if r.reason == "time":
                     t.set_user_attr("reason", f"stopped at its time limit, step {r.last_step}")
                 study.tell(t, value, skip_if_finished=True)
+        elif getattr(r.handle, "lost", False):  # its node went: rerun the values cleanly
+            study.enqueue_trial(dict(t.params), user_attrs={"rerun_of": t.number})
+            t.set_user_attr(LOST, True)
+            self._fail(study, t, f"{reason or f'exit {code}'}; its values run again as a "
+                       "new trial from step 0")  # fmt: skip
         else:
             self._fail(study, t, reason or f"exit {code}")
         return True

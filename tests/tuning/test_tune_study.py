@@ -5,12 +5,14 @@ kill -9 then resumed without redoing a finished trial."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from tune_jobs import SPACE, mnist_job, space_file
@@ -231,3 +233,68 @@ def test_ctrl_c_stops_every_trial_with_a_checkpoint(tmp_path, mnist_stores):
         ws = study / "trials" / f"{t['number']:04d}"
         assert (ws / "checkpoint").is_dir() and _free(ws)
         assert "interrupted at step" in (ws / "trial.log").read_text()
+
+
+class _LostWithItsNode:
+    """A trial whose node goes away after its first test pass (a cluster's actor lost):
+    the process is killed -9 and the handle says ``lost``, as RayTrialHandle does."""
+
+    node = "node-b"
+
+    def __init__(self, proc) -> None:
+        self.proc, self.lost = proc, False
+
+    def poll(self):
+        if self.lost:
+            return -1
+        code = self.proc.poll()
+        if code is None and _test_steps(Path(self.proc.launch.workspace)):
+            self.proc.kill()
+            self.proc.wait(10)
+            self.lost = True
+            return -1
+        return code
+
+    def records(self):
+        return [] if self.lost else self.proc.records()
+
+    def stop(self):
+        if not self.lost:
+            self.proc.stop()
+
+    def reason(self, code):
+        return (
+            f"lost on the Ray cluster (node {self.node})" if self.lost else self.proc.reason(code)
+        )
+
+    def close(self):
+        pass
+
+
+def test_a_trial_lost_with_its_node_runs_again_from_step_0(tmp_path, mnist_stores):
+    from singa_core.tuning import create_study, open_study
+    from singa_core.tuning.launch import LocalTrials
+
+    class LosingTrials(LocalTrials):
+        lost_one = False
+
+        def start(self, launch):
+            proc = super().start(launch)
+            if self.lost_one:
+                return proc
+            LosingTrials.lost_one = True
+            return _LostWithItsNode(proc)
+
+    conf = mnist_job(tmp_path, mnist_stores, steps=60, test_freq=30)
+    space = space_file(
+        tmp_path, SPACE.replace("trials: 4", "trials: 3") + "sampler { kind: RANDOM }\n"
+    )
+    study = create_study(conf, space, tmp_path / "study", seed=3, err=io.StringIO())
+    study.run(parallel=1, runner=LosingTrials(1), live=False)
+    records = {r.number: r for r in open_study(tmp_path / "study").trials()}
+    assert len(records) == 4, records  # the budget of 3, and the lost one's rerun
+    lost = records[0]
+    assert lost.state == "failed" and "node-b" in lost.reason and "run again" in lost.reason
+    rerun = [r for r in records.values() if r.number and r.params == lost.params]
+    assert len(rerun) == 1 and rerun[0].state == "complete" and rerun[0].step == 60
+    assert sum(r.state == "complete" for r in records.values()) == 3

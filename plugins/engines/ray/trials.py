@@ -12,7 +12,8 @@ study folder must be the same on every node (a shared file system), as for clust
 The cluster is joined as ``singa train --engine ray`` joins it (``runtime.Runtime``: the
 token checked before ``ray.init``, a cluster without token authentication refused unless
 ``--insecure``); without ``--address``, a private one-node runtime with a token of its own.
-An actor whose node is lost ends its trial as failed, naming the node; the study goes on.
+An actor whose node is lost ends its trial as failed, naming the node; the study reruns
+its values as a new trial from step 0 (a fresh workspace) and goes on.
 """
 
 from __future__ import annotations
@@ -65,6 +66,12 @@ class RayTrialHandle:
         except Exception as exc:  # noqa: BLE001 - the actor could not start or its node died
             self.node = None
             self._lost = _cause(exc)
+
+    @property
+    def lost(self) -> bool:
+        """Whether the trial was lost with its actor or node (not ended by itself): the
+        study reruns its values as a new trial."""
+        return self._lost is not None
 
     def poll(self) -> int | None:
         import ray
