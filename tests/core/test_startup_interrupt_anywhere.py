@@ -79,7 +79,9 @@ AT_LINE = textwrap.dedent(
     import os, signal, sys
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal starts it
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    INIT = os.path.join(os.environ["REPO"], "singa_core", "__init__.py")
+    import importlib.util
+    # the file Python will run (the checkout's, or an installed copy's), found unimported
+    INIT = importlib.util.find_spec("singa_core").origin
     LINES = open(INIT).read().splitlines()
     FIRST = 1 + next(i for i, ln in enumerate(LINES) if ln.startswith("try:"))
     seen = [0]

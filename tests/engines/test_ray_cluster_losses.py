@@ -216,7 +216,11 @@ def _scenario(c, recipe, conf, tmp_path) -> None:
     print(f"exit {code} {took:.1f} s after the GCS was killed inside ray.init:\n{text[-1500:]}")
     assert code == 2 and took < 15, text
     assert f"lost the head node (its GCS at {head})" in text, text
-    assert "while this machine joined the cluster" in text and "Traceback" not in text
+    # killed as the driver's first Ray log appears: inside ray.init (the watcher's message)
+    # or, on a slow machine, just after it returned (the head guard's): either is located
+    joining = "while this machine joined the cluster" in text
+    assert joining or "the job stopped: lost the head node" in text, text
+    assert "Traceback" not in text
     time.sleep(1)
     left = [cmd for cmd in c.processes(MEMBER).values()
             if "singa" in " ".join(cmd) or "select, signal, socket" in " ".join(cmd)]  # fmt: skip
