@@ -56,3 +56,42 @@ def test_a_task_error_wrapping_a_loss_is_a_loss():
 def test_summary_names_the_type_and_first_line():
     assert summary(ValueError("first\nsecond")) == "ValueError: first"
     assert summary(KeyError()) == "KeyError"
+
+
+def test_any_error_raised_by_rays_own_code_on_a_call_is_a_loss_but_a_peers_error_is_not():
+    """A raylet killed under a worker can surface as a ``GetTimeoutError`` or another
+    error raised inside Ray's own call (CI saw one reach the user as a traceback); the
+    same error raised by singa's code, or a peer's own ``RayTaskError``, is not a loss."""
+    timeout = ray_exceptions.GetTimeoutError("Get timed out")
+    assert is_loss(_raised(timeout, "ray._private.worker"))
+    assert not is_loss(_raised(ValueError("a bug"), "singa_builtins.engines.ray.process"))
+    assert is_loss(_raised(KeyError("freed"), "ray._raylet"))
+    peer = ray_exceptions.RayTaskError("update", "Traceback ...", ValueError("bad value"))
+    assert not is_loss(_raised(peer, "ray._private.worker"))
+
+
+def test_a_ray_thread_ending_on_a_lost_gcs_goes_to_the_driver_log_not_the_terminal(tmp_path, capfd):
+    """Ray's ``ray_listen_error_messages`` thread dies with an RpcError when the GCS goes
+    (CI saw its traceback under the located message); other threads print as before."""
+    import threading
+
+    from singa_builtins.engines.ray.runtime import _quiet_ray_threads
+
+    previous = threading.excepthook
+    log = tmp_path / "ray-driver.log"
+    try:
+        threading.excepthook = threading.__excepthook__  # Python's own, not pytest's
+        _quiet_ray_threads(log)
+
+        def fail():
+            raise RuntimeError("recvmsg: Connection reset by peer")
+
+        for name in ("ray_listen_error_messages", "worker-0-0"):
+            t = threading.Thread(target=fail, name=name)
+            t.start()
+            t.join()
+    finally:
+        threading.excepthook = previous
+    err = capfd.readouterr().err
+    assert "ray_listen_error_messages" not in err and "Exception in thread worker-0-0" in err
+    assert "Ray's thread ray_listen_error_messages ended" in log.read_text()

@@ -262,6 +262,7 @@ class Runtime:
         # blocked they never see a signal sent to the process group (only the driver acts
         # on it); a signal that arrives meanwhile waits and is then collected
         blocked = _block_stop_signals()
+        _quiet_ray_threads(getattr(self.reports, "path", None))
         watch = self._init_watch(gcs) if gcs else contextlib.nullcontext()
         self._before = set(descendants(os.getpid())) if self.private else set()
         if self.guard is not None:
@@ -412,3 +413,34 @@ class Runtime:
                 )  # fmt: skip
             out.append(node)
         return sorted(out, key=lambda n: (n.address, n.id))
+
+
+def _quiet_ray_threads(log_path) -> None:
+    """An exception ending one of Ray's own driver threads (``ray_listen_error_messages``
+    when the GCS goes away, say) goes to the driver's Ray log, not to the user's terminal
+    as Python's threading traceback: the head guard reports the loss itself, in one
+    located message. Other threads' exceptions are printed as before."""
+    import threading
+    import traceback
+
+    previous = threading.excepthook
+    if getattr(previous, "singa_quiet_ray", False):
+        return
+
+    def hook(args) -> None:
+        thread = args.thread
+        if thread is None or not thread.name.startswith("ray_"):
+            previous(args)
+            return
+        if log_path is None:
+            return
+        text = "".join(traceback.format_exception(args.exc_type, args.exc_value,
+                                                  args.exc_traceback))  # fmt: skip
+        try:
+            with open(log_path, "a") as fh:
+                fh.write(f"Ray's thread {thread.name} ended:\n{text}")
+        except OSError:
+            pass
+
+    hook.singa_quiet_ray = True
+    threading.excepthook = hook
