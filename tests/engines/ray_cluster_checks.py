@@ -743,3 +743,66 @@ def test_rays_report_of_a_killed_raylet_goes_to_the_workspace_log(cluster, tmp_p
     shown = out + err
     assert "Raylet is terminated" in shown and "ray: Ray reported" not in err, shown[-3000:]
     assert not (ws / "ray-driver.log").exists()
+
+
+def _failing_attempt(tmp_path: Path, dies: bool):
+    """An ``Attempt`` whose one process reports an ordinary error on its first poll and,
+    when ``dies``, is killed half a second later, as a process whose raylet was killed
+    can fail on a closed pipe before Ray ends it (CI saw that error's traceback reach the
+    user once)."""
+    import types
+
+    import ray
+    from singa_builtins.engines.ray.driver import Attempt
+
+    @ray.remote(num_cpus=0)
+    class Failing:
+        def __init__(self, dies: bool) -> None:
+            self.dies, self.calls = dies, 0
+
+        def events(self, timeout: float) -> list:
+            import threading
+
+            self.calls += 1
+            if self.calls == 1:
+                if self.dies:
+                    threading.Timer(0.5, os._exit, (1,)).start()
+                text = "Traceback (most recent call last):\nBrokenPipeError: [Errno 32]"
+                return [("error", "worker 0 of group 0 (worker process 0)", text)]
+            time.sleep(min(timeout, 0.2))
+            return []
+
+        def where(self) -> dict:
+            return {"pid": os.getpid()}
+
+    node = ray.get_runtime_context().get_node_id()
+    a = Attempt.__new__(Attempt)
+    spec = types.SimpleNamespace(role=lambda: "worker process 0 (fake)", workers=[(0, 0)])
+    a.topo = types.SimpleNamespace(nworker_groups=1, nworkers_per_group=1, procs=[spec])
+    a.engine = types.SimpleNamespace(
+        reporter=None, prepared=types.SimpleNamespace(workspace=tmp_path)
+    )
+    a.signals = types.SimpleNamespace(caught=[])
+    a.deadline = time.monotonic() + 60
+    a.runtime = types.SimpleNamespace(
+        nodes=lambda: [types.SimpleNamespace(id=n["NodeID"]) for n in ray.nodes() if n["Alive"]],
+        private=True,
+    )
+    a.options = types.SimpleNamespace(max_restarts=0)
+    a.node_of, a.where = [node], [{"node_id": node, "address": "127.0.0.1"}]
+    a.actors = [Failing.options(max_restarts=0).remote(dies)]
+    return a
+
+
+def test_killed_process_after_its_own_error_is_reported_as_lost(cluster, tmp_path):
+    """A process that reports an error and then vanishes within the grace is a loss (exit 2
+    naming it, a restart with --max-restarts); one that stays is its error."""
+    from singa_builtins.engines.ray.driver import ProcessLost
+
+    from singa_core.errors import SingaError
+
+    with pytest.raises(ProcessLost, match=r"worker process 0 \(fake\) on node 127\.0\.0\.1"):
+        _failing_attempt(tmp_path / "dies", dies=True)._supervise()
+    with pytest.raises(SingaError, match="worker 0 of group 0 .* failed") as err:
+        _failing_attempt(tmp_path / "stays", dies=False)._supervise()
+    assert "BrokenPipeError" in str(err.value)

@@ -418,6 +418,14 @@ class Attempt:
             return ProcessLost(f"the job's connection to Ray was lost ({summary(exc)})")
 
     def _probe_lost(self, exc: BaseException) -> ProcessLost:
+        found = self._loss_among_processes(exc)
+        if found is not None:
+            return found
+        return ProcessLost(f"a process, node or object of the job was lost ({summary(exc)})")
+
+    def _loss_among_processes(self, exc: BaseException | None) -> ProcessLost | None:
+        """The first process that no longer answers (or whose node is no longer alive), or
+        None when every one answers."""
         import ray
 
         probes = {a.where.remote(): i for i, a in enumerate(self.actors)}
@@ -434,12 +442,12 @@ class Attempt:
                     raise
             silent = [probes[r] for r in probes if r not in done]
             if silent:
-                return self._lost(silent[0], exc)
+                return self._lost(silent[0], exc or TimeoutError("no answer"))
         alive = {n.id for n in self.runtime.nodes()}
         for i, node in enumerate(self.node_of):
             if node not in alive:
-                return self._lost(i, exc)
-        return ProcessLost(f"a process, node or object of the job was lost ({summary(exc)})")
+                return self._lost(i, exc or ConnectionError("its node is no longer alive"))
+        return None
 
     def _get_all(self, refs: list) -> list:
         """One answer per actor, in order; a dead actor is a ProcessLost naming it."""
@@ -494,6 +502,7 @@ class Attempt:
         leader_result = None
         handled = 0  # signals caught before this point are handled on the first pass
         lost_deadline, lost_text = None, None
+        error_deadline, error_text = None, ""
         calls = {a.events.remote(POLL): i for i, a in enumerate(self.actors)}
         watch = HeadWatch(ray.get_runtime_context().gcs_address)
         while pending:
@@ -530,17 +539,25 @@ class Attempt:
                         pending.discard(tuple(msg[1]))
                         if tuple(msg[1]) == (0, 0):
                             leader_result = msg[2]
-                    elif kind == "error":
-                        _, role, text = msg
-                        raise stopped_error(
-                            self.engine.prepared.workspace, f"{role} failed:\n{text.rstrip()}"
-                        )
+                    elif kind == "error" and error_deadline is None:
+                        # a process whose node is going down may fail on its own first
+                        # (a peer's pipe closes): a loss found within the grace wins
+                        error_deadline = time.monotonic() + LOST_GRACE
+                        error_text = f"{msg[1]} failed:\n{msg[2].rstrip()}"
                     elif kind == "lost" and lost_deadline is None:
                         lost_deadline = time.monotonic() + LOST_GRACE
                         lost_text = f"{msg[1]}: {msg[2]}"
                 calls[self.actors[i].events.remote(POLL)] = i
             if lost_deadline is not None and time.monotonic() > lost_deadline:
                 raise ProcessLost(f"a peer of {lost_text} was lost")
+            if error_deadline is not None and time.monotonic() > error_deadline:
+                try:
+                    lost = self._loss_among_processes(None)
+                except Exception as exc:  # noqa: BLE001 - Ray itself is failing here
+                    lost = ProcessLost(f"the job's connection to Ray was lost ({summary(exc)})")
+                if lost is not None:
+                    raise lost
+                raise stopped_error(self.engine.prepared.workspace, error_text)
             if ready != workers and time.monotonic() > self.deadline:
                 each: dict[int, list] = {}
                 for ps in topo.procs:
