@@ -160,6 +160,11 @@ def standard_args(
     ap.add_argument("--steps", type=int, default=steps, help="steps per round")
     ap.add_argument("--warmup", type=int, default=warmup)
     ap.add_argument("--threads", type=int, default=threads)
+    ap.add_argument(
+        "--one-process",
+        action="store_true",
+        help="time every framework in this one process (the old way; compare)",
+    )
     if extra is not None:
         extra(ap)
     args = ap.parse_args()
@@ -167,22 +172,175 @@ def standard_args(
     return args
 
 
-def compare_with_pytorch(title: str, singa_fn, torch_fn, args) -> dict:
-    """Time singa's and (when installed) PyTorch's step functions in alternating rounds;
-    print each median and their ratio. Returns name -> step times."""
+# -- each framework in a process of its own ------------------------------------------------
+#
+# Timed in one process, two frameworks share it with each other's idle thread pools (an
+# OpenBLAS or OpenMP pool spinning after its last call while the other library computes).
+# ``compare_in_processes`` gives each side a process of its own (spawned: nothing of the
+# parent's imports), alternates their rounds, and lets the side that just ran fall idle
+# before the other starts. Each side also measures its own library's SGEMM peak at the same
+# thread count; PyTorch's side counts the step's FLOP (its FlopCounterMode, on the same
+# model), and every side is printed with its fraction of the machine's measured peak.
+
+SETTLE_S = 0.3  # a side's pools spin after its round; the other side starts after this
+
+
+def sgemm_peak_gflops(matmul, n: int = 2048, repeats: int = 3) -> float:
+    """The best GFLOP/s of ``matmul()`` (an ``n``×``n``×``n`` float32 product)."""
+    matmul()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        matmul()
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n**3 / best / 1e9
+
+
+def _numpy_peak() -> tuple[str, float]:
+    import numpy as np
+
+    from singa_core.contracts.blas import gemm
+
+    n = 2048
+    a = np.random.default_rng(0).random((n, n), dtype=np.float32)
+    b, c = a.copy(), np.empty_like(a)
+    return "singa's BLAS (sgemm)", sgemm_peak_gflops(lambda: gemm(a, b, c), n)
+
+
+def _torch_peak_and_flops(step) -> tuple[str, float, float | None]:
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    n = 2048
+    a = torch.rand(n, n)
+    b, c = a.clone(), torch.empty(n, n)
+    peak = sgemm_peak_gflops(lambda: torch.mm(a, b, out=c), n)
+    with FlopCounterMode(display=False) as counter:
+        step(10**6)  # a step of its own (the counter's dispatch is slow): not timed
+    return "PyTorch (torch.mm)", peak, float(counter.get_total_flops())
+
+
+def _side(conn, name, factory, fargs, threads) -> None:
+    """A spawned side: build the step function, then run rounds on request."""
+    step = factory(*fargs)
+    if step is None:
+        conn.send(("missing", None))
+        return
+    if name == "singa":
+        peak_of, peak, flops = (*_numpy_peak(), None)
+    else:
+        peak_of, peak, flops = _torch_peak_and_flops(step)
+    conn.send(("ready", {"peak": peak, "peak_of": peak_of, "flops": flops}))
+    i = 0
+    while True:
+        msg = conn.recv()
+        if msg[0] == "stop":
+            return
+        times = []
+        for _ in range(msg[1]):
+            t0 = time.perf_counter()
+            step(i)
+            times.append(time.perf_counter() - t0)
+            i += 1
+        conn.send(("times", times))
+
+
+def _side_env(name: str, threads: int) -> dict:
+    """The thread settings of a side's process: its own library gets ``threads``; the
+    other's pool (numpy imported by PyTorch) one thread."""
+    mine = str(threads)
+    if name == "singa":
+        return {"OPENBLAS_NUM_THREADS": mine, "OMP_NUM_THREADS": mine}
+    return {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": mine, "MKL_NUM_THREADS": mine}
+
+
+def run_sides(sides: dict, args) -> tuple[dict, dict]:
+    """``sides``: name -> (factory, factory args); "singa" builds singa's step. Each runs in
+    a spawned process; returns (name -> step times, name -> facts), without the sides
+    whose factory returned None (PyTorch not installed)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    procs, conns, facts = {}, {}, {}
+    for name, (factory, fargs) in sides.items():
+        parent, child = ctx.Pipe()
+        saved = dict(os.environ)
+        os.environ.update(_side_env(name, args.threads))
+        try:
+            p = ctx.Process(target=_side, args=(child, name, factory, fargs, args.threads))
+            p.start()
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        procs[name], conns[name] = p, parent
+        kind, info = parent.recv()  # built one at a time: no side builds while one times
+        if kind == "missing":
+            p.join()
+            del procs[name], conns[name]
+        else:
+            facts[name] = info
+    times: dict[str, list[float]] = {name: [] for name in conns}
+    try:
+        for conn in conns.values():
+            conn.send(("run", args.warmup))
+            conn.recv()
+            time.sleep(SETTLE_S)
+        for _ in range(args.rounds):
+            for name, conn in conns.items():
+                conn.send(("run", args.steps))
+                times[name] += conn.recv()[1]
+                time.sleep(SETTLE_S)
+    finally:
+        for name, conn in conns.items():
+            conn.send(("stop",))
+            procs[name].join(30)
+    return times, facts
+
+
+def print_roofline(times: dict, facts: dict) -> None:
+    """Each side's GFLOP/s and its fraction of the best SGEMM peak measured in this run."""
+    if not facts:
+        return
+    peaks = {f["peak_of"]: f["peak"] for f in facts.values()}
+    best_of = max(peaks, key=peaks.get)
+    peak = peaks[best_of]
+    print("SGEMM peak in this run: " + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in peaks.items())
+          + f"; the roof: {peak:.0f} GFLOP/s")  # fmt: skip
+    flops = next((f["flops"] for f in facts.values() if f.get("flops")), None)
+    if flops is None:
+        print("FLOP per step: counted on PyTorch's model (pip install torch==2.13.0)")
+        return
+    print(f"FLOP per step: {flops / 1e9:.3f} G (PyTorch's FlopCounterMode: its matrix "
+          "products and convolutions, forward and backward)")  # fmt: skip
+    for name, t in times.items():
+        rate = flops / (statistics.median(t)) / 1e9
+        print(f"  {name:8s} {rate:6.0f} GFLOP/s = {rate / peak:4.0%} of the roof")
+
+
+def compare_with_pytorch(title: str, sides: dict, args, *, key: str = "") -> dict:
+    """Time the ``sides`` (name -> (factory, args); "singa" and "pytorch", maybe a PyTorch
+    variant), each in a process of its own (``--one-process``: all in this one, the old
+    way, to see what sharing a process changes), in alternating rounds; print each median,
+    the ratio singa/pytorch and the roofline. Returns name -> step times."""
     import sys
 
-    fns = {"singa": singa_fn}
-    if torch_fn is not None:
-        fns["pytorch"] = torch_fn
-    times = interleaved(fns, args.rounds, args.steps, args.warmup)
+    if getattr(args, "one_process", False):
+        fns = {n: f(*a) for n, (f, a) in sides.items()}
+        fns = {n: fn for n, fn in fns.items() if fn is not None}
+        times, facts = interleaved(fns, args.rounds, args.steps, args.warmup), {}
+        where = "one process for all"
+    else:
+        times, facts = run_sides(sides, args)
+        where = "each in a process of its own"
     for name, t in times.items():
         print(f"{name:8s} {title}, {args.threads} thread(s): {summary(t)}")
-    if torch_fn is None:
+    print(f"(timed {where}, in alternating rounds of {args.steps} steps)")
+    if "pytorch" not in times:
         print("pytorch  not installed: pip install torch==2.13.0 for the comparison")
     else:
         ratio = median_ms(times["singa"]) / median_ms(times["pytorch"])
-        print(f"ratio singa/pytorch (median): {ratio:.2f}x")
+        print(f"ratio singa/pytorch{' ' + key if key else ''} (median): {ratio:.2f}x")
+    print_roofline(times, facts)
     print(f"({load_average()} at the end)")
     sys.stdout.flush()
     return times

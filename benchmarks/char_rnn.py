@@ -80,12 +80,11 @@ def main() -> None:
         extra=lambda ap: ap.add_argument("--hidden", type=int, default=512),
     )
     texts = char_rnn_texts()
-    compare_with_pytorch(
-        f"char-rnn GRU {args.hidden}, batch {BATCH}x{UNROLL}",
-        singa_step(texts, args.threads, args.hidden),
-        torch_step(texts, args.threads, args.hidden),
-        args,
-    )
+    sides = {
+        "singa": (singa_step, (texts, args.threads, args.hidden)),
+        "pytorch": (torch_step, (texts, args.threads, args.hidden)),
+    }
+    compare_with_pytorch(f"char-rnn GRU {args.hidden}, batch {BATCH}x{UNROLL}", sides, args)
 
 
 if __name__ == "__main__":

@@ -19,19 +19,14 @@ PyTorch is optional: without it only singa is timed.
 
 from __future__ import annotations
 
-import argparse
-import sys
-
 from _common import (
     REPO,
     cifar10_stores,
-    interleaved,
-    load_average,
+    compare_with_pytorch,
     median_ms,
     mnist_stores,
-    print_machine_facts,
     singa_train_step,
-    summary,
+    standard_args,
 )
 
 
@@ -134,49 +129,40 @@ def torch_cifar10(threads: int, *, lrn: bool = True, foreach: bool | None = None
     return _torch_step(torch, model, opt, x, y, 100)
 
 
+def torch_cifar10_without_lrn(threads: int):
+    return torch_cifar10(threads, lrn=False)
+
+
 NETS = {
     "lenet": ("LeNet (MNIST conv.conf) batch 64", singa_lenet, torch_lenet, None),
     "cifar10": (
         "CIFAR-10 job.conf batch 100",
         singa_cifar10,
         torch_cifar10,
-        # PyTorch's local_response_norm goes through pooling and pow and is slow; the same
-        # net without LRN bounds what a faster PyTorch LRN could reach
-        lambda threads: torch_cifar10(threads, lrn=False),
+        torch_cifar10_without_lrn,
     ),
 }
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--net", choices=[*NETS, "both"], default="both")
-    ap.add_argument("--rounds", type=int, default=8)
-    ap.add_argument("--steps", type=int, default=10, help="steps per round")
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=2)
-    args = ap.parse_args()
-    print_machine_facts(args.threads)
+    args = standard_args(
+        __doc__.splitlines()[0],
+        rounds=8,
+        steps=10,
+        warmup=5,
+        extra=lambda ap: ap.add_argument("--net", choices=[*NETS, "both"], default="both"),
+    )
     for key in NETS if args.net == "both" else [args.net]:
         title, singa_fn, torch_fn, torch_bound_fn = NETS[key]
-        fns = {"singa": singa_fn(args.threads)}
-        tfn = torch_fn(args.threads)
-        if tfn is not None:
-            fns["pytorch"] = tfn
-            if torch_bound_fn is not None:
-                fns["pytorch-without-lrn"] = torch_bound_fn(args.threads)
-        times = interleaved(fns, args.rounds, args.steps, args.warmup)
-        for name, t in times.items():
-            print(f"{name:8s} {title}, {args.threads} thread(s): {summary(t)}")
-        if tfn is None:
-            print("pytorch  not installed: pip install torch==2.13.0 for the comparison")
-            continue
-        singa_ms = median_ms(times["singa"])
-        print(f"ratio singa/pytorch {key} (median): {singa_ms / median_ms(times['pytorch']):.2f}x")
+        sides = {"singa": (singa_fn, (args.threads,)), "pytorch": (torch_fn, (args.threads,))}
+        if torch_bound_fn is not None:
+            # PyTorch's local_response_norm goes through pooling and pow and is slow; the
+            # same net without LRN bounds what a faster PyTorch LRN could reach
+            sides["pytorch-without-lrn"] = (torch_bound_fn, (args.threads,))
+        times = compare_with_pytorch(title, sides, args, key=key)
         if "pytorch-without-lrn" in times:
-            bound = singa_ms / median_ms(times["pytorch-without-lrn"])
+            bound = median_ms(times["singa"]) / median_ms(times["pytorch-without-lrn"])
             print(f"  (singa / pytorch without its LRN layers: {bound:.2f}x)")
-        sys.stdout.flush()
-    print(f"({load_average()} at the end)")
 
 
 if __name__ == "__main__":

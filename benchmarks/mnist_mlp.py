@@ -54,8 +54,11 @@ def torch_step(threads: int, *, foreach: bool | None = None):
 
 def main() -> None:
     args = standard_args(__doc__.splitlines()[0], rounds=10, steps=20, warmup=10)
-    singa_fn = singa_step(mnist_stores(), args.threads)
-    compare_with_pytorch("MNIST MLP batch 64", singa_fn, torch_step(args.threads), args)
+    sides = {
+        "singa": (singa_step, (mnist_stores(), args.threads)),
+        "pytorch": (torch_step, (args.threads,)),
+    }
+    compare_with_pytorch("MNIST MLP batch 64", sides, args)
 
 
 if __name__ == "__main__":

@@ -72,8 +72,11 @@ def torch_step(threads: int):
 
 def main() -> None:
     args = standard_args(__doc__.splitlines()[0], rounds=10, steps=20, warmup=10)
-    singa_fn = singa_step(mnist_stores(), args.threads)
-    compare_with_pytorch("RBM1 CD-1 batch 100, 784-1000", singa_fn, torch_step(args.threads), args)
+    sides = {
+        "singa": (singa_step, (mnist_stores(), args.threads)),
+        "pytorch": (torch_step, (args.threads,)),
+    }
+    compare_with_pytorch("RBM1 CD-1 batch 100, 784-1000", sides, args)
 
 
 if __name__ == "__main__":

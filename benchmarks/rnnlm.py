@@ -128,15 +128,24 @@ def main() -> None:
     # 1 thread by default: job.conf's num_openblas_threads
     args = standard_args(__doc__.splitlines()[0], rounds=10, steps=500, warmup=200, threads=1)
     data = corpus()
-    rnnlm_plugin()
-    singa_fn = singa_train_step(job_conf(data), [], args.threads)
-    wins = windows(data, args.warmup + args.rounds * args.steps)
+    count = args.warmup + args.rounds * args.steps + 1
+    sides = {
+        "singa": (singa_side, (data, args.threads)),
+        "pytorch": (torch_side, (data, count, args.threads)),
+    }
     compare_with_pytorch(
-        "rnnlm window of <= 10 words, 3720 words / 100 classes, dim 15",
-        singa_fn,
-        torch_step(wins, args.threads),
-        args,
+        "rnnlm window of <= 10 words, 3720 words / 100 classes, dim 15", sides, args
     )
+
+
+def singa_side(data: Path, threads: int):
+    rnnlm_plugin()
+    return singa_train_step(job_conf(data), [], threads)
+
+
+def torch_side(data: Path, count: int, threads: int):
+    rnnlm_plugin()
+    return torch_step(windows(data, count), threads)
 
 
 if __name__ == "__main__":
