@@ -116,8 +116,11 @@ class InnerProductLayer(DefersBias, NeuronLayer):
             wx = w.T if self.transpose else w
             if buf.flags.c_contiguous:
                 np.dot(g, wx, out=buf.reshape(self.batchsize, self.vdim))
-            else:  # a strided view: reshape would copy, so assign instead
-                buf[...] = np.dot(g, wx).reshape(buf.shape)
+            else:  # a strided view: reshape would copy, so compute aside and assign
+                if getattr(self, "_gx", None) is None:  # made by the first step, reused
+                    self._gx = self.xp.empty((self.batchsize, self.vdim), dtype=DTYPE)
+                np.dot(g, wx, out=self._gx)
+                buf[...] = self._gx.reshape(buf.shape)
 
     # -- all unrolled copies at once (singa_core.sequences) -------------------------------
     @classmethod

@@ -240,8 +240,7 @@ class EmulatedRuntime:
                     conv.append(ctypes.c_void_p(a.ctypes.data))
                 else:
                     conv.append(_CTYPES[t](a.item() if isinstance(a, np.generic) else a))
-            _record(name, "kernels")
-            fn(*conv)
+            run_node(name, "kernels", lambda: fn(*conv), keep=args)
 
         return launch
 
@@ -265,7 +264,7 @@ class EmulatedRuntime:
         if t is None:
             if len(self._tables) > 4096:
                 self._tables.clear()
-            _record("table", "to_device")
+            run_node("table", "to_device", lambda: None)
             t = self._tables[key] = host
         return t
 
@@ -279,16 +278,19 @@ class EmulatedRuntime:
         for m in (a, b):
             if not (m.flags.c_contiguous or m.flags.f_contiguous):
                 raise ValueError("gemm's operands must be C- or F-contiguous (cuBLAS's layouts)")
-        _record("cublas_sgemm", "kernels")
-        product = np.matmul(a, b)
-        if alpha != 1.0:
-            product *= np.float32(alpha)
-        if beta == 0.0:
-            np.copyto(c, product)
-        else:
-            if beta != 1.0:
-                c *= np.float32(beta)
-            c += product
+
+        def run() -> None:
+            product = np.matmul(a, b)
+            if alpha != 1.0:
+                product *= np.float32(alpha)
+            if beta == 0.0:
+                np.copyto(c, product)
+            else:
+                if beta != 1.0:
+                    np.multiply(c, np.float32(beta), out=c)
+                np.add(c, product, out=c)
+
+        run_node("cublas_sgemm", "kernels", run)
 
 
 def _host_view(a):
@@ -297,10 +299,12 @@ def _host_view(a):
     return inner if type(a).__name__ == "StandinArray" else a
 
 
-def _record(name: str, kind: str) -> None:
+def run_node(name: str, kind: str, run, keep=()) -> None:
+    """Counted (and recorded while capturing) by the stand-in: see
+    :func:`singa_core.contracts.standin.run_node`."""
     from singa_core.contracts import standin
 
-    standin.record(name, kind)
+    standin.run_node(name, kind, run, keep)
 
 
 _EMULATED: dict[str, EmulatedRuntime] = {}

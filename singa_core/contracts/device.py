@@ -126,7 +126,12 @@ class Device:
         return contextlib.nullcontext()
 
     def synchronize(self) -> None:
-        """Wait for the work queued on the device (for timings)."""
+        """Wait for the work queued on the device (for timings); refused while a step is
+        captured (:mod:`singa_core.contracts.capture`)."""
+        from singa_core.contracts import capture
+
+        if capture.active() is not None:
+            raise capture.active().refuse("synchronize", "wait for the device")
         if self.kind == "cuda":
             with self.activate():
                 self.xp.cuda.get_current_stream().synchronize()

@@ -57,6 +57,8 @@ class StandinArray:
 
     def __init__(self, a: np.ndarray) -> None:
         self._a = a
+        if _capture_on and a.base is None:  # new device memory (a capture refuses it)
+            _fresh.n = getattr(_fresh, "n", 0) + 1
 
     # -- no silent way to the host -------------------------------------------------------
     def __array__(self, *args, **kwargs):
@@ -308,6 +310,8 @@ class Counts:
 
 _counts: Counts | None = None
 _depth = threading.local()
+_capture_on = False  # a capture (singa_core.contracts.capture) is under way
+_fresh = threading.local()  # arrays owning new memory made by this thread (while capturing)
 
 
 @contextlib.contextmanager
@@ -329,6 +333,44 @@ def record(name: str, kind: str) -> None:
     counts = _counts
     if counts is not None and not getattr(_depth, "n", 0):
         counts.record(name, kind)
+
+
+def run_node(name: str, kind: str, run, keep=()) -> None:
+    """Run one piece of device work made outside the array module (an emulated launch, a
+    GEMM, a table upload): counted as ``kind``, and recorded as a node while capturing
+    (``keep``: the arrays its raw pointers point into)."""
+    if _capture_on and not getattr(_depth, "n", 0):
+        from singa_core.contracts import capture
+
+        graph = capture.active()
+        if kind != "kernels":
+            raise graph.refuse(name, "upload a new table to the device (an allocation)")
+        graph.add(capture.Node(name, kind, run, keep=tuple(keep)))
+    record(name, kind)
+    run()
+
+
+@contextlib.contextmanager
+def capturing_calls() -> Iterator[None]:
+    """Within the block, stand-in calls are checked and recorded by the active capture
+    (:func:`singa_core.contracts.capture.capturing` enters it)."""
+    global _capture_on
+    _capture_on = True
+    try:
+        yield
+    finally:
+        _capture_on = False
+
+
+@contextlib.contextmanager
+def replaying() -> Iterator[None]:
+    """Running a graph's nodes: the calls inside them are neither counted nor recorded
+    (the graph counts each node once)."""
+    _depth.n = 1
+    try:
+        yield
+    finally:
+        _depth.n = 0
 
 
 # -- which code the stand-in runs ------------------------------------------------------------
@@ -370,20 +412,42 @@ def _classify(name: str, result, inputs) -> str:
 
 def _op(name: str, run, inputs=(), *, launches: int | None = None):
     """Run one stand-in call, counted when :func:`counting` is on (``launches``: a
-    kernel's launches, instead of classifying the call)."""
+    kernel's launches, instead of classifying the call) and checked and recorded while
+    capturing (:mod:`singa_core.contracts.capture`)."""
     counts = _counts
-    if counts is None or getattr(_depth, "n", 0):
+    if (counts is None and not _capture_on) or getattr(_depth, "n", 0):
         return run()
+    if _capture_on and name in READS:
+        from singa_core.contracts import capture
+
+        raise capture.active().refuse(name, "read a device value on the host")
+    fresh = getattr(_fresh, "n", 0)
     _depth.n = 1
     try:
         result = run()
     finally:
         _depth.n = 0
+    kind = "kernels" if launches is not None else _classify(name, result, inputs)
+    if _capture_on:
+        _capture(name, kind, run, launches, getattr(_fresh, "n", 0) != fresh)
+    if counts is None:
+        return result
     if launches is None:
-        counts.record(name, _classify(name, result, inputs))
+        counts.record(name, kind)
     for _ in range(launches or 0):
         counts.record(name, "kernels")
     return result
+
+
+def _capture(name: str, kind: str, run, launches, allocated: bool) -> None:
+    from singa_core.contracts import capture
+
+    graph = capture.active()
+    if kind == "views":
+        return  # no device work
+    if kind == "allocations" or allocated:
+        raise graph.refuse(name, "allocate device memory")
+    graph.add(capture.Node(name, kind, run, launches=1 if launches is None else launches))
 
 
 def launcher(name: str, host_fn, launches: int = 1):

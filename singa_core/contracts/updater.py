@@ -98,6 +98,18 @@ class Updater:
                 field="delta",
             )
 
+    def rate_at(self, step: int, like):
+        """The step's learning rate ``lr(step)`` in a (1,) float64 array on ``like``'s
+        device, for update kernels (a :class:`~singa_core.contracts.capture.StepValue`:
+        a replayed step's kernels read the rate from it)."""
+        from singa_core.contracts.capture import StepValue
+
+        key = ("rate", type(like))
+        rate = self._scratch.get(key)
+        if rate is None:
+            rate = self._scratch[key] = StepValue(self.lr, like)
+        return rate.at(step)
+
     def scratch(self, like: np.ndarray) -> np.ndarray:
         """A float32 work array shaped like ``like``: one per size, reused by every later
         update (not state: never checkpointed)."""
@@ -209,7 +221,7 @@ def _prologue(clip: bool, weight_decay: str) -> str:
     )
     if weight_decay == "coupled":
         code += "if (P1 > 0.0f) g = fmaf(P1, T0[j], g);\n"
-    code += "const float rate = (float)(lr * (double)P0);\n"
+    code += "const float rate = (float)(lr_at[0] * (double)P0);\n"
     if weight_decay == "decoupled":
         code += "if (P1 > 0.0f && rate != 0.0f) T0[j] = T0[j] * (1.0f - rate * P1);\n"
     return code
@@ -240,7 +252,7 @@ def define_update_kernel(
             "shrinks the weights before the rule (AdamW, Lion)",
         )
     scalars = ", ".join(
-        ["double lr", "float clip_low", "float clip_high", "int clip"]
+        ["const double* __restrict__ lr_at", "float clip_low", "float clip_high", "int clip"]
         + [f"float {c}" for c in consts]
     )
     source = multi_tensor_source(
@@ -266,7 +278,7 @@ def define_update_kernel(
         lo, hi = updater.clip_low, updater.clip_high
         launch_multi_tensor(
             rt, source, f"singa_{name}", tensors, params,
-            (np.float64(updater.lr(step)), np.float32(lo), np.float32(hi),
+            (updater.rate_at(step, items[0].value), np.float32(lo), np.float32(hi),
              np.int32(clip and hi > lo), *(np.float32(getattr(updater, c)) for c in consts)),
         )  # fmt: skip
 
