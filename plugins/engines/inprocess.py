@@ -13,6 +13,8 @@ will under multi-process engines.
 
 from __future__ import annotations
 
+from singa_builtins.engines.graphed_step import GraphedStep
+
 from singa_core.blas import (
     blas_threads_for,
     blas_threads_problem,
@@ -21,6 +23,7 @@ from singa_core.blas import (
 )
 from singa_core.device import array_module, to_host
 from singa_core.engine import Engine, TrainResult
+from singa_core.errors import SingaError
 from singa_core.layer import kTest, kTrain
 from singa_core.names import runtime_param_name
 from singa_core.resources import usable_cpus
@@ -59,6 +62,13 @@ class InProcessStub(ParamStub):
         for key, version in self.shard.flush().items():
             self._set_version(key, version)
 
+    def replayed(self) -> None:
+        """A replayed step updated every Param once (its kernels ran, this Python did
+        not): their versions advance as a step's updates advance them."""
+        for key, e in self.shard.entries.items():
+            e.version += 1
+            self._set_version(key, e.version)
+
     def _learnable(self) -> int:
         n = getattr(self, "_n_learnable", None)
         if n is None:
@@ -82,6 +92,9 @@ class _TrialStub(InProcessStub):
 class InProcessEngine(Engine):
     type_names = ("inprocess",)
     priority = 10
+    #: graphs=on|off: capture a training step's device work once and replay it
+    #: (plugins/engines/graphed_step.py; off by default)
+    option_names = ("graphs",)
 
     @classmethod
     def supports(cls, job) -> str | None:
@@ -144,8 +157,6 @@ class InProcessEngine(Engine):
         saved = state.meta.get("updater")
         current = updater_type_name(self.job.updater)
         if saved and saved != current:
-            from singa_core.errors import SingaError
-
             raise SingaError(
                 f"the checkpoint was trained with updater {saved} but job.conf now says {current}",
                 where=str(path),
@@ -182,16 +193,41 @@ class InProcessEngine(Engine):
             )
         )
 
+    def configure(self, options: dict[str, str]) -> None:
+        super().configure(options)
+        graphs = options.get("graphs", "off")
+        if graphs not in ("on", "off"):
+            raise SingaError(
+                f"--engine-option graphs is {graphs!r}",
+                where="--engine-option",
+                help="graphs=on replays each training step's device work, graphs=off "
+                "(the default) runs it eagerly",
+            )
+        device = self._device()
+        if graphs == "on" and not (device.kind == "standin" and device.code == "cuda"):
+            raise SingaError(
+                f"graphs=on replays the kernels' CUDA code; the job computes on {device}"
+                + (" (capturing on a GPU is not built yet)" if device.kind == "cuda" else ""),
+                where="--engine-option",
+                help="run it with --device standin:cuda (the CUDA code emulated on the CPU), "
+                "or leave graphs off",
+            )
+
     def _loop(self) -> TrainingLoop:
+        stub = InProcessStub(self.shard, self.train_net.params)
+        graphs = self.options.get("graphs") == "on"
         return TrainingLoop(
             self.job,
             worker=self.worker,
-            stub=InProcessStub(self.shard, self.train_net.params),
+            stub=stub,
             train_net=self.train_net,
             nets=self.nets,
             checkpoint=self._write_checkpoint,
             reporter=self.reporter,
             lr=self.updater.lr,
+            step_runner=(
+                GraphedStep(self.worker, self.train_net, stub, self.reporter) if graphs else None
+            ),
         )
 
     def _threads_rule(self) -> tuple[int | None, str]:

@@ -28,6 +28,7 @@ from singa_core.worker import Worker
 
 class CDWorker(Worker):
     type_names = ("kCD",)
+    train_forward_phase = kPositive
 
     @property
     def cd_k(self) -> int:

@@ -463,6 +463,18 @@ def load_metric_state(layer: Layer, state: list) -> None:
         layer._metric_acc = (names, layer.device.asarray(start))
 
 
+def metric_counts(layer: Layer) -> dict[str, int]:
+    """How many batches of each metric were added since the last pop (a copy)."""
+    return dict(layer._metric_count)
+
+
+def add_metric_counts(layer: Layer, counts: dict[str, int]) -> None:
+    """Count ``counts`` more batches of metrics whose values a replayed step added on the
+    device (its Python, which counts them, ran only when the step was captured)."""
+    for name, n in counts.items():
+        layer._metric_count[name] = layer._metric_count.get(name, 0) + n
+
+
 def host_metric_sums(layer: Layer) -> dict[str, float]:
     """The sums of the metrics added on the host since the last pop (not reset); a
     device's metrics are checked through its arrays instead (the numeric guard)."""

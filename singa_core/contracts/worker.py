@@ -8,6 +8,8 @@ engine sits behind the stub (in-process, other processes, other machines) is inv
 
 from __future__ import annotations
 
+from singa_core.schema import job_pb2
+
 
 class Worker:
     """Contract for worker plugins (kBP, kCD, kBPTT, user algorithms).
@@ -21,8 +23,22 @@ class Worker:
     #: each shared gradient once (kBPTT). Other workers are refused such nets at set-up.
     handles_unrolled_nets: bool = False
 
+    #: the phase flags ``train_one_batch`` gives the layers' ``forward`` (what
+    #: :meth:`host_part` gives the host's layers)
+    train_forward_phase: int = job_pb2.kTrain | job_pb2.kForward
+
     def __init__(self, job) -> None:
         self.job = job
+
+    def host_part(self, step: int, net) -> None:
+        """What a training step does on the host before its device work: the ``forward``
+        of the layers that compute on the host (input layers reading the next batch into
+        their buffers), in net order. A step whose device work is replayed
+        (``singa_core.contracts.capture``) runs this, then the replay; a worker whose
+        train_one_batch does other host work per step overrides it."""
+        for layer in net.layers:
+            if layer.device.is_host:
+                layer.forward(self.train_forward_phase, net.srclayers(layer))
 
     def start_evaluation(self, phase: int, net) -> None:
         """Called before each pass of ``test_one_batch`` calls (a test/validation run)."""

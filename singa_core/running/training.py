@@ -110,8 +110,12 @@ class TrainingLoop:
         reporter,
         lr: Callable[[int], float] | None = None,
         is_display_worker: bool = True,
+        step_runner: Callable[[int, ParamStub], None] | None = None,
     ) -> None:
         self.job = job
+        #: runs one training step (train_one_batch, then the stub's flush); an engine may
+        #: give one that replays the step's device work (plugins/engines/graphed_step.py)
+        self.step_runner = step_runner or self._train_step
         self.worker = worker
         self.stub = stub
         self.train_net = train_net
@@ -163,6 +167,10 @@ class TrainingLoop:
             self.reporter.metrics(name, step, metrics)
         return metrics
 
+    def _train_step(self, step: int, stub: ParamStub) -> None:
+        self.worker.train_one_batch(step, self.train_net, stub)
+        self.stub.flush()
+
     def run(
         self, start_step: int, *, resumed: bool = False, done_evaluations=()
     ) -> tuple[int, str | None, bool]:
@@ -206,8 +214,7 @@ class TrainingLoop:
                     stub = GradientHistograms(self.stub)  # gradients as handed to the servers
                 t0 = time.perf_counter()
                 try:
-                    self.worker.train_one_batch(step, self.train_net, stub)
-                    self.stub.flush()
+                    self.step_runner(step, stub)
                 except MemoryError as exc:  # a GPU's (or the host's) memory ran out
                     raise out_of_memory_error(exc, step) from None
                 self.reporter.step_done(step, time.perf_counter() - t0)
