@@ -144,13 +144,23 @@ class _TransferRun(SequenceRun):
 
     def fetch_labels(self) -> None:
         self.stale_labels = False
-        copy_into(self.arena.buffers["aux"], self._stack([s.labels() for s in self.srcs]))
+        labels = [s.labels() for s in self.srcs]
+        whole = stacked(self.srcs, "aux", labels)  # the sources' own arena: no gathering
+        if whole is None:  # gathered on the host: a replayed step would not gather again
+            whole = self._stack(labels)
+        copy_into(self.arena.buffers["aux"], whole)
 
     @staticmethod
     def _stack(arrays):
         """The arrays as one (T, ...) array, stacked where they are (on the host: no
-        launch)."""
-        return array_module(arrays[0]).stack(arrays)
+        launch; refused while a step is captured, as its replay would not stack again)."""
+        from singa_core.contracts import capture
+
+        mod = array_module(arrays[0])
+        graph = capture.active()
+        if graph is not None and mod.__name__ == "numpy":
+            raise graph.refuse("stack", "gather host arrays into a new one to copy them")
+        return mod.stack(arrays)
 
     def backward(self, phase: int) -> None:
         for copy, src in zip(self.layers, self.srcs, strict=True):
