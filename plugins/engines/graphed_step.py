@@ -19,8 +19,8 @@ the device, allocates, synchronises) stops the run with the call and the layer n
 
 from __future__ import annotations
 
-from singa_core.contracts import capture
-from singa_core.contracts.layer import add_metric_counts, metric_counts
+from singa_core import capture
+from singa_core.layer import add_metric_counts, metric_counts
 
 #: eager steps before the capture (the first allocates and uploads what the step needs)
 WARMUP_STEPS = 1

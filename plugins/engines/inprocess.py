@@ -21,6 +21,7 @@ from singa_core.blas import (
     blas_threads_set_by,
     faster_thread_count,
 )
+from singa_core.capture import prepare_step, step_scope
 from singa_core.device import array_module, to_host
 from singa_core.engine import Engine, TrainResult
 from singa_core.errors import SingaError
@@ -305,10 +306,11 @@ class InProcessEngine(Engine):
 
     def test(self, steps: int) -> dict[str, float]:
         self._pin_threads()
-        self._init_params()
+        step, _ = self._init_params()
         if kTest not in self.nets:
             net = self.prepared.build_net(kTest, num_partitions=1)
             net.share_params_from(self.train_net, self.prepared.cfg.locate)
             self.nets[kTest] = net
-        with self._device().activate():
+        with self._device().activate(), step_scope():
+            prepare_step(step)  # the layers' random draws: those of that step's evaluation
             return self._loop().evaluate(kTest, steps)

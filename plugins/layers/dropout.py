@@ -1,8 +1,9 @@
 """kDropout: inverted dropout (SINGA 0.3 §2.3, neuron_layer/dropout.cc).
 
 Training (phase has ``kTrain``): ``mask = [u < 1 − p] / (1 − p)`` with ``u ~ U(0, 1)`` drawn
-from the layer's ``ctx.rng``, ``y = x·mask``; backward ``gx = g·mask``. Other phases: ``y = x``
-(and ``gx = g`` should backward run after such a forward). ``p = dropout_conf.dropout_ratio``
+by ``Layer.draw`` (counter-based, on the layer's device), ``y = x·mask``; backward
+``gx = g·mask``. Other phases: ``y = x`` (and ``gx = g`` should backward run after such a
+forward). ``p = dropout_conf.dropout_ratio``
 (default 0.5) must be in [0, 1).
 """
 
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from singa_core.device import copy_into
 from singa_core.layer import NeuronLayer, kTrain, zeros_laid_out_like
 from singa_core.memory import charge as charge_memory
 from singa_core.param import DTYPE
@@ -54,7 +54,7 @@ class DropoutLayer(NeuronLayer):
     def forward(self, phase, srcs):
         x = srcs[0].data
         if phase & kTrain:
-            self.draw(self._u_base)  # host draws, copied to the device (Layer.draw)
+            self.draw(self._u_base)  # on the device, counter-based (Layer.draw)
             np.less(self._u, self._keep, out=self._keepmask)
             np.multiply(self._keepmask, self._scale, out=self.mask)
             np.multiply(x, self.mask, out=self.data)
@@ -74,9 +74,9 @@ class DropoutLayer(NeuronLayer):
 
     @classmethod
     def sequence_run(cls, copies, srcs):
-        """All unrolled copies at once: each copy draws its own numbers from its own
-        generator, as it would alone, into one array sent in one copy; the mask and the
-        products are one launch each for all steps."""
+        """All unrolled copies at once: each copy draws its own numbers on the device, as
+        it would alone, into one array; the mask and the products are one launch each for
+        all steps."""
         first = copies[0]
         if any(len(s) != 1 for s in srcs) or any(c.ratio != first.ratio for c in copies):
             return None
@@ -95,8 +95,7 @@ class _DropoutRun(SequenceRun):
         self.first, self.srcs = first, [s[0] for s in srcs]
         self.x, self.y, self.g, self.gx = x, y, g, gx
         xp = first.xp
-        self.host_u = np.empty(y.shape, dtype=DTYPE)  # every copy's draws, then one copy
-        self.u = self.host_u if first.device.is_host else xp.empty(y.shape, dtype=DTYPE)
+        self.u = xp.empty(y.shape, dtype=DTYPE)  # every copy's draws
         self.keep = xp.empty(y.shape, dtype=bool)
         self.mask = xp.empty(y.shape, dtype=DTYPE)
         self.masked = False
@@ -105,10 +104,8 @@ class _DropoutRun(SequenceRun):
         first = self.first
         self.fetch(self.srcs)
         if phase & kTrain:
-            for copy, u in zip(self.layers, self.host_u, strict=True):
-                copy.ctx.rng.random(dtype=DTYPE, out=u)  # as Layer.draw, copy by copy
-            if self.u is not self.host_u:
-                copy_into(self.u, self.host_u)
+            for copy, u in zip(self.layers, self.u, strict=True):
+                copy.draw(u)  # each copy's own numbers, as it draws them alone
             np.less(self.u, first._keep, out=self.keep)
             np.multiply(self.keep, first._scale, out=self.mask)
             np.multiply(self.x, self.mask, out=self.y)

@@ -47,6 +47,7 @@ class RBMHidLayer(RBMLayer):
         self.weight = self.create_param(0, (self.hdim, self.vdim), "weight")
         self.bias = self.create_param(1, (self.hdim,), "bias")
         self.alloc_blobs(int(batch), self.hdim)
+        self._pos_sum = self.xp.zeros(self.hdim, dtype=DTYPE)
         if getattr(vis, "hid_layer", None) is None:
             vis.hid_layer = self  # the visible layer may list only its input as source
 
@@ -67,5 +68,8 @@ class RBMHidLayer(RBMLayer):
     def backward(self, phase, srcs):
         inv_b = DTYPE(1.0 / self.pos_data.shape[0])
         self.weight.grad.fill(0)
-        np.subtract(self.neg_data.sum(axis=0), self.pos_data.sum(axis=0), out=self.bias.grad)
+        # (Σ h_neg − Σ h_pos) / B, into buffers made once (nothing allocated per step)
+        self.neg_data.sum(axis=0, out=self.bias.grad)
+        self.pos_data.sum(axis=0, out=self._pos_sum)
+        self.bias.grad -= self._pos_sum
         self.bias.grad *= inv_b

@@ -57,6 +57,7 @@ class RBMVisLayer(RBMLayer):
         # backward's one GEMM: gW = [h_neg; h_pos]ᵀ · [v_neg; −v_pos] / B
         self._h_stack = self.xp.zeros((2 * batch, self.hdim), dtype=DTYPE)
         self._v_stack = self.xp.zeros((2 * batch, vdim), dtype=DTYPE)
+        self._error = self.xp.zeros((), dtype=np.float64)  # one batch's squared error
         self.hid_layer = srcs[1] if len(srcs) > 1 else None
 
     def hidden(self, srcs) -> RBMLayer:
@@ -87,7 +88,11 @@ class RBMVisLayer(RBMLayer):
                 diff = self._v_stack[:batch]  # scratch until backward
                 np.subtract(self.pos_data, self.neg_data, out=diff)
                 np.square(diff, out=diff)
-                self.add_metric("Squared Error", float(diff.sum(dtype=np.float64)) / batch)
+                # added on the device, read when the metrics are shown (no read per step)
+                sums = self.metric_sums(("Squared Error",))
+                np.sum(diff, dtype=np.float64, out=self._error)
+                np.multiply(self._error, 1.0 / batch, out=self._error)
+                np.add(sums[:1], self._error, out=sums[:1])
 
     def backward(self, phase, srcs):
         hid = self.hidden(srcs)

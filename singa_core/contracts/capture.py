@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -161,7 +162,7 @@ class StepValue:
         self.host = np.full(1, np.nan, dtype=np.float64)
         xp = array_module(like)
         self.device = self.host if xp is np else xp.empty(1, dtype=np.float64)
-        _step_values.add(self)
+        _thread().values.add(self)
 
     def at(self, step: int):
         self.prepare(step)
@@ -176,10 +177,57 @@ class StepValue:
             self.device.set(self.host)
 
 
-_step_values: weakref.WeakSet = weakref.WeakSet()
+class StepScope:
+    """The StepValues of one run of steps (a training loop): what :func:`prepare_step`
+    brings to each step, and that run's step number per device."""
+
+    def __init__(self) -> None:
+        self.values: weakref.WeakSet = weakref.WeakSet()
+        self.numbers: dict[int, StepValue] = {}  # id(array module) -> the step there
+
+
+_local = threading.local()
+
+
+def _scopes() -> list[StepScope]:
+    if not hasattr(_local, "scopes"):
+        _local.scopes = [StepScope()]  # outside any run: a step number that stays 0
+    return _local.scopes
+
+
+def _thread() -> StepScope:
+    """The scope StepValues made now belong to: the innermost run of this thread (engines
+    run several workers in threads of one process)."""
+    return _scopes()[-1]
+
+
+@contextlib.contextmanager
+def step_scope() -> Iterator[StepScope]:
+    """A run of steps (the training loop, a test pass) with StepValues of its own."""
+    scopes = _scopes()
+    scopes.append(scope := StepScope())
+    try:
+        yield scope
+    finally:
+        scopes.remove(scope)
+
+
+def step_number(like) -> StepValue:
+    """The step number in memory of ``like``'s device (what a layer's random draws are
+    counted by): the training loop brings it to each step through :func:`prepare_step`."""
+    from singa_core.contracts.device import array_module
+
+    numbers = _thread().numbers
+    key = id(array_module(like))
+    value = numbers.get(key)
+    if value is None:
+        value = numbers[key] = StepValue(float, like)
+        value.prepare(0)
+    return value
 
 
 def prepare_step(step: int) -> None:
-    """Bring every :class:`StepValue` to ``step`` (the host part of a replayed step)."""
-    for v in list(_step_values):
+    """Bring every :class:`StepValue` of this thread's run to ``step`` (the training loop,
+    at the start of each step; a replayed step's host part)."""
+    for v in list(_thread().values):
         v.prepare(step)

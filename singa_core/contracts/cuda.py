@@ -122,6 +122,9 @@ static inline int atomicOr(int* a, int v) { int o = *a; *a |= v; return o; }
 static inline void __threadfence() {}
 static inline float __fmul_rn(float a, float b) { return a * b; }
 static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+static inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b) {
+  return (unsigned long long)(((unsigned __int128)a * b) >> 64);
+}
 using std::isfinite;
 """
 

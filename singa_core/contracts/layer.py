@@ -138,7 +138,9 @@ class Layer:
         # metrics that stay on the device until read (see add_metric, metric_sums)
         self._metric_pending: dict[str, list] = {}
         self._metric_acc: tuple[tuple[str, ...], Any] | None = None
-        self._draw_buffers: dict[tuple[int, ...], np.ndarray] = {}  # see draw()
+        self._draw_buffers: dict[tuple, np.ndarray] = {}  # see draw()
+        self._draws = [-1, 0]  # [step, draws made in it] (see draw())
+        self._draw_key: tuple | None = None  # (the generator, its two key words)
 
     # -- the deploy net (optional) -----------------------------------------------------
     def sample_shape(self) -> tuple[int, ...]:
@@ -293,19 +295,44 @@ class Layer:
         self.grad = zeros_laid_out_like(src, xp=self.xp) if grad else None
 
     def draw(self, out, method: str = "random") -> None:
-        """Fill ``out`` (float32) with draws of the layer's generator ``self.ctx.rng``
-        (``"random"``: U[0, 1), ``"standard_normal"``). The numbers are drawn on the host and
-        copied to the device, so every device draws the same ones (a run resumes across
-        devices and CPU and GPU trajectories agree)."""
-        fill = getattr(self.ctx.rng, method)
-        if isinstance(out, np.ndarray) and out.flags.c_contiguous:
-            fill(dtype=DTYPE, out=out)
+        """Fill ``out`` (float32, on the layer's device) with random draws: ``"random"``
+        U[0, 1), ``"standard_normal"`` N(0, 1). They come from a counter-based generator
+        on the device itself (:mod:`singa_core.contracts.draws`): the layer's key, the
+        step, the net's phase and the draw's number within the step, so every device
+        draws the same numbers, a resumed run draws what the uninterrupted one did, and a
+        replayed step draws anew."""
+        from singa_core.contracts import capture, draws
+
+        step = capture.step_number(out)
+        now = int(step.host[0])
+        if self._draw_key is None or self._draw_key[0] is not self.ctx.rng:
+            # a new generator (a re-seeded layer) starts its draws afresh
+            self._draw_key = (self.ctx.rng, draws.layer_key(self.ctx.rng))
+            self._draws = [now, 0]
+        if self._draws[0] != now:
+            self._draws = [now, 0]
+        number = self._draws[1]
+        self._draws[1] += 1
+        key0, key1 = self._draw_key[1]
+        phase = int(self.ctx.phase)
+        kernels = self.kernels
+        if method == "random" and out.flags.c_contiguous:
+            kernels.philox_uniform(out, key0, key1, number, phase, step.device)
             return
-        host = self._draw_buffers.get(out.shape)
-        if host is None:
-            host = self._draw_buffers[out.shape] = np.empty(out.shape, dtype=DTYPE)
-        fill(dtype=DTYPE, out=host)
-        out[...] = host if isinstance(out, np.ndarray) else self.device.asarray(host)
+        size = int(out.size) + int(out.size) % 2
+        u = self._draw_buffers.get(("u", size))
+        if u is None:
+            u = self._draw_buffers[("u", size)] = self.xp.empty(size, dtype=DTYPE)
+        kernels.philox_uniform(u, key0, key1, number, phase, step.device)
+        if method == "standard_normal":
+            z = self._draw_buffers.get(("z", size))
+            if z is None:
+                z = self._draw_buffers[("z", size)] = self.xp.empty(size, dtype=DTYPE)
+            draws.normal_from_uniform(u, z)
+            u = z
+        elif method != "random":
+            raise ValueError(f"draw method {method!r}: 'random' or 'standard_normal'")
+        out[...] = u[: out.size].reshape(out.shape)
 
     def param_defaults(self, index: int, role: str) -> job_pb2.ParamProto | None:
         """Defaults for this layer's Param ``index`` (its ``role``: "weight", "alpha" ...).

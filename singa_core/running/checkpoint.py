@@ -1252,6 +1252,7 @@ def layer_states(nets: dict) -> dict:
                 # metrics since the last display: a resumed run displays the same averages
                 # (a list: the state's JSON sorts keys, the display keeps this order)
                 "metrics": metric_state(layer),
+                "draws": list(layer._draws),  # the step's random draws made so far
             }
             for layer in net.layers
         }
@@ -1268,3 +1269,4 @@ def restore_layer_states(nets: dict, states: dict) -> None:
             layer.ctx.rng.bit_generator.state = st["rng"]
             if "metrics" in st:
                 load_metric_state(layer, st["metrics"])
+            layer._draws = list(st.get("draws", (-1, 0)))

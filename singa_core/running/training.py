@@ -31,6 +31,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from singa_core.contracts import capture
 from singa_core.contracts.layer import kTest, kVal, pop_metrics_of
 from singa_core.contracts.names import base_layer_name, split_replica_name
 from singa_core.contracts.stub import ParamStub
@@ -177,7 +178,7 @@ class TrainingLoop:
         """Train from ``start_step``; returns (final step, last checkpoint, interrupted).
         ``done_evaluations``: the evaluations ("validation", "test") the interrupted run
         already logged at ``start_step`` (from the checkpoint), not run again."""
-        with quiet_float_errors():
+        with quiet_float_errors(), capture.step_scope():  # this run's numbers of a step
             return self._run(start_step, resumed=resumed, done_evaluations=done_evaluations)
 
     def _run(
@@ -193,6 +194,7 @@ class TrainingLoop:
             if step < job.train_steps:
                 self.guard.check_start(step)
             while step < job.train_steps:
+                capture.prepare_step(step)  # the step's numbers in device memory
                 evaluated = []
                 for phase, name, freq, after, steps in (
                     (kVal, "validation", job.validate_freq, job.validate_after, job.validate_steps),

@@ -1,4 +1,4 @@
-"""kDropout: inverted dropout with masks from ctx.rng in training, identity otherwise."""
+"""kDropout: inverted dropout with masks drawn by Layer.draw in training, identity otherwise."""
 
 import numpy as np
 import pytest
@@ -23,7 +23,11 @@ def test_training_mask_matches_the_formula():
     src = SourceLayer(rng.standard_normal((50, 40)))
     layer = build(DropoutLayer, 'name: "d" dropout_conf { dropout_ratio: 0.3 }', [src], seed=5)
     layer.forward(kTrain | kForward, [src])
-    u = np.random.default_rng(5).random(dtype=np.float32, size=(50, 40))
+    # the layer's draws: Philox4x64-10 under its key (from its generator's seed) at
+    # counter (0, draw 0, the net's phase, step 0) (singa_core.contracts.draws)
+    key = np.random.default_rng(5).bit_generator.seed_seq.generate_state(2, np.uint64)
+    philox = np.random.Philox(key=key, counter=[0, 0, int(layer.ctx.phase), 0])
+    u = np.random.Generator(philox).random(dtype=np.float32, size=(50, 40))
     mask = (u < np.float32(0.7)) / np.float32(0.7)
     np.testing.assert_allclose(layer.mask, mask, rtol=1e-6)
     np.testing.assert_allclose(layer.data, src.data * mask, rtol=1e-6)

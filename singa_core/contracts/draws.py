@@ -1,0 +1,137 @@
+"""Random draws made on the layer's own device from a counter-based generator.
+
+A layer's draws (``Layer.draw``: dropout's masks, an RBM's samples) are numbers of
+Philox4x64-10, the generator numpy ships as ``np.random.Philox``, at a counter that says
+which draw they are: the step, the phase (training or an evaluation) and the draw's number
+within that step and phase (0, 1, … in the order the layer makes them), under the layer's
+own key (taken from its generator's seed, so fixed by the job's seed and the layer's name).
+So:
+
+* the numbers are the same on every device: the CPU computes them with numpy's Philox, a
+  GPU with the same rounds in CUDA C (kernel ``philox_uniform``), element ``i`` of a draw
+  from block ``i // 8`` of the generator as numpy orders it;
+* a step's draws depend on the step alone: a resumed run draws what the uninterrupted one
+  did, and a replayed step (:mod:`singa_core.contracts.capture`) reads the step from
+  device memory (a :class:`~singa_core.contracts.capture.StepValue` the training loop
+  brings to each step) instead of a value fixed at capture.
+
+Uniform draws are ``(u32 >> 8) · 2⁻²⁴`` of each 32-bit half (the low half first), as
+numpy's ``Generator.random(dtype=float32)``; normal draws are Box–Muller over pairs of
+uniforms.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from singa_core.contracts.cuda import CUPY
+from singa_core.contracts.kernels import define_kernel
+
+#: the second word of the counter: which kind of pass draws
+PHASE_WORDS = {"train": 0, "evaluate": 1}
+
+PHILOX_SOURCE = r"""
+__device__ __forceinline__ void singa_mulhilo(unsigned long long a, unsigned long long b,
+                                              unsigned long long* hi, unsigned long long* lo) {
+  *lo = a * b;
+  *hi = __umul64hi(a, b);
+}
+extern "C" __global__ void singa_philox_uniform(float* __restrict__ out, long long n,
+    unsigned long long key0, unsigned long long key1, unsigned long long draw,
+    unsigned long long phase, const double* __restrict__ step_at) {
+  const unsigned long long step = (unsigned long long)step_at[0];
+  const long long blocks = (n + 7) / 8;
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long b = (long long)blockIdx.x * blockDim.x + threadIdx.x; b < blocks;
+       b += stride) {
+    unsigned long long c0 = (unsigned long long)b + 1ULL, c1 = draw, c2 = phase, c3 = step;
+    unsigned long long k0 = key0, k1 = key1;
+    for (int r = 0; r < 10; ++r) {
+      unsigned long long hi0, lo0, hi1, lo1;
+      singa_mulhilo(0xD2E7470EE14C6C93ULL, c0, &hi0, &lo0);
+      singa_mulhilo(0xCA5A826395121157ULL, c2, &hi1, &lo1);
+      const unsigned long long n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
+      c0 = n0; c1 = lo1; c2 = n2; c3 = lo0;
+      k0 += 0x9E3779B97F4A7C15ULL; k1 += 0xBB67AE8584CAA73BULL;
+    }
+    const unsigned long long words[4] = {c0, c1, c2, c3};
+    for (int w = 0; w < 8; ++w) {
+      const long long i = b * 8 + w;
+      if (i >= n) break;
+      const unsigned long long word = words[w >> 1];
+      const unsigned int half = (w & 1) ? (unsigned int)(word >> 32) : (unsigned int)word;
+      out[i] = (float)(half >> 8) * (1.0f / 16777216.0f);
+    }
+  }
+}
+"""
+
+
+def _uniform_host(out, key0, key1, draw, phase, step_at) -> None:
+    """numpy's Philox at counter (0, draw, phase, step) under key (key0, key1)."""
+    # as uint64 arrays: a list of Python ints would pass through float64 and lose bits
+    counter = np.array([0, int(draw), int(phase), int(step_at[0])], dtype=np.uint64)
+    key = np.array([int(key0), int(key1)], dtype=np.uint64)
+    gen = np.random.Generator(np.random.Philox(key=key, counter=counter))
+    gen.random(dtype=np.float32, out=out.reshape(-1))
+
+
+def _uniform_cuda(out, key0, key1, draw, phase, step_at, rt=CUPY) -> None:
+    from singa_core.contracts.cuda import BLOCK, grid_for
+
+    n = int(out.size)
+    if n:
+        rt.kernel(PHILOX_SOURCE, "singa_philox_uniform")(
+            grid_for((n + 7) // 8), BLOCK,
+            (out, np.int64(n), np.uint64(key0), np.uint64(key1), np.uint64(draw),
+             np.uint64(phase), step_at),
+        )  # fmt: skip
+
+
+def _uniform_generic(out, key0, key1, draw, phase, step_at) -> None:
+    from singa_core.contracts.device import array_module, to_host
+
+    host = np.empty(out.shape, dtype=np.float32)
+    _uniform_host(host, key0, key1, draw, phase, to_host(step_at))
+    out[...] = array_module(out).asarray(host)
+
+
+define_kernel(
+    "philox_uniform",
+    host=_uniform_host,
+    cuda=_uniform_cuda,
+    generic=_uniform_generic,
+    fits=lambda out, *rest: bool(out.flags.c_contiguous),
+    doc="U[0, 1) float32 draws of Philox4x64-10 at counter (0, draw, phase, step)",
+)
+
+
+def layer_key(rng: np.random.Generator) -> tuple[int, int]:
+    """Two 64-bit words from the seed of a layer's generator, without drawing from it."""
+    seq = getattr(rng.bit_generator, "seed_seq", None)
+    if seq is None:  # a generator made from a state: its next words, on a copy
+        clone = np.random.Generator(type(rng.bit_generator)())
+        clone.bit_generator.state = rng.bit_generator.state
+        words = clone.integers(0, 2**63, size=2, dtype=np.uint64)
+    else:
+        words = seq.generate_state(2, np.uint64)
+    return int(words[0]), int(words[1])
+
+
+def normal_from_uniform(u, out) -> None:
+    """Box–Muller: ``out`` standard normal from the uniforms ``u`` (the same even size;
+    ``u`` is overwritten), through the arrays' own module: the first half of ``u`` gives
+    the radii, the second the angles."""
+    flat_u, flat = u.reshape(-1), out.reshape(-1)
+    h = flat_u.size // 2
+    a, b = flat_u[:h], flat_u[h:]
+    r, t = flat[:h], flat[h:]
+    np.subtract(np.float32(1.0), a, out=r)  # (0, 1]: the log is finite
+    np.log(r, out=r)
+    np.multiply(r, np.float32(-2.0), out=r)
+    np.sqrt(r, out=r)
+    np.multiply(b, np.float32(2.0 * np.pi), out=b)
+    np.cos(b, out=t)
+    np.multiply(t, r, out=t)
+    np.sin(b, out=a)
+    np.multiply(r, a, out=r)
