@@ -2,11 +2,11 @@
 ``--engine-option graphs=on``): a CUDA graph's way, checked on the stand-in.
 
 The first step of a run is eager (it allocates what the step needs, uploads the kernels'
-tables). The next one is captured while it runs (:func:`singa_core.contracts.capture.capturing`):
+tables). The next one is captured while it runs (:func:`singa_core.capture.capturing`):
 every launch, GEMM and copy into an existing device array becomes a node. Each later step
 is its host part (:meth:`Worker.host_part`: the input layers read the next batch into the
 host buffers the graph's copy nodes read), the step's numbers brought to it
-(:func:`~singa_core.contracts.capture.prepare_step`: the learning rate in device memory),
+(:func:`~singa_core.capture.prepare_step`: the learning rate in device memory),
 then the replay. What the step's Python did besides launching is done again by hand: the
 Params' versions advance (:meth:`InProcessStub.replayed`) and the layers' metric counts
 grow by what the captured step added.

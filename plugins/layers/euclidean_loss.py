@@ -39,14 +39,19 @@ class EuclideanLossLayer(LossLayer):
         self.batchsize = int(pred.shape[0])
         self._diff = self.xp.empty(pred.shape, dtype=DTYPE)  # p − t
         self._inv_b = DTYPE(self.group_share() / self.batchsize)
+        self._squares = self.xp.zeros((), dtype=DTYPE)  # Σ(p − t)² of a batch
+        self._loss = self.xp.zeros((), dtype=np.float64)  # the batch's loss
 
     def forward(self, phase, srcs):
         d = self._diff
         np.subtract(srcs[0].data, srcs[1].data.reshape(d.shape), out=d)
         flat = d.reshape(-1)
-        loss = float(np.dot(flat, flat)) / self.batchsize
-        self.loss = loss
-        self.add_metric("loss", loss)
+        # on the layer's device, read only when the metrics are shown (no read per step)
+        np.dot(flat, flat, out=self._squares)
+        np.multiply(self._squares, 1.0 / self.batchsize, out=self._loss)
+        self.loss = self._loss
+        sums = self.metric_sums(("loss",))
+        np.add(sums[:1], self._loss, out=sums[:1])
 
     def backward(self, phase, srcs):
         buf = srcs[0].grad_for(self)

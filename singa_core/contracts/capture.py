@@ -69,6 +69,10 @@ class Graph:
     def add(self, node: Node) -> None:
         self.nodes.append(node)
 
+    def record(self, name: str, kind: str, run, launches: int, keep: tuple) -> None:
+        """A node, as the stand-in and the emulated runtime hand it over."""
+        self.nodes.append(Node(name, kind, run, launches, keep))
+
     def replay(self) -> None:
         """Run every node again, in order; each is counted (when the stand-in counts) as
         the launch or copy it is."""
@@ -106,7 +110,7 @@ def capturing() -> Iterator[Graph]:
         raise RuntimeError("a capture is already under way")
     _active = graph = Graph()
     try:
-        with standin.capturing_calls():
+        with standin.capturing_calls(graph):
             yield graph
     finally:
         _active = None
@@ -121,27 +125,45 @@ def culprit() -> str:
     """Who made the current call: the innermost layer, run of unrolled copies or updater
     among the callers (with its method), else the innermost caller outside the device
     modules."""
-    from singa_core.contracts.layer import Layer
-    from singa_core.contracts.sequences import SequenceRun
-    from singa_core.contracts.updater import Updater
-
     frame = sys._getframe(1)
     fallback = None
     while frame is not None:
         me = frame.f_locals.get("self")
         method = frame.f_code.co_name
-        if isinstance(me, Layer):
+        bases = _contract_bases(me)
+        if "layer.Layer" in bases:
             kind = (getattr(me, "type_names", None) or (type(me).__name__,))[0]
             return f"layer '{me.name}' ({kind}) in {method}"
-        if isinstance(me, SequenceRun):
+        if "sequences.SequenceRun" in bases:
             return f"the unrolled copies {me.name} in {method}"
-        if isinstance(me, Updater):
+        if "updater.Updater" in bases:
             return f"the updater {type(me).__name__} in {method}"
         module = frame.f_globals.get("__name__", "")
         if fallback is None and not module.startswith(("singa_core.contracts", "contextlib")):
             fallback = f"{module}.{method} (line {frame.f_lineno})"
         frame = frame.f_back
     return fallback or "the step"
+
+
+def _contract_bases(obj) -> set[str]:
+    """``module.Class`` of the contract classes among ``obj``'s type's bases (by name: the
+    contracts import this module)."""
+    prefix = "singa_core.contracts."
+    return {
+        f"{c.__module__.removeprefix(prefix)}.{c.__name__}"
+        for c in type(obj).__mro__
+        if c.__module__.startswith(prefix)
+    }
+
+
+def _module_of(arr):
+    """The array module of ``arr`` (numpy, the stand-in, CuPy)."""
+    import numpy as np
+
+    if isinstance(arr, np.ndarray | np.generic):
+        return np
+    name = type(arr).__module__
+    return sys.modules.get(name if "standin" in name else name.split(".")[0], np)
 
 
 # -- numbers that change every step ---------------------------------------------------------
@@ -156,11 +178,9 @@ class StepValue:
     def __init__(self, fn, like) -> None:
         import numpy as np
 
-        from singa_core.contracts.device import array_module
-
         self.fn = fn
         self.host = np.full(1, np.nan, dtype=np.float64)
-        xp = array_module(like)
+        xp = _module_of(like)
         self.device = self.host if xp is np else xp.empty(1, dtype=np.float64)
         _thread().values.add(self)
 
@@ -184,6 +204,7 @@ class StepScope:
     def __init__(self) -> None:
         self.values: weakref.WeakSet = weakref.WeakSet()
         self.numbers: dict[int, StepValue] = {}  # id(array module) -> the step there
+        self.step = 0  # the step the run is at (a StepValue made later starts there)
 
 
 _local = threading.local()
@@ -215,19 +236,19 @@ def step_scope() -> Iterator[StepScope]:
 def step_number(like) -> StepValue:
     """The step number in memory of ``like``'s device (what a layer's random draws are
     counted by): the training loop brings it to each step through :func:`prepare_step`."""
-    from singa_core.contracts.device import array_module
-
     numbers = _thread().numbers
-    key = id(array_module(like))
+    key = id(_module_of(like))
     value = numbers.get(key)
     if value is None:
         value = numbers[key] = StepValue(float, like)
-        value.prepare(0)
+        value.prepare(_thread().step)
     return value
 
 
 def prepare_step(step: int) -> None:
     """Bring every :class:`StepValue` of this thread's run to ``step`` (the training loop,
     at the start of each step; a replayed step's host part)."""
-    for v in list(_thread().values):
+    scope = _thread()
+    scope.step = step
+    for v in list(scope.values):
         v.prepare(step)

@@ -57,7 +57,7 @@ class StandinArray:
 
     def __init__(self, a: np.ndarray) -> None:
         self._a = a
-        if _capture_on and a.base is None:  # new device memory (a capture refuses it)
+        if _graph is not None and a.base is None:  # new device memory (a capture refuses it)
             _fresh.n = getattr(_fresh, "n", 0) + 1
 
     # -- no silent way to the host -------------------------------------------------------
@@ -310,7 +310,9 @@ class Counts:
 
 _counts: Counts | None = None
 _depth = threading.local()
-_capture_on = False  # a capture (singa_core.contracts.capture) is under way
+#: the graph being captured (singa_core.contracts.capture sets it: it has ``refuse(call,
+#: what)`` giving the error to raise and ``record(name, kind, run, launches, keep)``)
+_graph = None
 _fresh = threading.local()  # arrays owning new memory made by this thread (while capturing)
 
 
@@ -339,27 +341,25 @@ def run_node(name: str, kind: str, run, keep=()) -> None:
     """Run one piece of device work made outside the array module (an emulated launch, a
     GEMM, a table upload): counted as ``kind``, and recorded as a node while capturing
     (``keep``: the arrays its raw pointers point into)."""
-    if _capture_on and not getattr(_depth, "n", 0):
-        from singa_core.contracts import capture
-
-        graph = capture.active()
+    graph = _graph
+    if graph is not None and not getattr(_depth, "n", 0):
         if kind != "kernels":
             raise graph.refuse(name, "upload a new table to the device (an allocation)")
-        graph.add(capture.Node(name, kind, run, keep=tuple(keep)))
+        graph.record(name, kind, run, 1, tuple(keep))
     record(name, kind)
     run()
 
 
 @contextlib.contextmanager
-def capturing_calls() -> Iterator[None]:
-    """Within the block, stand-in calls are checked and recorded by the active capture
+def capturing_calls(graph) -> Iterator[None]:
+    """Within the block, stand-in calls are checked and recorded by ``graph``
     (:func:`singa_core.contracts.capture.capturing` enters it)."""
-    global _capture_on
-    _capture_on = True
+    global _graph
+    _graph = graph
     try:
         yield
     finally:
-        _capture_on = False
+        _graph = None
 
 
 @contextlib.contextmanager
@@ -414,13 +414,11 @@ def _op(name: str, run, inputs=(), *, launches: int | None = None):
     """Run one stand-in call, counted when :func:`counting` is on (``launches``: a
     kernel's launches, instead of classifying the call) and checked and recorded while
     capturing (:mod:`singa_core.contracts.capture`)."""
-    counts = _counts
-    if (counts is None and not _capture_on) or getattr(_depth, "n", 0):
+    counts, graph = _counts, _graph
+    if (counts is None and graph is None) or getattr(_depth, "n", 0):
         return run()
-    if _capture_on and name in READS:
-        from singa_core.contracts import capture
-
-        raise capture.active().refuse(name, "read a device value on the host")
+    if graph is not None and name in READS:
+        raise graph.refuse(name, "read a device value on the host")
     fresh = getattr(_fresh, "n", 0)
     _depth.n = 1
     try:
@@ -428,8 +426,8 @@ def _op(name: str, run, inputs=(), *, launches: int | None = None):
     finally:
         _depth.n = 0
     kind = "kernels" if launches is not None else _classify(name, result, inputs)
-    if _capture_on:
-        _capture(name, kind, run, launches, getattr(_fresh, "n", 0) != fresh)
+    if graph is not None:
+        _capture(graph, name, kind, run, launches, getattr(_fresh, "n", 0) != fresh)
     if counts is None:
         return result
     if launches is None:
@@ -439,15 +437,12 @@ def _op(name: str, run, inputs=(), *, launches: int | None = None):
     return result
 
 
-def _capture(name: str, kind: str, run, launches, allocated: bool) -> None:
-    from singa_core.contracts import capture
-
-    graph = capture.active()
+def _capture(graph, name: str, kind: str, run, launches, allocated: bool) -> None:
     if kind == "views":
         return  # no device work
     if kind == "allocations" or allocated:
         raise graph.refuse(name, "allocate device memory")
-    graph.add(capture.Node(name, kind, run, launches=1 if launches is None else launches))
+    graph.record(name, kind, run, 1 if launches is None else launches, ())
 
 
 def launcher(name: str, host_fn, launches: int = 1):

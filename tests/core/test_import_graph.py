@@ -48,6 +48,7 @@ ALIASES = {
     "blas",
     "device",
     "kernels",
+    "capture",
     "cuda",
     "sequences",
     "memory",
