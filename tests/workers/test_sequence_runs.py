@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from conftest import REPO, write_csv_blobs
 
+from singa_core.cuda import EmulatedRuntime
 from singa_core.device import open_device, to_host
 from singa_core.jobconf.parse import load_job
 from singa_core.layer import kTrain
@@ -142,6 +143,10 @@ GPU_SKIP = gpu_skip_reason()
 DEVICES = [
     "cpu",
     "standin",
+    pytest.param(  # the kernels' CUDA code, emulated
+        "standin:cuda",
+        marks=pytest.mark.skipif(EmulatedRuntime.compiler() is None, reason="no C++ compiler"),
+    ),
     pytest.param("cuda", marks=pytest.mark.skipif(GPU_SKIP is not None, reason=GPU_SKIP or "")),
 ]
 
