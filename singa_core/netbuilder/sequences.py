@@ -23,6 +23,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from singa_core.contracts import capture
 from singa_core.contracts.device import array_module
 from singa_core.contracts.errors import SingaError
 from singa_core.contracts.layer import AbsorbsBias, DefersBias
@@ -205,9 +206,7 @@ class Steps:
         if self._data is False:
             whole = stacked(self.srcs, "data", arrays)
             self._data = None if whole is None else _rows(whole, "data")
-        if self._data is not None:
-            return self._data
-        return array_module(arrays[0]).concatenate(arrays)
+        return _gather(arrays) if self._data is None else self._data
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -226,7 +225,7 @@ class Steps:
         whole = stacked(self.srcs, "aux", labels)
         if whole is not None and whole.ndim == 2 and whole.shape[1] == self.rows:
             return whole.reshape(-1)
-        return array_module(labels[0]).concatenate([la[: self.rows] for la in labels])
+        return _gather([la[: self.rows] for la in labels])
 
     def host_copy(self, what: str = "data"):
         hosts = []
@@ -236,6 +235,15 @@ class Steps:
                 return None
             hosts.append(h[: self.rows] if what == "labels" else h)
         return np.concatenate(hosts)
+
+
+def _gather(arrays):
+    """The steps' arrays as one, rows in time order: a new array, so refused while a step is
+    captured (its replay would not gather again; :mod:`singa_core.contracts.capture`)."""
+    graph = capture.active()
+    if graph is not None:
+        raise graph.refuse("concatenate", "gather the time steps' arrays into a new one")
+    return array_module(arrays[0]).concatenate(arrays)
 
 
 class WideSlot:

@@ -185,3 +185,18 @@ def test_a_unit_without_kaggrad_writes_the_whole_sequences_gradient(tmp_path, mo
     for c in reversed(copies):
         c.backward(kTrain | kBackward | kAggGrad, net.srclayers(c))
     np.testing.assert_allclose(w.grad, added, rtol=1e-5, atol=1e-6)
+
+
+def test_gathering_the_steps_arrays_is_refused_while_a_step_is_captured(tmp_path, monkeypatch):
+    """A unit's source not in one arena (the input layer's labels read by every loss copy)
+    is gathered into a new array: fine eagerly, refused while a step is captured (a replay
+    would copy the first step's array again)."""
+    from singa_core.contracts import capture
+
+    net, worker, stub = engine_for(tmp_path, monkeypatch, runs=True, tag="cap")
+    worker.train_one_batch(0, net, stub)
+    (loss,) = [u for u in net.units() if type(u).__name__ == "SoftmaxLossLayer"]
+    labels = net.srclayers(loss)[1]
+    assert labels.labels().shape == (4 * 6,)
+    with pytest.raises(capture.CaptureRefused, match="concatenate"), capture.capturing():
+        labels.labels()
