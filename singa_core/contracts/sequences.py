@@ -25,13 +25,12 @@ into one unit when they share copy 0's Params and their sources are arenas:
   copies' sources, each an arena seen as ``(T·B, …)`` (``data``, ``grad_for``,
   ``labels()``, ``host_copy()``); its ``data``/``grad``/``aux`` are the copies' arenas seen
   the same way; ``create_param`` hands it copy 0's Params (values and gradients); its
-  generator ``ctx.rng`` fills the rows of copy ``i`` from copy ``i``'s generator, in time
-  order, so every copy draws what it would alone (:meth:`Layer.draw
-  <singa_core.contracts.layer.Layer.draw>`, or the generator with ``out=``/``size=`` whose
-  first axis is the batch); its ``add_metric``/``metric_sums`` are copy 0's (one batch over
-  ``T·B`` rows); a loss layer's :meth:`~singa_core.contracts.layer.LossLayer.group_share`
-  counts the ``T`` copies, so its gradient is that of the sum of their mean losses. Its
-  own ``forward``/``backward`` are the run: a row-independent class writes no run code.
+  :meth:`~singa_core.contracts.layer.Layer.draw` fills the rows of copy ``i`` by copy
+  ``i``'s own ``draw``, in time order, so every copy draws what it would alone; its
+  ``add_metric``/``metric_sums`` are copy 0's (one batch over ``T·B`` rows); a loss
+  layer's :meth:`~singa_core.contracts.layer.LossLayer.group_share` counts the ``T``
+  copies, so its gradient is that of the sum of their mean losses. Its own
+  ``forward``/``backward`` are the run: a row-independent class writes no run code.
 * any other class may return a :class:`SequenceRun` from the classmethod
   ``Layer.sequence_run(copies, srcs)`` (a layer with a recurrence: kGRU), or None.
 
@@ -151,7 +150,7 @@ class RowIndependent:
     and ``create_param`` (Params in a fixed order); it reads of a source only ``data``,
     ``grad_for(self)``, ``labels()``, ``host_copy()``, ``name`` and ``shape``; Param
     gradients are sums over rows (added under ``kAggGrad``); random numbers come from
-    ``self.draw`` or ``self.ctx.rng`` with the batch as the first axis; metrics go through
+    ``self.draw(out)`` with the batch as ``out``'s first axis; metrics go through
     ``add_metric``/``metric_sums``; a loss scales its gradient by ``group_share()``."""
 
 

@@ -6,7 +6,7 @@
   element ``i`` of arrays shared by the copies.
 * :func:`plan_units`: the execution units of a built net, in an order that respects every
   edge: a wide instance of each row-independent layer (:class:`Steps` its sources,
-  :class:`WideSlot` its arrays and Params, :class:`StepDraws` its generator), a run for
+  :class:`WideSlot` its arrays and Params, its ``draw`` the copies'), a run for
   each layer whose class offers one (``Layer.sequence_run``), the other layers one by one.
   A worker that handles unrolled nets (kBPTT) executes these units instead of the layers,
   each as ``unit.forward(phase, net.srclayers(unit))``. Where the units cannot be ordered
@@ -267,30 +267,20 @@ class WideSlot:
         return view
 
 
-class StepDraws:
-    """The generators of ``T`` copies as one (a wide layer's ``ctx.rng``): a draw over
-    ``T·B`` rows (``out=`` or ``size=``, the batch first) fills copy ``i``'s ``B`` rows from
-    copy ``i``'s generator, in time order: what the copies draw one by one."""
+def _draws_of(copies):
+    """A wide layer's ``draw``: ``out``'s rows in ``T`` parts, part ``i`` filled by copy
+    ``i``'s own ``draw`` (its key, the step, its draw's number), in time order: what the
+    copies draw one by one."""
+    steps = len(copies)
 
-    def __init__(self, rngs) -> None:
-        self.rngs = list(rngs)
+    def draw(out, method: str = "random") -> None:
+        rows = out.shape[0] // steps
+        if rows * steps != out.shape[0]:
+            raise ValueError(f"a wide layer draws {steps} steps' rows, not {out.shape[0]}")
+        for i, copy in enumerate(copies):
+            copy.draw(out[i * rows : (i + 1) * rows], method)
 
-    def __getattr__(self, method: str):
-        fills = [getattr(r, method) for r in self.rngs]
-        steps = len(fills)
-
-        def draw(*args, out=None, size=None, **kw):
-            if out is not None:
-                for fill, part in zip(fills, np.split(out, steps), strict=True):
-                    fill(*args, out=part, **kw)
-                return out
-            if size is None:
-                raise TypeError(f"a wide layer's {method}() needs out= or size=, batch first")
-            size = (size,) if isinstance(size, int) else tuple(size)
-            part = (size[0] // steps, *size[1:])
-            return np.concatenate([fill(*args, size=part, **kw) for fill in fills])
-
-        return draw
+    return draw
 
 
 def _wide(copies, steps):
@@ -298,11 +288,11 @@ def _wide(copies, steps):
     :mod:`singa_core.contracts.sequences`), or _No."""
     first = copies[0]
     slot = WideSlot(copies)
-    ctx = replace(first.ctx, sequence=slot, rng=StepDraws(c.ctx.rng for c in copies))
-    wide = type(first)(first.conf, ctx)
+    wide = type(first)(first.conf, replace(first.ctx, sequence=slot))
     wide.name = f"{first.name}…{copies[-1].name}"
     wide.copies = copies
     wide.add_metric, wide.metric_sums = first.add_metric, first.metric_sums  # to copy 0
+    wide.draw = _draws_of(copies)  # each copy's rows drawn as the copy would
     for mixin, attr in ((DefersBias, "deferred_bias"), (AbsorbsBias, "absorbed_bias")):
         if isinstance(first, mixin):  # the net's bias fusion, the same for every copy
             if len({getattr(c, attr) is None for c in copies}) != 1:

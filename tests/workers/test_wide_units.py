@@ -17,7 +17,6 @@ from singa_core.cuda import EmulatedRuntime
 from singa_core.device import to_host
 from singa_core.hookspecs import hookimpl
 from singa_core.layer import NeuronLayer, kAggGrad, kBackward, kTrain
-from singa_core.netbuilder.sequences import StepDraws
 from singa_core.plugin_host.registry import Provider
 from singa_core.running.training import pop_net_metrics
 from singa_core.sequences import RowIndependent
@@ -129,18 +128,25 @@ def test_a_wide_dropout_draws_what_its_copies_would(tmp_path, monkeypatch):
     assert 0 < (masks[True] == 0).sum() < masks[True].size
 
 
-def test_step_draws_fill_each_copys_rows_from_its_generator():
-    rngs = [np.random.default_rng(s) for s in (1, 2, 3)]
-    want = np.concatenate([np.random.default_rng(s).random((2, 5), dtype=np.float32)
-                           for s in (1, 2, 3)])  # fmt: skip
-    out = np.empty((6, 5), dtype=np.float32)
-    StepDraws(rngs).random(dtype=np.float32, out=out)
-    np.testing.assert_array_equal(out, want)
-    normal = StepDraws([np.random.default_rng(s) for s in (1, 2, 3)]).standard_normal(size=(6,))
-    want = np.concatenate([np.random.default_rng(s).standard_normal(2) for s in (1, 2, 3)])
-    np.testing.assert_array_equal(normal, want)
-    with pytest.raises(TypeError, match="out= or size="):
-        StepDraws(rngs).random()
+def test_a_wide_layers_draw_is_its_copies_draws(tmp_path, monkeypatch):
+    """The wide kDropout's ``draw`` fills copy i's rows by copy i's own ``draw``: the
+    numbers the copies draw one by one, in the same step."""
+    net, worker, stub = engine_for(
+        tmp_path, monkeypatch, runs=True, tag="draw",
+        act="type: kDropout dropout_conf { dropout_ratio: 0.4 }",
+    )  # fmt: skip
+    (wide,) = [u for u in net.units() if type(u).__name__ == "DropoutLayer"]
+    out = np.empty((4 * 6, 7), dtype=np.float32)
+    wide.draw(out)
+    for i in range(4):  # the copies' own draws of that step, their first of it again
+        net.by_name[f"{i}#act"]._draws[1] = 0
+    want = np.empty((4, 6, 7), dtype=np.float32)
+    for i in range(4):
+        net.by_name[f"{i}#act"].draw(want[i])
+    np.testing.assert_array_equal(out, want.reshape(24, 7))
+    assert len({float(out[6 * i, 0]) for i in range(4)}) == 4  # each copy its own
+    with pytest.raises(ValueError, match="4 steps' rows"):
+        wide.draw(np.empty((5, 7), dtype=np.float32))
 
 
 def test_a_device_copy_moves_what_its_consumer_read(tmp_path, monkeypatch):
