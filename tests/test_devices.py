@@ -221,7 +221,7 @@ def test_a_bad_device_is_a_located_exit_2(small_job):
 def test_a_layer_without_a_device_path_runs_on_the_host_with_one_note(tmp_path):
     from singa_core.device import using_device
     from singa_core.layer import NeuronLayer
-    from singa_core.netbuilder.transfer import DeviceTransfer
+    from singa_core.netbuilder.transfer import device_copy
     from singa_core.testing import SourceLayer, layer_conf
 
     class Doubling(NeuronLayer):  # written for numpy: no `placement`
@@ -239,7 +239,7 @@ def test_a_layer_without_a_device_path_runs_on_the_host_with_one_note(tmp_path):
         src = SourceLayer(np.ones((2, 3)))
         layer = Doubling(layer_conf('name: "d"'))
     assert layer.device == CPU and layer._requested_device == dev
-    transfer = DeviceTransfer(src, layer)
+    transfer = device_copy(src, layer)
     transfer.setup([src])
     layer.setup([transfer])
     transfer.forward(0, [src])

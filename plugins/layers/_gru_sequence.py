@@ -317,20 +317,18 @@ define_kernel(
 # -- the run ----------------------------------------------------------------------------------
 class GRURun(SequenceRun):
     """Copies ``0 … T−1`` of one kGRU, each but the first fed by the one before (see the
-    module doc). ``x``: the inputs' arena ``(T, B, …)``; ``gx``: their gradient buffers'
-    arena, or None when no gradient flows to the input."""
+    module doc); ``out`` and ``grad``: the copies' ``(T, B, H)`` arenas. Its source is the
+    copies' inputs as ``T·B`` rows."""
 
-    def __init__(self, copies, srcs, x, out, grad, gx) -> None:
+    def __init__(self, copies, out, grad) -> None:
         super().__init__(copies)
         first = copies[0]
-        self.first, self.srcs = first, srcs
+        self.first = first
         T, B, H, V = len(copies), first.batchsize, first.hdim, first.vdim
         self.T, self.B, self.H, self.V = T, B, H, V
         xp = first.xp
-        self.x = x.reshape(T * B, V)
         self.out = out  # (T, B, H): the copies' data
         self.grad = grad  # (T, B, H): the copies' grad (from their other consumers)
-        self.gx = None if gx is None else gx.reshape(T * B, V)
         self.outs = [c.data for c in copies]
         self.grad2 = [c.grad2 for c in copies]
         self.grads = [c.grad for c in copies]
@@ -343,15 +341,15 @@ class GRURun(SequenceRun):
     def _hprev(self, t: int):
         return self.first._h0 if t == 0 else self.outs[t - 1]
 
-    def forward(self, phase):
+    def forward(self, phase, srcs):
         first, H = self.first, self.H
-        self.fetch([s[0] for s in self.srcs])
+        x = srcs[0].data.reshape(self.T * self.B, self.V)
         p = [q.value for q in first.params]
         np.concatenate((p[0], p[1], p[2]), axis=0, out=self.w)
         np.concatenate((p[3], p[4], p[5]), axis=0, out=self.u)
         bz, br, bc = (p[6], p[7], p[8]) if first.has_bias else (self.w[0],) * 3
         gates2 = self.gates.reshape(self.T * self.B, 3 * H)
-        np.dot(self.x, self.w.T, out=gates2)
+        np.dot(x, self.w.T, out=gates2)
         step = first.kernels.gru_step_forward
         ut = self.u.T
         for t in range(self.T):
@@ -375,7 +373,7 @@ class GRURun(SequenceRun):
             }
         return self._back
 
-    def backward(self, phase):
+    def backward(self, phase, srcs):
         first, T, B, H = self.first, self.T, self.B, self.H
         a = self._backward_arrays()
         dx, dh, rec = a["dx"], a["dh"], a["rec"]
@@ -399,7 +397,8 @@ class GRURun(SequenceRun):
         params = first.params
         agg = bool(phase & kAggGrad)
         # the weight gradients over all steps, then into the nine Params
-        np.dot(dx2.T, self.x, out=a["gw"])
+        x = srcs[0].data.reshape(T * B, self.V)
+        np.dot(dx2.T, x, out=a["gw"])
         self._add(params[0:3], a["gw"], agg)
         gu = a["gu"]
         if T > 1:
@@ -415,8 +414,9 @@ class GRURun(SequenceRun):
         if first.has_bias:
             np.dot(a["ones"], dx2, out=a["gb"])
             self._add(params[6:9], a["gb"], agg)
-        if self.gx is not None:
-            np.dot(dx2, self.w, out=self.gx)
+        gx = srcs[0].grad_for(self)
+        if gx is not None:
+            np.dot(dx2, self.w, out=gx.reshape(T * B, self.V))
 
     def _add(self, params, stacked_grad, agg: bool) -> None:
         """Without ``kAggGrad`` the gradient of the whole sequence is written (the copies

@@ -21,7 +21,6 @@ import singa_builtins.layers.relu  # noqa: F401  (defines relu_forward/relu_back
 import singa_builtins.layers.sigmoid  # noqa: F401  (defines sigmoid_forward/_backward)
 from singa_builtins.layers import CUDNN_ALIAS_NOTE
 from singa_builtins.layers._bias import define_bias_activation
-from singa_builtins.layers._elementwise_run import elementwise_run
 from singa_builtins.layers.stanh import stanh_onnx
 
 from singa_core.cuda import elementwise_kernel
@@ -30,6 +29,7 @@ from singa_core.layer import AbsorbsBias, NeuronLayer
 from singa_core.memory import charge as charge_memory
 from singa_core.param import DTYPE
 from singa_core.schema import job_pb2
+from singa_core.sequences import RowIndependent
 
 
 def tanh_forward(x: np.ndarray, out: np.ndarray) -> None:
@@ -75,7 +75,7 @@ _FUNCS = {
 }
 
 
-class ActivationLayer(AbsorbsBias, NeuronLayer):
+class ActivationLayer(RowIndependent, AbsorbsBias, NeuronLayer):
     type_names = ("kActivation", "kCudnnActivation")
     placement = "device"
     alias_note = CUDNN_ALIAS_NOTE
@@ -113,14 +113,6 @@ class ActivationLayer(AbsorbsBias, NeuronLayer):
             return stanh_onnx(g, inputs[0], self.name)
         op = {job_pb2.RELU: "Relu", job_pb2.SIGMOID: "Sigmoid", job_pb2.TANH: "Tanh"}[kind]
         return g.add(op, inputs, name=self.name)
-
-    @classmethod
-    def sequence_run(cls, copies, srcs):
-        """All unrolled copies as one launch each way (``_elementwise_run``)."""
-        first = copies[0]
-        if any(c._fwd != first._fwd for c in copies):
-            return None
-        return elementwise_run(copies, srcs, first._fwd, first._bwd, first._scratch.dtype)
 
     def forward(self, phase, srcs):
         if self.absorbed_bias is None:

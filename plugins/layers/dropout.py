@@ -14,10 +14,10 @@ import numpy as np
 from singa_core.layer import NeuronLayer, kTrain, zeros_laid_out_like
 from singa_core.memory import charge as charge_memory
 from singa_core.param import DTYPE
-from singa_core.sequences import SequenceRun, run_arrays
+from singa_core.sequences import RowIndependent
 
 
-class DropoutLayer(NeuronLayer):
+class DropoutLayer(RowIndependent, NeuronLayer):
     type_names = ("kDropout",)
     placement = "device"
 
@@ -71,53 +71,3 @@ class DropoutLayer(NeuronLayer):
             np.multiply(self.grad, self.mask, out=buf)
         else:
             np.copyto(buf, self.grad)
-
-    @classmethod
-    def sequence_run(cls, copies, srcs):
-        """All unrolled copies at once: each copy draws its own numbers on the device, as
-        it would alone, into one array; the mask and the products are one launch each for
-        all steps."""
-        first = copies[0]
-        if any(len(s) != 1 for s in srcs) or any(c.ratio != first.ratio for c in copies):
-            return None
-        a = run_arrays(copies, srcs)
-        if a is None or a.x.shape != a.y.shape:
-            return None
-        if not all(c._u_base.flags.c_contiguous for c in copies):
-            return None
-        return _DropoutRun(copies, srcs, a.x, a.y, a.g, a.gx)
-
-
-class _DropoutRun(SequenceRun):
-    def __init__(self, copies, srcs, x, y, g, gx) -> None:
-        super().__init__(copies)
-        first = copies[0]
-        self.first, self.srcs = first, [s[0] for s in srcs]
-        self.x, self.y, self.g, self.gx = x, y, g, gx
-        xp = first.xp
-        self.u = xp.empty(y.shape, dtype=DTYPE)  # every copy's draws
-        self.keep = xp.empty(y.shape, dtype=bool)
-        self.mask = xp.empty(y.shape, dtype=DTYPE)
-        self.masked = False
-
-    def forward(self, phase):
-        first = self.first
-        self.fetch(self.srcs)
-        if phase & kTrain:
-            for copy, u in zip(self.layers, self.u, strict=True):
-                copy.draw(u)  # each copy's own numbers, as it draws them alone
-            np.less(self.u, first._keep, out=self.keep)
-            np.multiply(self.keep, first._scale, out=self.mask)
-            np.multiply(self.x, self.mask, out=self.y)
-            self.masked = True
-        else:
-            np.copyto(self.y, self.x)
-            self.masked = False
-
-    def backward(self, phase):
-        if self.gx is None:
-            return
-        if self.masked:
-            np.multiply(self.g, self.mask, out=self.gx)
-        else:
-            np.copyto(self.gx, self.g)

@@ -22,7 +22,7 @@ import numpy as np
 
 from singa_core.device import is_host_array, to_host
 from singa_core.layer import Layer, NeuronLayer, kAggGrad
-from singa_core.sequences import SequenceRun, run_arrays, shares_params
+from singa_core.sequences import RowIndependent
 
 
 def read_indices(layer: Layer, src: Layer, out: np.ndarray, vocab_size: int, field: str):
@@ -37,43 +37,27 @@ def read_indices(layer: Layer, src: Layer, out: np.ndarray, vocab_size: int, fie
     if is_host_array(x):
         _check_indices(layer, src, x, out, vocab_size, field)
         return out
-    host = host_copy([src], x).reshape(out.shape)
+    host = src.host_copy()
+    host = to_host(x) if host is None else host.reshape(out.shape)
     with np.errstate(invalid="ignore"):
         _check_indices(layer, src, host, host.astype(np.int64), vocab_size, field)
     return out
 
 
-def host_copy(srcs, x) -> np.ndarray:
-    """The values of ``x`` (the sources' data, on a device) on the host, flat: the
-    sources' host copies (``host_copy()``) where each has one, else one read of ``x``."""
-    hosts = [s.host_copy() for s in srcs]
-    if any(h is None for h in hosts):
-        return to_host(x).reshape(-1)
-    return np.concatenate([h.reshape(-1) for h in hosts])
-
-
-def first_bad_index(x: np.ndarray, idx: np.ndarray, vocab_size: int) -> int | None:
-    """The first position where ``idx`` (``x`` truncated) is outside ``[0, vocab_size)``
-    or ``x`` is not finite, or None."""
-    if idx.min() >= 0 and idx.max() < vocab_size and np.isfinite(x).all():
-        return None
-    return int(np.flatnonzero((idx < 0) | (idx >= vocab_size) | ~np.isfinite(x))[0])
-
-
 def _check_indices(layer, src, x: np.ndarray, idx: np.ndarray, vocab_size: int, field: str):
     """``idx`` (``x`` truncated, on the host) within ``[0, vocab_size)`` and ``x`` finite."""
-    i = first_bad_index(x, idx, vocab_size)
-    if i is not None:
-        raise layer.error(
-            f"layer '{layer.name}' ({layer.type_names[0]}): index {x[i]:g} of instance {i} "
-            f"(from source '{src.name}') is outside [0, {vocab_size}) "
-            f"(vocab_size {vocab_size})",
-            field=field,
-            help=f"the indices must be smaller than {field}.vocab_size",
-        )
+    if idx.min() >= 0 and idx.max() < vocab_size and np.isfinite(x).all():
+        return
+    i = int(np.flatnonzero((idx < 0) | (idx >= vocab_size) | ~np.isfinite(x))[0])
+    raise layer.error(
+        f"layer '{layer.name}' ({layer.type_names[0]}): index {x[i]:g} of instance {i} "
+        f"(from source '{src.name}') is outside [0, {vocab_size}) (vocab_size {vocab_size})",
+        field=field,
+        help=f"the indices must be smaller than {field}.vocab_size",
+    )
 
 
-class EmbeddingLayer(NeuronLayer):
+class EmbeddingLayer(RowIndependent, NeuronLayer):
     type_names = ("kEmbedding",)
     placement = "device"
 
@@ -114,12 +98,6 @@ class EmbeddingLayer(NeuronLayer):
         # buffer (CuPy's take has no mode, and needs none)
         np.take(self.vocab.value, idx, axis=0, out=self.data, **self._take_mode)
 
-    @classmethod
-    def sequence_run(cls, copies, srcs):
-        """Copies over consecutive time steps of one index source: one conversion, one
-        lookup and one scatter-add for all steps (``_EmbeddingRun``)."""
-        return _run_for(copies, srcs)
-
     def backward(self, phase, srcs):
         gv = self.vocab.grad
         if not phase & kAggGrad:
@@ -134,56 +112,3 @@ def indices_onnx(g, x: str, name: str) -> str:
     """ONNX nodes turning a source of one index per row into an int64 vector of them."""
     flat = g.add("Reshape", [x, g.const([-1], f"{name}/flat", np.int64)], name=f"{name}/rows")
     return g.add("Cast", [flat], name=f"{name}/indices", to=7)  # int64
-
-
-def _run_for(copies, srcs):
-    first = copies[0]
-    if any(len(s) != 1 for s in srcs):
-        return None
-    a = run_arrays(copies, srcs)
-    if a is None or a.x.size != len(copies) * first.batchsize or not shares_params(copies):
-        return None
-    return _EmbeddingRun(copies, srcs, a)
-
-
-class _EmbeddingRun(SequenceRun):
-    """All steps' indices converted, checked (on their host copy) and looked up at once;
-    backward adds every step's rows into the vocabulary's gradient in one scatter."""
-
-    def __init__(self, copies, srcs, a) -> None:
-        super().__init__(copies)
-        first = copies[0]
-        self.first, self.srcs = first, [s[0] for s in srcs]
-        rows = len(copies) * first.batchsize
-        self.x = a.x.reshape(rows)
-        self.y = a.y.reshape(rows, first.feature_dim)
-        self.grads = a.g
-        self.gx = a.gx  # the index sources' gradient buffers: zeros
-        self.idx = first.xp.empty(rows, dtype=np.int64)
-
-    def forward(self, phase):
-        first = self.first
-        self.fetch(self.srcs)
-        with np.errstate(invalid="ignore"):
-            np.copyto(self.idx, self.x, casting="unsafe")
-        if is_host_array(self.x):
-            host, idx = self.x, self.idx
-        else:
-            host = host_copy(self.srcs, self.x)
-            with np.errstate(invalid="ignore"):
-                idx = host.astype(np.int64)
-        i = first_bad_index(host, idx, first.vocab_size)
-        if i is not None:  # the error names the copy (time step) that read it
-            t = i // first.batchsize
-            rows = slice(t * first.batchsize, (t + 1) * first.batchsize)
-            _check_indices(self.layers[t], self.srcs[t], host[rows], idx[rows],
-                           first.vocab_size, "embedding_conf")  # fmt: skip
-        np.take(first.vocab.value, self.idx, axis=0, out=self.y, **first._take_mode)
-
-    def backward(self, phase):
-        gv = self.first.vocab.grad
-        if not phase & kAggGrad:
-            gv.fill(0.0)
-        np.add.at(gv, self.idx, self.grads.reshape(self.y.shape))
-        if self.gx is not None:
-            self.gx.fill(0.0)

@@ -72,7 +72,7 @@ from singa_core.layer import Layer, NeuronLayer, kAggGrad
 from singa_core.memory import charge as charge_memory
 from singa_core.memory import charge_once
 from singa_core.param import DTYPE
-from singa_core.sequences import run_arrays, shares_params
+from singa_core.sequences import stacked
 
 _ROLES = ("w_z_hx", "w_r_hx", "w_c_hx", "w_z_hh", "w_r_hh", "w_c_hh", "b_z", "b_r", "b_c")
 
@@ -198,10 +198,8 @@ class GRULayer(NeuronLayer):
             len(s) != 2 or s[1] is not copies[i - 1] for i, s in enumerate(srcs) if i
         ):
             return None
-        a = run_arrays(copies, srcs)
-        if a is None or not shares_params(copies):
-            return None
-        return GRURun(copies, srcs, a.x, a.y, a.g, a.gx)
+        out, grad = stacked(copies, "data"), stacked(copies, "grad")
+        return None if out is None or grad is None else GRURun(copies, out, grad)
 
     def grad_for(self, consumer: Layer) -> np.ndarray | None:
         return self.grad2 if id(consumer) in self._state_consumers else self.grad

@@ -21,10 +21,10 @@ import numpy as np
 from singa_core.blas import gemm, gemm_acc
 from singa_core.layer import DefersBias, NeuronLayer, kAggGrad, kDeploy, partitioned_size
 from singa_core.param import DTYPE
-from singa_core.sequences import SequenceRun, run_arrays, shares_params
+from singa_core.sequences import RowIndependent
 
 
-class InnerProductLayer(DefersBias, NeuronLayer):
+class InnerProductLayer(RowIndependent, DefersBias, NeuronLayer):
     type_names = ("kInnerProduct",)
     placement = "device"
     needs_whole_source = True  # partitioned on dim 1, each part reads all of src
@@ -121,53 +121,3 @@ class InnerProductLayer(DefersBias, NeuronLayer):
                     self._gx = self.xp.empty((self.batchsize, self.vdim), dtype=DTYPE)
                 np.dot(g, wx, out=self._gx)
                 buf[...] = self._gx.reshape(buf.shape)
-
-    # -- all unrolled copies at once (singa_core.sequences) -------------------------------
-    @classmethod
-    def sequence_run(cls, copies, srcs):
-        """Copies over consecutive time steps of one source: one product over all ``T·B``
-        rows each way, the weight and bias gradients summed in one GEMM each."""
-        first = copies[0]
-        if any(len(s) != 1 for s in srcs) or first._yt is not None:
-            return None
-        if len({c.deferred_bias is None for c in copies}) != 1 or not shares_params(copies):
-            return None
-        a = run_arrays(copies, srcs)
-        if a is None:
-            return None
-        return _InnerProductRun(copies, srcs, a.x, a.y, a.g, a.gx)
-
-
-class _InnerProductRun(SequenceRun):
-    def __init__(self, copies, srcs, x, y, g, gx) -> None:
-        super().__init__(copies)
-        first = copies[0]
-        rows = len(copies) * first.batchsize
-        self.srcs = srcs
-        self.x = x.reshape(rows, first.vdim)
-        self.y = y.reshape(rows, first.hdim)
-        self.g = None if g is None else g.reshape(rows, first.hdim)
-        self.gx = None if gx is None else gx.reshape(rows, first.vdim)
-        self.ones = first.xp.ones(rows, dtype=DTYPE)
-
-    def forward(self, phase):
-        first = self.layers[0]
-        self.fetch([s[0] for s in self.srcs])
-        w = first.weight.value
-        gemm(self.x, w if first.transpose else w.T, self.y)
-        if first.deferred_bias is None:  # else the copies' consumers add it (bias fusion)
-            self.y += first.bias.value
-
-    def backward(self, phase):
-        if not phase & kAggGrad:  # each copy overwrites the gradients: copy by copy
-            for copy, srcs in zip(reversed(self.layers), reversed(self.srcs), strict=True):
-                copy.backward(phase, srcs)
-            return
-        first = self.layers[0]
-        g, x = self.g, self.x
-        wp, bp = first.weight, first.bias
-        gemm_acc(x.T, g, wp.grad) if first.transpose else gemm_acc(g.T, x, wp.grad)
-        gemm_acc(self.ones[None, :], g, bp.grad.reshape(1, -1))
-        if self.gx is not None:
-            w = wp.value
-            np.dot(g, w.T if first.transpose else w, out=self.gx)

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 from singa_builtins.layers._bias import define_bias_activation
-from singa_builtins.layers._elementwise_run import elementwise_run
 
 from singa_core.cuda import elementwise_kernel
 from singa_core.kernels import define_kernel
 from singa_core.layer import AbsorbsBias, NeuronLayer
 from singa_core.memory import charge as charge_memory
+from singa_core.sequences import RowIndependent
 
 
 def relu_forward(x: np.ndarray, out: np.ndarray) -> None:
@@ -53,7 +53,7 @@ define_kernel(
 define_bias_activation("relu", relu_forward, "(v > 0.0f || v != v) ? v : 0.0f", "y = max(0, x)")
 
 
-class ReLULayer(AbsorbsBias, NeuronLayer):
+class ReLULayer(RowIndependent, AbsorbsBias, NeuronLayer):
     type_names = ("kReLU",)
     placement = "device"
 
@@ -65,11 +65,6 @@ class ReLULayer(AbsorbsBias, NeuronLayer):
 
     def to_onnx(self, g, inputs):
         return g.add("Relu", inputs, name=self.name)
-
-    @classmethod
-    def sequence_run(cls, copies, srcs):
-        """All unrolled copies as one launch each way (``_elementwise_run``)."""
-        return elementwise_run(copies, srcs, "relu_forward", "relu_backward", bool)
 
     def forward(self, phase, srcs):
         if self.absorbed_bias is None:

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 from singa_builtins.layers._bias import define_bias_activation
-from singa_builtins.layers._elementwise_run import elementwise_run
 
 from singa_core.cuda import elementwise_kernel
 from singa_core.kernels import define_kernel
 from singa_core.layer import AbsorbsBias, NeuronLayer
 from singa_core.memory import charge as charge_memory
-from singa_core.param import DTYPE
+from singa_core.sequences import RowIndependent
 
 
 def sigmoid_forward(x: np.ndarray, out: np.ndarray) -> None:
@@ -56,7 +55,7 @@ define_kernel(
 define_bias_activation("sigmoid", sigmoid_forward, "1.0f / (expf(-v) + 1.0f)", "y = 1/(1 + e^−x)")
 
 
-class SigmoidLayer(AbsorbsBias, NeuronLayer):
+class SigmoidLayer(RowIndependent, AbsorbsBias, NeuronLayer):
     type_names = ("kSigmoid",)
     placement = "device"
 
@@ -70,11 +69,6 @@ class SigmoidLayer(AbsorbsBias, NeuronLayer):
 
     def to_onnx(self, g, inputs):
         return g.add("Sigmoid", inputs, name=self.name)
-
-    @classmethod
-    def sequence_run(cls, copies, srcs):
-        """All unrolled copies as one launch each way (``_elementwise_run``)."""
-        return elementwise_run(copies, srcs, "sigmoid_forward", "sigmoid_backward", DTYPE)
 
     def forward(self, phase, srcs):
         if self.absorbed_bias is None:

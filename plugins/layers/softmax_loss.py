@@ -34,7 +34,7 @@ from singa_core.kernels import define_kernel, kernels_for
 from singa_core.layer import AbsorbsBias, LossLayer
 from singa_core.param import DTYPE
 from singa_core.schema import job_pb2
-from singa_core.sequences import SequenceRun, run_arrays, stacked
+from singa_core.sequences import RowIndependent
 
 FLT_MIN = float(np.finfo(np.float32).tiny)  # 1.17549435e-38
 
@@ -272,7 +272,7 @@ define_kernel(
 )
 
 
-class SoftmaxLossLayer(AbsorbsBias, LossLayer):
+class SoftmaxLossLayer(RowIndependent, AbsorbsBias, LossLayer):
     type_names = ("kSoftmaxLoss", "kCudnnSoftmaxLoss")
     placement = "device"
     alias_note = CUDNN_ALIAS_NOTE
@@ -369,84 +369,3 @@ class SoftmaxLossLayer(AbsorbsBias, LossLayer):
             buf[...] = tmp
         else:
             self.kernels.softmax_xent_grad(self._prob, labels, buf, self._gscale)
-
-    # -- all unrolled copies at once (singa_core.sequences) -------------------------------
-    @classmethod
-    def sequence_run(cls, copies, srcs):
-        """Copies over consecutive time steps: one forward and one gradient kernel over all
-        ``T·B`` rows; the loss and accuracy go to the first copy as the mean over them."""
-        first = copies[0]
-        if any(len(s) != 2 for s in srcs):
-            return None
-        if any(c.topk != first.topk or c.scale != first.scale for c in copies):
-            return None
-        a = run_arrays(copies, srcs)
-        if a is None:
-            return None
-        return _SoftmaxLossRun(copies, srcs, a.x, a.y, a.gx)
-
-
-class _SoftmaxLossRun(SequenceRun):
-    def __init__(self, copies, srcs, logits, prob, grads) -> None:
-        super().__init__(copies)
-        first = copies[0]
-        self.first = first
-        self.srcs = srcs
-        self.label_srcs = [s[1] for s in srcs]
-        rows = len(copies) * first.batchsize
-        self.rows = rows
-        self.x = logits.reshape(rows, first.dim)
-        self.prob = prob.reshape(rows, first.dim)
-        self.grads = None if grads is None else grads.reshape(rows, first.dim)
-        xp = first.xp
-        self._rows = xp.empty((rows, 2), dtype=np.float64)
-        self._counter = xp.zeros(1, dtype=np.int32)
-        self._last = xp.zeros(1, dtype=np.float64)
-
-    def _labels(self):
-        """All time steps' labels on the device, (T·B,), checked on their host copies."""
-        first, B = self.first, self.first.batchsize
-        labels = [s.labels() for s in self.label_srcs]
-        whole = stacked(self.label_srcs, "aux", labels)
-        if whole is None or whole.shape[1] != B:
-            whole = first.xp.stack([la[:B] for la in labels])
-        host = []
-        for src, la in zip(self.label_srcs, labels, strict=True):
-            h = la if is_host_array(la) else src.host_copy("labels")
-            host.append((to_host(la) if h is None else h)[:B])
-        host = np.stack(host)
-        if whole.dtype.kind not in "iu":
-            whole, host = whole.astype(np.int64), host.astype(np.int64)
-        lo, hi = int(host.min()), int(host.max())
-        if lo < 0 or hi >= first.dim:
-            t = int(np.nonzero((host < 0) | (host >= first.dim))[0][0])
-            bad = lo if lo < 0 else hi
-            copy = self.layers[t]
-            raise copy.error(
-                f"layer '{copy.name}': label {bad} is outside [0, {first.dim}) "
-                f"(the layer has {first.dim} classes)",
-                field="srclayers",
-                help="labels are class indices from 0 to the number of classes - 1: set the "
-                "num_output of the layer before the loss to the number of classes, or fix "
-                "the data's labels",
-            )
-        return whole.reshape(self.rows)
-
-    def forward(self, phase):
-        first = self.first
-        self.fetch([s[0] for s in self.srcs])
-        self.labels = labels = self._labels()
-        sums = first.metric_sums(first.METRICS)
-        first.kernels.softmax_xent(
-            self.x, labels, self.prob, self._rows, self._counter, sums, self._last, first.topk,
-            first.scale,
-        )  # fmt: skip
-        loss = self._last[0]  # the mean over all time steps, a 0-d array of the device
-        for copy in self.layers:
-            copy.loss = loss
-
-    def backward(self, phase):
-        if self.grads is not None:
-            self.first.kernels.softmax_xent_grad(
-                self.prob, self.labels, self.grads, self.first._gscale
-            )

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 from singa_builtins.layers._bias import define_bias_activation
-from singa_builtins.layers._elementwise_run import elementwise_run
 
 from singa_core.cuda import elementwise_kernel
 from singa_core.kernels import define_kernel
 from singa_core.layer import AbsorbsBias, NeuronLayer
 from singa_core.memory import charge as charge_memory
-from singa_core.param import DTYPE
+from singa_core.sequences import RowIndependent
 
 STANH_A = 1.7159047
 STANH_B = 0.66666667
@@ -68,7 +67,7 @@ define_bias_activation(
 )
 
 
-class STanhLayer(AbsorbsBias, NeuronLayer):
+class STanhLayer(RowIndependent, AbsorbsBias, NeuronLayer):
     type_names = ("kSTanh",)
     placement = "device"
 
@@ -82,11 +81,6 @@ class STanhLayer(AbsorbsBias, NeuronLayer):
 
     def to_onnx(self, g, inputs):
         return stanh_onnx(g, inputs[0], self.name)
-
-    @classmethod
-    def sequence_run(cls, copies, srcs):
-        """All unrolled copies as one launch each way (``_elementwise_run``)."""
-        return elementwise_run(copies, srcs, "stanh_forward", "stanh_backward", DTYPE)
 
     def forward(self, phase, srcs):
         if self.absorbed_bias is None:

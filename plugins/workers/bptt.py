@@ -3,10 +3,10 @@
 The net is unrolled by the core (``unroll_len``; copies ``i#L`` whose Params share the value
 and the gradient of copy 0). TrainOneBatch:
 
-The net is executed as ``net.units()``: the layers, except that all copies of a layer whose
-class runs them at once (``Layer.sequence_run``: kGRU, kInnerProduct, kSoftmaxLoss, the
-device copies) form one unit (:mod:`singa_core.sequences`); ``SINGA_SEQUENCE_RUNS=0`` runs
-every copy by itself.
+The net is executed as ``net.units()``: the layers, except that all copies of a layer
+form one unit where they can (a wide instance of a row-independent layer, a GRU's run; see
+:mod:`singa_core.sequences`), each called as a layer with ``net.srclayers(unit)``;
+``SINGA_SEQUENCE_RUNS=0`` runs every copy by itself.
 
 1. the gradients of the Params holding their own (copy 0 of each unrolled Param) are zeroed,
    all in one launch per device (kernel ``zero_many``); forward over the layers in net
@@ -36,7 +36,6 @@ from singa_core.errors import SingaError
 from singa_core.kernels import define_kernel, kernels_for
 from singa_core.layer import kAggGrad, kBackward, kForward, kTrain
 from singa_core.names import base_layer_name, unrolled_name
-from singa_core.sequences import SequenceRun
 from singa_core.worker import Worker
 
 
@@ -95,12 +94,7 @@ class BPTTWorker(Worker):
             for key, g in owners.items():
                 collect_before[first_use[key]].append(g)
                 send_after[first_use[key]].append(g)  # backward runs in reverse order
-            steps = [
-                (unit.forward, unit.backward, None)
-                if isinstance(unit, SequenceRun)
-                else (unit.forward, unit.backward, net.srclayers(unit))
-                for unit in units
-            ]
+            steps = [(unit.forward, unit.backward, net.srclayers(unit)) for unit in units]
             # every gradient of the window zeroed at once before the forward pass, in one
             # launch per device (forward reads no gradient)
             by_device: dict[int, list] = {}
@@ -119,10 +113,10 @@ class BPTTWorker(Worker):
         for i, (forward, _, srcs) in enumerate(steps):
             for p in collect_before[i]:
                 stub.collect(p)
-            forward(fwd) if srcs is None else forward(fwd, srcs)
+            forward(fwd, srcs)
         for i in range(len(steps) - 1, -1, -1):
-            backward, srcs = steps[i][1], steps[i][2]
-            backward(bwd) if srcs is None else backward(bwd, srcs)
+            _, backward, srcs = steps[i]
+            backward(bwd, srcs)
             for p in send_after[i]:
                 stub.update(step, p)
 
@@ -171,7 +165,7 @@ class BPTTWorker(Worker):
                 layer.forward(flag, dynamic.get(layer.name) or net.srclayers(layer))
         else:
             for forward, _, srcs in self._plan(net)[0]:
-                forward(flag) if srcs is None else forward(flag, srcs)
+                forward(flag, srcs)
         for layer in state["carriers"]:
             layer.carry_state()
         state["batch"] += 1

@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 
 from singa_core.contracts.layer import InputLayer, kTrain
 from singa_core.contracts.names import base_layer_name
-from singa_core.contracts.sequences import SequenceRun
 from singa_core.contracts.stub import ParamShard, ParamStub
 from singa_core.netbuilder.specs import layer_type_name
 
@@ -239,13 +238,13 @@ def time_training_step(prepared, iterations: int, warmup: int = 2) -> StepTiming
         layer.forward = _timed(layer.forward, fsink, sync)
         layer.backward = _timed(layer.backward, bsink, sync)
         sinks.append((lt, fsink, bsink))
-    # a worker running all copies of a layer at once (kBPTT's runs, see
-    # singa_core.contracts.sequences) calls the run, not the copies: time it in their row
-    runs = [u for u in net.units() if isinstance(u, SequenceRun)]
+    # a worker running all copies of a layer at once (kBPTT's units, see
+    # singa_core.contracts.sequences) calls the unit, not the copies: time it in their row
+    runs = [u for u in net.units() if getattr(u, "copies", None)]
     for run in runs:
-        lt = rows[base_layer_name(run.layers[0].name)]
+        lt = rows[base_layer_name(run.copies[0].name)]
         fsink, bsink = [0.0], [0.0]
-        sync = run.layers[0].device.synchronize
+        sync = run.copies[0].device.synchronize
         run.forward = _timed(run.forward, fsink, sync)
         run.backward = _timed(run.backward, bsink, sync)
         sinks.append((lt, fsink, bsink))

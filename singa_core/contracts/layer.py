@@ -217,9 +217,10 @@ class Layer:
     def sequence_run(
         cls, copies: Sequence[Layer], srcs: Sequence[Sequence[Layer]]
     ) -> SequenceRun | None:
-        """Optional: one object running all unrolled copies of a layer at once (``copies``
-        in time order, ``srcs[i]`` copy i's sources), or None (the default): the worker
-        runs them one by one. The contract is in :mod:`singa_core.contracts.sequences`."""
+        """Optional, for a layer with a recurrence: one unit running all unrolled copies
+        (``copies`` in time order, ``srcs[i]`` copy i's sources), or None (the default):
+        they run one by one. A row-independent layer needs none (``RowIndependent``); the
+        contract is :mod:`singa_core.contracts.sequences`'s."""
         return None
 
     def flops(self, srcs: Sequence[Layer]) -> tuple[float, float] | None:
@@ -356,6 +357,11 @@ class Layer:
     def create_param(self, index: int, shape: Sequence[int], role: str) -> Param:
         """Param number ``index`` of this layer's conf (``param { ... }`` entries), with
         the layer's :meth:`param_defaults` filled in where the entry is silent."""
+        shared = getattr(self.ctx.sequence, "params", None)
+        if shared is not None:  # a wide layer: copy 0's Params (singa_core.sequences)
+            p = shared[len(self.params)]
+            self.params.append(p)
+            return p
         defaults = self.param_defaults(index, role)
         if defaults is not None and not isinstance(defaults, job_pb2.ParamProto):
             raise TypeError(
@@ -596,9 +602,13 @@ class LossLayer(Layer):
         self.loss: float = 0.0
 
     def group_share(self) -> float:
+        """The factor of the gradient of this layer's mean loss: 1/n for a replica of n
+        (above); ``T`` for a wide layer standing for ``T`` unrolled copies, whose objective
+        is the sum of the copies' means (:mod:`singa_core.contracts.sequences`)."""
+        share = float(len(getattr(self.ctx.sequence, "copies", ())) or 1)
         if self.conf.partition_dim == 0 and self.ctx.num_partitions > 1:
-            return 1.0 / self.ctx.num_partitions
-        return 1.0
+            return share / self.ctx.num_partitions
+        return share
 
     def grad_for(self, consumer: Layer) -> np.ndarray | None:
         return None

@@ -1,48 +1,67 @@
-"""Running all unrolled copies of one configured layer in one call (public path
+"""Running all unrolled copies of one configured layer at once (public path
 ``singa_core.sequences``).
 
 An unrolled net (:mod:`singa_core.netbuilder.unrolling`) holds ``T`` copies ``0#L … T−1#L``
 of a layer ``L``. Run one by one, a step of char-rnn is 50 small products per weight and
 50 loss layers; run together, the copies' input products are one GEMM over ``T·B`` rows,
 their weight gradients a few, and the loss one kernel. The net stays as configured (the
-copies, their names, Params, checkpoints and metrics are unchanged): only how a worker
-executes them differs, and a copy's arrays hold what running it alone would give.
+copies, their names, Params, checkpoints and metrics are unchanged): only what a worker
+executes differs (``net.units()``), and a copy's arrays hold what running it alone would.
 
-Two pieces:
+**Arenas.** While the net is built every copy of an unrolled layer gets a
+:class:`SequenceSlot`; :meth:`Layer.buffer <singa_core.contracts.layer.Layer.buffer>` (so
+``alloc``/``alloc_like``) allocates through it, so copy ``i``'s ``data`` (``grad``, ``aux``)
+is element ``i`` of one ``(T, …)`` array shared by the copies. :func:`stacked` returns that
+array for the copies (or their consumers' view of them), ``None`` when the arrays are not
+consecutive elements of one arena.
 
-* **Arenas.** The net builder gives every copy of an unrolled layer a
-  :class:`SequenceSlot`; :meth:`Layer.alloc <singa_core.contracts.layer.Layer.alloc>`
-  allocates through it, so copy ``i``'s ``data`` (``grad``, ``aux``) is element ``i`` of one
-  ``(T, …)`` array shared by the copies. :func:`stacked` returns that array for the copies
-  (or their consumers' view of them), and ``None`` when the arrays are not consecutive
-  elements of one arena (a copy of another shape, a source that is not unrolled).
+**Units.** :func:`singa_core.netbuilder.sequences.plan_units` turns the copies of a layer
+into one unit when they share copy 0's Params and their sources are arenas:
 
-* **Runs.** A layer class may implement the classmethod ``Layer.sequence_run(copies,
-  srcs)``: given its copies in time order and each copy's sources (``net.srclayers``), it
-  returns a :class:`SequenceRun`, or ``None`` when it cannot run these copies together
-  (the worker then runs them one by one). The contract of a run:
+* a class that mixes in :class:`RowIndependent` (output row ``r`` depends on row ``r`` of
+  its sources alone: kInnerProduct, the activations, kSoftmaxLoss, kEmbedding, kDropout,
+  the core's device copies) gets a *wide* instance of itself, built by the planner with the
+  class's own constructor and ``setup``: its batch is ``T·B``; its sources stand for the
+  copies' sources, each an arena seen as ``(T·B, …)`` (``data``, ``grad_for``,
+  ``labels()``, ``host_copy()``); its ``data``/``grad``/``aux`` are the copies' arenas seen
+  the same way; ``create_param`` hands it copy 0's Params (values and gradients); its
+  :meth:`~singa_core.contracts.layer.Layer.draw` fills the rows of copy ``i`` by copy
+  ``i``'s own ``draw``, in time order, so every copy draws what it would alone; its
+  ``add_metric``/``metric_sums`` are copy 0's (one batch over ``T·B`` rows); a loss
+  layer's :meth:`~singa_core.contracts.layer.LossLayer.group_share` counts the ``T``
+  copies, so its gradient is that of the sum of their mean losses. Its own
+  ``forward``/``backward`` are the run: a row-independent class writes no run code.
+* any other class may return a :class:`SequenceRun` from the classmethod
+  ``Layer.sequence_run(copies, srcs)`` (a layer with a recurrence: kGRU), or None.
 
-  - ``forward(phase)`` leaves every copy's ``data`` (and labels) as the copies' own
-    ``forward`` calls in time order would. It reads a source arena only after asking the
-    first source copy for its array (:meth:`SequenceRun.fetch`): a device copy delivers
-    all time steps then, in one copy;
-  - ``backward(phase)`` leaves every Param gradient and every source gradient buffer
-    (``src.grad_for(copy)``) as the copies' ``backward`` calls in reverse time order would,
-    with the same phase flags (``kAggGrad``: added in place). Buffers between the copies
-    (a recurrent layer's gradient from the next time step) need not be written;
-  - results agree with the copy-by-copy path within float32 rounding (the sums are over
-    ``T·B`` rows at once, in another order);
-  - metrics go to ``copies[0]`` as one batch over all time steps (the net's metrics average
-    the copies that reported, so a mean over ``T·B`` rows is the same figure).
+Either is called like a layer, ``unit.forward(phase, srcs)`` and ``unit.backward(phase,
+srcs)`` with ``srcs = net.srclayers(unit)``: for each source position every copy has, the
+copies' sources there as one ``(T·B, …)`` source. The contract of a unit:
 
-  :func:`singa_core.netbuilder.sequences.plan_units` decides, per net, which runs are used
-  and orders them with the remaining single layers.
+- ``forward`` leaves every copy's ``data`` (and labels) as the copies' ``forward`` calls in
+  time order would;
+- ``backward`` leaves every source gradient buffer as the copies' ``backward`` calls in
+  reverse time order would, and *adds* into copy 0's Param gradients the sum over all
+  ``T`` steps. That is what the copies do under ``kAggGrad``, the flag kBPTT (the one
+  worker that runs units) passes to every backward, having zeroed the gradients once per
+  step. Without ``kAggGrad`` a unit *writes* the whole sequence's gradient instead (the
+  copies, each overwriting, would leave copy 0's share alone): a worker that does not
+  accumulate runs ``net.layers``, not units. Buffers between copies of a recurrence (a
+  GRU's gradient from the next step) need not be written;
+- results agree with the copy-by-copy path within float32 rounding (sums over ``T·B`` rows
+  are taken at once, in another order); ``SINGA_SEQUENCE_RUNS=0`` runs the copies one by
+  one, the reference to compare with;
+- metrics go to copy 0 as one batch over all time steps (the net averages the copies that
+  reported, so a mean over ``T·B`` rows is the same figure).
+
+A device copy between devices (:mod:`singa_core.netbuilder.transfer`) moves what its
+consumer read while the net was built, in its own ``forward``: a unit reads its sources'
+arrays without asking for them first.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -117,85 +136,40 @@ def stacked(objs: Sequence[Any], kind: str = "data", arrays: Sequence[Any] | Non
     return arena.buffers[kind]
 
 
-@dataclass(frozen=True)
-class RunArrays:
-    """The arenas most runs read and write (see :func:`run_arrays`)."""
-
-    x: Any  # the first sources' data
-    y: Any  # the copies' data
-    g: Any  # the copies' grad, or None (they have none)
-    gx: Any  # the gradient buffers the first sources offer the copies, or None (none does)
-
-
-def run_arrays(copies: Sequence[Any], srcs: Sequence[Sequence[Any]]) -> RunArrays | None:
-    """The arenas of a run of ``copies`` over their first sources (``srcs[i][0]``), or None
-    when one of them is not an arena, so that the class says no (copy by copy): the
-    sources' data, the copies' data and grad (where they have one), and the buffers the
-    sources' ``grad_for(copy)`` offer (where any does)."""
-    first = copies[0]
-    x = stacked([s[0] for s in srcs], "data")
-    y = stacked(copies, "data")
-    g = stacked(copies, "grad")
-    if x is None or y is None or (g is None and first.grad is not None):
-        return None
-    bufs = [s[0].grad_for(c) for s, c in zip(srcs, copies, strict=True)]
-    gx = None
-    if any(b is not None for b in bufs):
-        gx = stacked([s[0] for s in srcs], "grad", bufs)
-        if gx is None:
-            return None
-    return RunArrays(x, y, g, gx)
-
-
-def shares_params(copies: Sequence[Any]) -> bool:
-    """Whether every copy's Params use copy 0's values and gradients (as an unrolled
-    layer's do), so that a run may read and add into copy 0's."""
-    first = copies[0].params
-    for c in copies:
-        if len(c.params) != len(first):
-            return False
-        for p, q in zip(c.params, first, strict=True):
-            if p.value is not q.value or p.grad is not q.grad:
-                return False
-    return True
-
-
 def _slot_of(obj) -> SequenceSlot | None:
     ctx = getattr(obj, "ctx", None)
     return getattr(ctx, "sequence", None)
 
 
+class RowIndependent:
+    """Mix into a layer class (``class MyLayer(RowIndependent, NeuronLayer)``) whose output
+    row ``r`` depends on row ``r`` of its sources alone (and on its Params), so that its
+    unrolled copies run as one wide instance of the class (the module doc says how, and
+    what a unit guarantees). What the class promises for that: ``setup`` takes the batch
+    from its sources' first axis and allocates through ``alloc``/``alloc_like``/``buffer``
+    and ``create_param`` (Params in a fixed order); it reads of a source only ``data``,
+    ``grad_for(self)``, ``labels()``, ``host_copy()``, ``name`` and ``shape``; Param
+    gradients are sums over rows (added under ``kAggGrad``); random numbers come from
+    ``self.draw(out)`` with the batch as ``out``'s first axis; metrics go through
+    ``add_metric``/``metric_sums``; a loss scales its gradient by ``group_share()``."""
+
+
 class SequenceRun:
-    """All copies of one unrolled layer run as one (see the module doc). Subclasses
-    implement :meth:`forward` and, where gradients flow, :meth:`backward`."""
+    """All copies of one unrolled layer with a recurrence, run as one (see the module doc):
+    called as a layer is, ``forward(phase, srcs)`` and ``backward(phase, srcs)`` with
+    ``srcs`` the copies' sources as ``(T·B, …)`` sources. ``copies`` in time order;
+    ``params`` are copy 0's, which every copy shares."""
 
     def __init__(self, copies: Sequence[Any]) -> None:
-        self.layers = list(copies)
+        self.copies = list(copies)
+        self.name = f"{self.copies[0].name}…{self.copies[-1].name}"
+        self.params = list(self.copies[0].params)
 
-    @property
-    def name(self) -> str:
-        return f"{self.layers[0].name}…{self.layers[-1].name}"
-
-    @property
-    def params(self) -> list:
-        """The Params of every copy (what a worker collects and updates)."""
-        return [p for layer in self.layers for p in layer.params]
-
-    @staticmethod
-    def fetch(srcs: Sequence[Any], kind: str = "data") -> None:
-        """Ask the first of a run's source copies for its array ``kind`` (``"data"``, or
-        ``"labels"``: its labels), so that sources that copy lazily (a device copy between
-        unrolled layers) bring every time step's before the run reads their arena."""
-        if kind == "labels":
-            srcs[0].labels()
-        else:
-            getattr(srcs[0], kind)
-
-    def forward(self, phase: int) -> None:
+    def forward(self, phase: int, srcs: Sequence[Any]) -> None:
         raise NotImplementedError
 
-    def backward(self, phase: int) -> None:
-        """Default: no gradient (input layers)."""
+    def backward(self, phase: int, srcs: Sequence[Any]) -> None:
+        """Default: no gradient."""
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"

@@ -31,7 +31,7 @@ from singa_core.netbuilder.fusion import fuse_biases
 from singa_core.netbuilder.partition import partition
 from singa_core.netbuilder.sequences import plan_units, sequence_slots, transfer_slot
 from singa_core.netbuilder.specs import LayerSpec, layer_type_name, spec_location
-from singa_core.netbuilder.transfer import DeviceTransfer, needs_transfer
+from singa_core.netbuilder.transfer import device_copy, needs_transfer
 from singa_core.netbuilder.unrolling import unroll
 from singa_core.plugin_host.registry import type_selection
 from singa_core.schema import job_pb2
@@ -251,7 +251,7 @@ class NeuralNet:
         """A DeviceTransfer from ``src`` to ``consumer``'s device, set up and placed in the
         order (before the consumer, after its sources)."""
         arenas = self.__dict__.setdefault("_transfer_arenas", {})
-        transfer = DeviceTransfer(src, consumer, sequence=transfer_slot(src, consumer, arenas))
+        transfer = device_copy(src, consumer, sequence=transfer_slot(src, consumer, arenas))
         name = transfer.name
         k = 1
         while name in self.by_name:

@@ -1,6 +1,7 @@
-"""kBPTT runs all unrolled copies of a layer as one (singa_core.sequences): the same arrays,
-gradients and trajectories as copy by copy, on the CPU and the stand-in; the arenas, the
-plan and its fallbacks."""
+"""kBPTT runs all unrolled copies of a layer as one unit (singa_core.sequences: a wide
+instance of a row-independent layer, a GRU's run): the same arrays, gradients and
+trajectories as copy by copy, on the CPU and the stand-in; the arenas, the plan and its
+fallbacks."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 from conftest import REPO, write_csv_blobs
 
+from singa_core.cuda import EmulatedRuntime
 from singa_core.device import open_device, to_host
 from singa_core.jobconf.parse import load_job
 from singa_core.layer import kTrain
@@ -16,7 +18,7 @@ from singa_core.plugin_host.host import get_host
 from singa_core.running.job import prepare_job
 from singa_core.running.reporting import Reporter
 from singa_core.running.training import pop_net_metrics
-from singa_core.sequences import SequenceRun, stacked
+from singa_core.sequences import stacked
 from singa_core.testing import gpu_skip_reason
 
 GRU_PARAMS = ("w_z_hx", "w_r_hx", "w_c_hx", "w_z_hh", "w_r_hh", "w_c_hh", "b_z", "b_r", "b_c")
@@ -87,6 +89,15 @@ def engine_for(tmp_path, monkeypatch, *, runs: bool, device="cpu", tag="", text=
     return net, engine.worker, loop.stub
 
 
+def unit_kinds(units) -> set[str]:
+    """The classes of the units that stand for copies (wide layers and runs)."""
+    return {type(u).__name__ for u in units if getattr(u, "copies", None)}
+
+
+WIDE_ACTS = {"kReLU": "ReLULayer", "kSigmoid": "SigmoidLayer", "kSTanh": "STanhLayer",
+             "kActivation": "ActivationLayer", "kDropout": "DropoutLayer"}  # fmt: skip
+
+
 def host(a):
     return None if a is None else to_host(a)
 
@@ -132,6 +143,10 @@ GPU_SKIP = gpu_skip_reason()
 DEVICES = [
     "cpu",
     "standin",
+    pytest.param(  # the kernels' CUDA code, emulated
+        "standin:cuda",
+        marks=pytest.mark.skipif(EmulatedRuntime.compiler() is None, reason="no C++ compiler"),
+    ),
     pytest.param("cuda", marks=pytest.mark.skipif(GPU_SKIP is not None, reason=GPU_SKIP or "")),
 ]
 
@@ -145,10 +160,12 @@ def test_a_run_gives_the_copies_arrays_and_gradients(tmp_path, monkeypatch, devi
     for runs in (False, True):
         net, worker, stub = engine_for(tmp_path, monkeypatch, runs=runs, device=device, **kw)
         units = net.units()
-        kinds = {type(u).__name__ for u in units if isinstance(u, SequenceRun)}
+        kinds = unit_kinds(units)
         if runs:
-            assert {"GRURun", "_InnerProductRun", "_SoftmaxLossRun"} <= kinds, kinds
-            assert bool(kinds & {"ElementwiseRun", "_DropoutRun"}) == ("act" in kw), kinds
+            assert {"GRURun", "InnerProductLayer", "SoftmaxLossLayer"} <= kinds, kinds
+            act = WIDE_ACTS[kw["act"].split()[1]] if "act" in kw else None
+            assert bool(kinds & set(WIDE_ACTS.values())) == (act is not None), kinds
+            assert act is None or act in kinds, kinds
             assert len(units) < len(net.layers)
         else:
             assert units == net.layers
@@ -207,7 +224,7 @@ def test_the_switch_turns_runs_off_and_the_plan_keeps_the_order(tmp_path, monkey
     units = net.units()
     position = {}
     for k, u in enumerate(units):
-        for layer in u.layers if isinstance(u, SequenceRun) else [u]:
+        for layer in getattr(u, "copies", [u]):
             position[layer.name] = k
     assert set(position) == {layer.name for layer in net.layers}
     for layer in net.layers:
@@ -286,29 +303,23 @@ def test_the_runs_gradients_are_the_objectives_by_finite_differences(tmp_path, m
 
     net, _, _ = engine_for(tmp_path, monkeypatch, runs=True, tag="fd", unroll=5)
     units = net.units()
-    assert any(isinstance(u, SequenceRun) for u in units)
+    assert unit_kinds(units) >= {"GRURun", "InnerProductLayer", "SoftmaxLossLayer"}
     data = net.by_name["0#data"]
     data.forward(kTrain | kForward, net.srclayers(data))  # one batch, kept
     rest = [u for u in units if u is not data]
+    (loss,) = [u for u in rest if type(u).__name__ == "SoftmaxLossLayer"]
 
     def run_forward():
         for u in rest:
-            if isinstance(u, SequenceRun):
-                u.forward(kTrain | kForward)
-            else:
-                u.forward(kTrain | kForward, net.srclayers(u))
-        losses = [net.by_name[f"{t}#loss"].loss for t in range(5)]
-        return 5 * float(losses[0])  # each copy holds the mean over the 5 steps
+            u.forward(kTrain | kForward, net.srclayers(u))
+        return 5 * float(loss.loss)  # the wide loss holds the mean over the 5 steps
 
     owners = [p for p in net.params if p.is_owner and p.learnable]
     for p in owners:
         p.grad.fill(0.0)
     run_forward()
     for u in reversed(rest):
-        if isinstance(u, SequenceRun):
-            u.backward(kTrain | kBackward | kAggGrad)
-        else:
-            u.backward(kTrain | kBackward | kAggGrad, net.srclayers(u))
+        u.backward(kTrain | kBackward | kAggGrad, net.srclayers(u))
     rng = np.random.default_rng(0)
     checked = 0
     for p in owners:
@@ -454,11 +465,11 @@ def test_an_embedding_run_gives_the_copies_arrays_and_gradients(
             texts=texts, vocab=vocab, ws=tmp_path / f"ws{runs}", gru=gru_layer("gru", "emb", 6, 9)
         )
         net, worker, stub = engine_for(tmp_path, monkeypatch, runs=runs, device=device, text=text)
-        kinds = {type(u).__name__ for u in net.units() if isinstance(u, SequenceRun)}
+        kinds = unit_kinds(net.units())
         if runs:
-            assert "_EmbeddingRun" in kinds and "GRURun" in kinds, kinds
+            assert "EmbeddingLayer" in kinds and "GRURun" in kinds, kinds
             if device != "cpu":
-                assert "_TransferRun" in kinds, kinds
+                assert "DeviceTransfer" in kinds, kinds
         worker.train_one_batch(0, net, stub)
         first = snapshot(net)
         stub.flush()

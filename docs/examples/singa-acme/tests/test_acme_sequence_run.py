@@ -1,6 +1,7 @@
-"""FooScale's run against its copies: an unrolled net trained with SINGA_SEQUENCE_RUNS=0 (copy
-by copy) and with runs, on the CPU and the stand-in device (where a run that forgot fetch()
-would read stale sources): the same Params."""
+"""FooScale, row-independent, runs its unrolled copies as one wide instance of itself (no
+run code): an unrolled net trained with SINGA_SEQUENCE_RUNS=0 (copy by copy) and with
+units, on the CPU and the stand-in device (where its sources are device copies): the same
+Params."""
 
 import numpy as np
 import pytest
@@ -46,16 +47,20 @@ neuralnet {{
 def test_the_run_equals_the_copies(tmp_path, monkeypatch, device):
     conf = JOB.format(data=blobs_csv(tmp_path / "d.csv", n=60))
     calls = []
-    forward = scale_run._FooScaleRun.forward
-    monkeypatch.setattr(
-        scale_run._FooScaleRun, "forward", lambda run, phase: calls.append(forward(run, phase))
-    )
+    forward = scale_run.FooScale.forward
+
+    def counted(layer, phase, srcs):
+        calls.append(len(layer.data))  # the rows it computes: 24 for the wide one
+        forward(layer, phase, srcs)
+
+    monkeypatch.setattr(scale_run.FooScale, "forward", counted)
     params, used = {}, {}
     for runs in ("0", "1"):
         monkeypatch.setenv("SINGA_SEQUENCE_RUNS", runs)
         run = run_job(conf, tmp_path / f"runs{runs}", "--device", device, "--seed", "3")
-        params[runs], used[runs] = run.checkpoints[3], len(calls)
-    assert used["0"] == 0 and used["1"] >= 3  # the run ran (each step), only with runs on
+        params[runs], used[runs] = run.checkpoints[3], [n for n in calls if n == 24]
+        calls.clear()
+    assert used["0"] == [] and len(used["1"]) >= 3  # the wide one ran (each step), with units
     assert params["0"].keys() == params["1"].keys()
     for name, value in params["0"].items():
         np.testing.assert_allclose(params["1"][name], value, rtol=1e-5, atol=1e-6, err_msg=name)
