@@ -533,3 +533,25 @@ def singa_ok(*args):
     res = invoke_singa(*args)
     assert res.exit_code == 0, res.output
     return res
+
+
+@pytest.fixture(scope="session")
+def cifar_stores(data_dir, tmp_path_factory) -> Path:
+    from singa_core.commands.datasets import prepare_dataset
+    from singa_core.plugin_host.host import get_host
+
+    out = tmp_path_factory.mktemp("cifar10")
+    prepare_dataset(get_host().get("dataset", "cifar10")(), out, data_dir / "cifar10")
+    return out
+
+
+@pytest.fixture(scope="session")
+def texts(data_dir, tmp_path_factory) -> Path:
+    from singa_core.commands.datasets import prepare_dataset
+    from singa_core.plugin_host.host import get_host
+
+    out = tmp_path_factory.mktemp("texts")
+    prepare_dataset(
+        get_host().get("dataset", "tinyshakespeare")(), out, data_dir / "tinyshakespeare"
+    )
+    return out

@@ -65,34 +65,12 @@ def test_mnist_mlp_and_lenet_train_through_their_cuda_code_as_on_the_cpu(
     _agree(conf, tmp_path, {"train_steps": 6})
 
 
-@pytest.fixture(scope="module")
-def cifar_stores(data_dir, tmp_path_factory) -> Path:
-    from singa_core.commands.datasets import prepare_dataset
-    from singa_core.plugin_host.host import get_host
-
-    out = tmp_path_factory.mktemp("cifar10")
-    prepare_dataset(get_host().get("dataset", "cifar10")(), out, data_dir / "cifar10")
-    return out
-
-
 def test_the_cifar10_net_with_its_lrn_trains_through_its_cuda_code(cifar_stores, tmp_path):
     conf = _example("job.conf", cifar_stores, tmp_path, "cifar10")
     small = {"train_steps": 2}
     for i in (0, 1):
         small[f"neuralnet.layer[{i}].store_conf.batchsize"] = 20
     _agree(conf, tmp_path, small)
-
-
-@pytest.fixture(scope="module")
-def texts(data_dir, tmp_path_factory) -> Path:
-    from singa_core.commands.datasets import prepare_dataset
-    from singa_core.plugin_host.host import get_host
-
-    out = tmp_path_factory.mktemp("texts")
-    prepare_dataset(
-        get_host().get("dataset", "tinyshakespeare")(), out, data_dir / "tinyshakespeare"
-    )
-    return out
 
 
 def _char_rnn_overrides(texts: Path) -> dict:

@@ -20,7 +20,7 @@ from singa_core.cuda import EmulatedRuntime
 from singa_core.running.checkpoint import read_params
 from singa_core.testing import blobs_csv, mlp_job
 from tests.conftest import REPO, run_singa
-from tests.test_cuda_path import _char_rnn_overrides, _example, cifar_stores, texts  # noqa: F401
+from tests.test_cuda_path import _char_rnn_overrides, _example
 
 pytestmark = pytest.mark.skipif(EmulatedRuntime.compiler() is None, reason="needs a C++ compiler")
 

@@ -197,7 +197,7 @@ def test_gathering_the_steps_arrays_is_refused_while_a_step_is_captured(tmp_path
     """A unit's source not in one arena (the input layer's labels read by every loss copy)
     is gathered into a new array: fine eagerly, refused while a step is captured (a replay
     would copy the first step's array again)."""
-    from singa_core.contracts import capture
+    from singa_core import capture
 
     net, worker, stub = engine_for(tmp_path, monkeypatch, runs=True, tag="cap")
     worker.train_one_batch(0, net, stub)
