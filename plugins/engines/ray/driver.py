@@ -43,6 +43,7 @@ import time
 from singa_builtins.engines.ray import traffic
 from singa_builtins.engines.ray.checkpoints import records_from_snapshots
 from singa_builtins.engines.ray.faults import is_loss, summary
+from singa_builtins.engines.ray.gpucheck import check_gpus
 from singa_builtins.engines.ray.headwatch import HeadWatch, head_lost
 from singa_builtins.engines.ray.nodecheck import check_nodes, clean_attempt
 from singa_builtins.engines.ray.placement import (
@@ -80,6 +81,14 @@ def hold(stage: str) -> None:
         return
     print(f"ray: holding at {stage} ({HOLD_ENV}, a test hook)", file=sys.stderr, flush=True)
     time.sleep(60)
+
+
+def _break_hook() -> tuple[int, str] | None:
+    """``SINGA_RAY_BREAK_BUILD=PROCESS:raise|exit`` (a test hook; see process.break_build)."""
+    from singa_builtins.engines.ray.process import BREAK_ENV
+
+    index, _, how = os.environ.get(BREAK_ENV, "").partition(":")
+    return (int(index), how) if index.isdigit() and how in ("raise", "exit") else None
 
 
 class ProcessLost(Exception):
@@ -209,6 +218,9 @@ class Attempt:
             self.where = [
                 {"node_id": n, "address": by_id[n].address, "pid": "?"} for n in self.node_of
             ]
+            # a GPU worker's node opens its GPUs first (CuPy, a driver, the device)
+            check_gpus(engine, requests, self.node_of, nodes, self.deadline,
+                       self._check_startup_signal)  # fmt: skip
             return self._start_and_supervise(requests)
         except ProcessLost:
             raise
@@ -275,6 +287,12 @@ class Attempt:
             shared.extras["evaluated"] = list(prepared.resume_meta.get("evaluated", ()))
         # group 0 worker 0 sends Param histograms when the Reporter takes them
         shared.extras["param_histograms"] = getattr(engine.reporter, "param_histograms", False)
+        # where each worker's device is named: an actor that cannot open it says so there
+        shared.extras["device_where"] = [engine.device_where(j)
+                                         for j in range(len(shared.device_specs))]  # fmt: skip
+        hook = _break_hook()
+        if hook is not None:
+            shared.extras["break_build"] = hook
         hold("reserve")
         self.pg = create_placement_group(
             requests, self.node_of, max(0.5, self.deadline - time.monotonic()),
@@ -302,8 +320,11 @@ class Attempt:
             )  # fmt: skip
         hold("actors")
         self.where = self._startup_get(
-            [a.where.remote() for a in self.actors], "starting the actors"
+            [a.where.remote() for a in self.actors], "starting the actors", building=True
         )
+        for i, w in enumerate(self.where):
+            if "broken" in w:
+                raise self._broken_error(i, w)
         engine.reporter.note(
             "ray: "
             + "; ".join(
@@ -365,9 +386,10 @@ class Attempt:
         except Exception:  # noqa: BLE001 - only a detail of the message
             return None
 
-    def _startup_get(self, refs: list, stage: str) -> list:
+    def _startup_get(self, refs: list, stage: str, building: bool = False) -> list:
         """One answer per actor, in order, before the start-up deadline; signals end the
-        start-up; a dead actor is a ProcessLost naming it."""
+        start-up; a dead actor is a ProcessLost naming it (``building``: the actors are
+        being built, and one that died says its own error: :meth:`_died_while_built`)."""
         import ray
 
         index = {ref: i for i, ref in enumerate(refs)}
@@ -377,7 +399,64 @@ class Attempt:
             self._check_startup_signal()
             if pending and time.monotonic() > self.deadline:
                 raise self._startup_error(sorted(index[r] for r in pending), stage)
-        return self._get_all(refs)
+        return self._get_all(refs, self._died_while_built if building else None)
+
+    def _label(self, i: int) -> str:
+        w = self.where[i] if i < len(self.where) else {}
+        return f"{w.get('address', '?')} (Ray node {str(w.get('node_id', '?'))[:12]})"
+
+    def _broken_error(self, i: int, w: dict) -> SingaError:
+        """Process ``i``'s actor caught an error while it was built (its ``where`` says
+        it): that error, located where it was, naming the process and its node."""
+        b = w["broken"]
+        role, node = self.topo.procs[i].role(), f"{w['address']} (Ray node {w['node_id'][:12]})"
+        if b.get("where") or b.get("help"):  # a SingaError: located as the node located it
+            return SingaError(
+                f"{role} could not be built on node {node}: {b['message']}",
+                where=b.get("where"), help=b.get("help"),
+            )  # fmt: skip
+        err = stopped_error(
+            self.engine.prepared.workspace,
+            f"{role} failed while it was built on node {node}: {b['message']}",
+        )
+        err.notes = [f"at {f}" for f in b.get("frames", ())]
+        return err
+
+    def _died_while_built(self, i: int, exc: BaseException) -> Exception:
+        """Process ``i``'s actor died while it was built: its creation task's own error
+        (Ray's text holds it), else what its worker process last wrote on its node."""
+        from singa_builtins.engines.ray.startup import creation_error, dead_pid
+
+        role, node = self.topo.procs[i].role(), self._label(i)
+        cause = creation_error(exc)
+        if cause:
+            return stopped_error(
+                self.engine.prepared.workspace,
+                f"{role} failed while it was built on node {node}: {cause}",
+            )
+        lost = self._lost(i, exc)
+        pid = dead_pid(exc) or int((self._actor_row(i) or {}).get("Pid") or 0)
+        tail = self._worker_output(i, pid) if pid else ""
+        if tail:
+            text = f"{lost}; it died while it was built; its last output on that node:\n{tail}"
+            return ProcessLost(text, lost.node)
+        return lost
+
+    def _worker_output(self, i: int, pid: int) -> str:
+        """What process ``i``'s worker (``pid``) last wrote in its log on its node ("" when
+        the node does not answer within :data:`LOST_GRACE`)."""
+        import ray
+        from singa_builtins.engines.ray.nodecheck import on_each_node
+        from singa_builtins.engines.ray.startup import worker_output
+
+        node = next((n for n in self.nodes if n.id == self.node_of[i]), None)
+        if node is None:
+            return ""
+        try:
+            (ref,) = on_each_node([node], worker_output, lambda n: (pid,))
+            return ray.get(ref, timeout=LOST_GRACE)
+        except Exception:  # noqa: BLE001 - its node is gone or slow: Ray's words then
+            return ""
 
     def _note_traffic(self, result: TrainResult) -> None:
         """A closing note of the parameter bytes that crossed between nodes."""
@@ -449,8 +528,9 @@ class Attempt:
                 return self._lost(i, exc or ConnectionError("its node is no longer alive"))
         return None
 
-    def _get_all(self, refs: list) -> list:
-        """One answer per actor, in order; a dead actor is a ProcessLost naming it."""
+    def _get_all(self, refs: list, died=None) -> list:
+        """One answer per actor, in order; a dead actor is a ProcessLost naming it
+        (``died(i, exc)``: the error to raise instead)."""
         import ray
 
         try:
@@ -465,7 +545,7 @@ class Attempt:
                     continue
                 except (ray.exceptions.RayError, OSError) as exc:
                     if is_loss(exc):
-                        raise self._lost(i, exc) from None
+                        raise (died or self._lost)(i, exc) from None
             raise self._find_lost(first) from None
 
     def _write_checkpoint(self, step: int, records, state) -> str:

@@ -144,10 +144,63 @@ def actor_devices(shared, spec):
     return dataclasses.replace(shared, device_specs=specs)
 
 
+BREAK_ENV = "SINGA_RAY_BREAK_BUILD"
+
+
+def break_build(index: int, hook) -> None:
+    """The test hook ``SINGA_RAY_BREAK_BUILD=PROCESS:raise|exit`` (read by the driver,
+    handed to the actors): process PROCESS fails while its actor is built, with a Python
+    error or by its worker process exiting (after a line on its stderr)."""
+    if not hook or int(hook[0]) != index:
+        return
+    import sys
+
+    print(f"singa test hook: process {index} breaks while it is built ({hook[1]})",
+          file=sys.stderr, flush=True)  # fmt: skip
+    if hook[1] == "exit":
+        os._exit(3)
+    raise RuntimeError(f"process {index} broke while it was built ({BREAK_ENV}, a test hook)")
+
+
+def build_failure(exc: BaseException) -> dict:
+    """What the driver says of an actor that failed while it was built: a SingaError's
+    parts (message, where, help), else the exception's line and the last frames of its
+    traceback (``file:line in function``)."""
+    from singa_core.errors import SingaError
+
+    if isinstance(exc, SingaError):
+        return {"message": exc.message, "where": str(exc.where) if exc.where else None,
+                "help": exc.help, "text": exc.format()}  # fmt: skip
+    line = f"{type(exc).__name__}: {exc}".strip()
+    import ray
+
+    ours = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if not f.filename.startswith(os.path.dirname(ray.__file__))
+    ]  # Ray's own left out
+    frames = [f"{f.filename}:{f.lineno} in {f.name}" for f in ours]  # fmt: skip
+    frames = frames[::-1][:4]  # the innermost first
+    return {"message": line, "where": None, "help": None, "frames": frames}
+
+
 class SingaProcess:
-    def __init__(
-        self, index, shared, cwd, blas_threads, values, versions, state, attempt=""
-    ) -> None:
+    def __init__(self, *args, **kwargs) -> None:
+        # an error while the actor is built is kept and said by where(), with its text, so
+        # that the driver names it (Ray would report a dead actor, the cause in a log file)
+        self.broken = None
+        self.segments = None
+        try:
+            self._build(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - reported to the driver by where()
+            self.broken = build_failure(exc)
+            if self.segments is not None:
+                try:
+                    self.segments.close()  # and unlinked
+                except Exception:  # noqa: BLE001 - the driver removes the attempt's too
+                    pass
+
+    def _build(self, index, shared, cwd, blas_threads, values, versions, state, attempt="") -> None:
         import ray
         from singa_builtins.engines.shm.process import prepared_job_of
 
@@ -158,6 +211,7 @@ class SingaProcess:
             os.chdir(cwd)
         self.index = index
         self.shared = shared
+        break_build(index, shared.extras.get("break_build"))
         topo, layout = shared.topology, shared.layout
         self.spec = topo.procs[index]
         self.prepared = prepared_job_of(actor_devices(shared, self.spec))
@@ -302,6 +356,11 @@ class SingaProcess:
     async def where(self) -> dict:
         import ray
 
+        if self.broken is not None:
+            return {
+                "broken": self.broken, "address": ray.util.get_node_ip_address(),
+                "node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid(),
+            }  # fmt: skip
         return {
             "node_id": ray.get_runtime_context().get_node_id(),
             "address": ray.util.get_node_ip_address(),
