@@ -51,6 +51,7 @@ from singa_builtins.engines.ray.placement import (
     create_placement_group,
     plan,
 )
+from singa_builtins.engines.ray.progress import GroupProgress
 from singa_builtins.engines.ray.runtime import Runtime
 from singa_builtins.engines.ray.segments import check_nodes_room
 from singa_builtins.engines.shm.context import job_shared
@@ -89,6 +90,19 @@ def _break_hook() -> tuple[int, str] | None:
 
     index, _, how = os.environ.get(BREAK_ENV, "").partition(":")
     return (int(index), how) if index.isdigit() and how in ("raise", "exit") else None
+
+
+DELAY_ENV = "SINGA_RAY_STEP_DELAY"
+
+
+def _delay_hook() -> tuple[int, float] | None:
+    """``SINGA_RAY_STEP_DELAY=GROUP:SECONDS`` (a test hook): worker 0 of worker group GROUP
+    sleeps that long after each step (a group slower than the others)."""
+    group, _, seconds = os.environ.get(DELAY_ENV, "").partition(":")
+    try:
+        return (int(group), float(seconds)) if group.isdigit() else None
+    except ValueError:
+        return None
 
 
 class ProcessLost(Exception):
@@ -293,6 +307,9 @@ class Attempt:
         hook = _break_hook()
         if hook is not None:
             shared.extras["break_build"] = hook
+        delay = _delay_hook()
+        if delay is not None:
+            shared.extras["step_delay"] = delay
         hold("reserve")
         self.pg = create_placement_group(
             requests, self.node_of, max(0.5, self.deadline - time.monotonic()),
@@ -585,6 +602,9 @@ class Attempt:
         error_deadline, error_text = None, ""
         calls = {a.events.remote(POLL): i for i, a in enumerate(self.actors)}
         watch = HeadWatch(ray.get_runtime_context().gcs_address)
+        job = self.engine.prepared.job
+        progress = GroupProgress(topo.nworker_groups, job.disp_freq, job.train_steps,
+                                 self.engine.prepared.start_step)  # fmt: skip
         while pending:
             if watch.lost():  # every Ray call would hang until Ray's own abort: leave now
                 head_lost(
@@ -615,10 +635,16 @@ class Attempt:
                         _, step, records, state = msg
                         path = self._write_checkpoint(step, records, state)
                         self.actors[i].deliver.remote(("checkpoint", step), path)
+                    elif kind == "progress":
+                        for g, step in msg[1].items():
+                            progress.step(int(g), step)
                     elif kind == "done":
                         pending.discard(tuple(msg[1]))
                         if tuple(msg[1]) == (0, 0):
                             leader_result = msg[2]
+                        g = msg[1][0]
+                        if not any(w[0] == g for w in pending):
+                            progress.done(g)
                     elif kind == "error" and error_deadline is None:
                         # a process whose node is going down may fail on its own first
                         # (a peer's pipe closes): a loss found within the grace wins
@@ -628,6 +654,10 @@ class Attempt:
                         lost_deadline = time.monotonic() + LOST_GRACE
                         lost_text = f"{msg[1]}: {msg[2]}"
                 calls[self.actors[i].events.remote(POLL)] = i
+            if ready == workers:
+                line = progress.line()  # the slowest group still training (progress.py)
+                if line:
+                    reporter.note(line)
             if lost_deadline is not None and time.monotonic() > lost_deadline:
                 raise ProcessLost(f"a peer of {lost_text} was lost")
             if error_deadline is not None and time.monotonic() > error_deadline:

@@ -268,6 +268,8 @@ class SingaProcess:
             ("grad_bytes", "value_bytes", "sync_bytes", "value_copies", "value_answers"), 0
         )
         self.ctx = RayProcessContext(self, shared, self.prepared)
+        self.group_steps: dict[int, int] = {}  # group -> its worker 0's last step (progress)
+        self.steps_sent: dict[int, int] = {}
         self.outbox: list = []
         self.lock = threading.Lock()
         self.loop = None
@@ -464,7 +466,16 @@ class SingaProcess:
             self.wake.clear()
         with self.lock:
             out, self.outbox = self.outbox, []
+        steps = dict(self.group_steps)  # worker threads set it; no message of its own
+        if steps != self.steps_sent:
+            out.append(("progress", steps))
+            self.steps_sent = steps
         return out
+
+    def note_step(self, group: int, step: int) -> None:
+        """From worker 0 of ``group``, after each step: the driver's ``events`` carries it
+        (see :mod:`~singa_builtins.engines.ray.progress`)."""
+        self.group_steps[group] = step
 
     async def go(self) -> None:
         self.ctx.gate.set()
