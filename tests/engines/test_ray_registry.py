@@ -73,6 +73,12 @@ def test_a_machine_that_is_not_a_node_or_in_another_pid_namespace_is_told_why():
     err = driver_problem("h:6379", "10.0.0.1:6379", nodes, "10.0.0.2", False, {"10.0.0.2"})
     assert "runs its raylet in another PID namespace" in err.format()
     assert "--pid=host" in err.format()
+    # Ray still lists this machine's node from before a restart; no raylet answers here
+    err = driver_problem("h:6379", "10.0.0.1:6379", nodes, "10.0.0.2", False, {"10.0.0.2"},
+                         raylet_answers=False)  # fmt: skip
+    text = err.format()
+    assert "this machine (10.0.0.2) is not a node of the cluster at h:6379: `ray start " in text
+    assert "from before it restarted" in text and "PID namespace" not in text
     # a node, raylet visible: no problem; an address of another interface counts too
     assert driver_problem("h:6379", "10.0.0.1:6379", nodes, "10.0.0.2", True) is None
     assert driver_problem("h:6379", "127.0.0.1:6379", nodes, "127.0.0.1", True,

@@ -70,8 +70,17 @@ POLL = 0.5  # seconds an actor holds the driver's events call when it has nothin
 LOST_GRACE = 3.0  # seconds to find the dead process after a worker saw a peer vanish
 
 
+def lost_grace() -> float:
+    """:data:`LOST_GRACE` scaled by this machine's slowdown (:mod:`.machine`), at most 15 s:
+    a loaded machine's live processes answer late, and are not lost for it."""
+    from singa_builtins.engines.ray.machine import scaled
+
+    return scaled(LOST_GRACE, cap=15.0)
+
+
 HOLD_ENV = "SINGA_RAY_HOLD_AT"
 FREE_RECHECKS = 3  # more looks at what is free before a job that fits the totals is refused
+FREE_RECHECK_EVERY = 0.5  # seconds between them
 
 
 def hold(stage: str) -> None:
@@ -201,6 +210,9 @@ class Attempt:
         requests = engine.requests()
         self._check_startup_signal()
         try:
+            # refused before anything waits for a node (the dry-run's order: a job that does
+            # not fit is told as fast as its dry-run, however slow the nodes' tasks start)
+            nodes = self.nodes = self._fit(requests, nodes)
             hold("nodes")
             facts, gone = check_nodes(
                 nodes,
@@ -218,7 +230,7 @@ class Attempt:
                     + f"{len(nodes) - len(gone)} that remain"
                 )
                 nodes = self.nodes = [n for n in nodes if n.id in facts]
-            nodes = self.nodes = self._fit(requests, nodes)
+                nodes = self.nodes = self._fit(requests, nodes)
             self.node_of = plan(self.topo, requests, nodes, self.options.placement, driver_node)
             self.expected = traffic.expected(
                 self.topo, engine.layout, self.node_of, len(engine.state_names), driver_node
@@ -251,7 +263,8 @@ class Attempt:
         """The nodes, once the job fits what they have free (:func:`check_fits` and a
         plan). Ray's view of what is free lags a moment behind what was just released (a
         job that ended a second ago): a job that fits the totals is given up to
-        :data:`FREE_RECHECKS` more looks, a second apart, before it is refused."""
+        :data:`FREE_RECHECKS` more looks, :data:`FREE_RECHECK_EVERY` apart, before it is refused
+        (before any task on a node: the refusal is as fast as the dry-run's, plus them)."""
         engine = self.engine
         for tries in range(FREE_RECHECKS + 1):
             try:
@@ -271,7 +284,7 @@ class Attempt:
                     raise refused from None  # it does not fit the cluster at all
                 if tries == FREE_RECHECKS:
                     raise
-            time.sleep(1.0)
+            time.sleep(FREE_RECHECK_EVERY)
             self._check_startup_signal()
             fresh = {n.id: n for n in self.runtime.nodes()}
             nodes = [fresh.get(n.id, n) for n in nodes]
@@ -471,7 +484,7 @@ class Attempt:
             return ""
         try:
             (ref,) = on_each_node([node], worker_output, lambda n: (pid,))
-            return ray.get(ref, timeout=LOST_GRACE)
+            return ray.get(ref, timeout=lost_grace())
         except Exception:  # noqa: BLE001 - its node is gone or slow: Ray's words then
             return ""
 
@@ -526,7 +539,7 @@ class Attempt:
 
         probes = {a.where.remote(): i for i, a in enumerate(self.actors)}
         if probes:
-            done, _ = ray.wait(list(probes), num_returns=len(probes), timeout=LOST_GRACE)
+            done, _ = ray.wait(list(probes), num_returns=len(probes), timeout=lost_grace())
             for ref in sorted(probes, key=probes.get):
                 if ref not in done:
                     continue
@@ -557,7 +570,7 @@ class Attempt:
                 raise
             for i, ref in enumerate(refs):
                 try:
-                    ray.get(ref, timeout=LOST_GRACE)
+                    ray.get(ref, timeout=lost_grace())
                 except ray.exceptions.GetTimeoutError:
                     continue
                 except (ray.exceptions.RayError, OSError) as exc:
@@ -648,10 +661,10 @@ class Attempt:
                     elif kind == "error" and error_deadline is None:
                         # a process whose node is going down may fail on its own first
                         # (a peer's pipe closes): a loss found within the grace wins
-                        error_deadline = time.monotonic() + LOST_GRACE
+                        error_deadline = time.monotonic() + lost_grace()
                         error_text = f"{msg[1]} failed:\n{msg[2].rstrip()}"
                     elif kind == "lost" and lost_deadline is None:
-                        lost_deadline = time.monotonic() + LOST_GRACE
+                        lost_deadline = time.monotonic() + lost_grace()
                         lost_text = f"{msg[1]}: {msg[2]}"
                 calls[self.actors[i].events.remote(POLL)] = i
             if ready == workers:
