@@ -94,11 +94,12 @@ def hold(stage: str) -> None:
 
 
 def _break_hook() -> tuple[int, str] | None:
-    """``SINGA_RAY_BREAK_BUILD=PROCESS:raise|exit`` (a test hook; see process.break_build)."""
+    """``SINGA_RAY_BREAK_BUILD=PROCESS:raise|exit|slow`` (a test hook; see
+    process.break_build)."""
     from singa_builtins.engines.ray.process import BREAK_ENV
 
     index, _, how = os.environ.get(BREAK_ENV, "").partition(":")
-    return (int(index), how) if index.isdigit() and how in ("raise", "exit") else None
+    return (int(index), how) if index.isdigit() and how in ("raise", "exit", "slow") else None
 
 
 DELAY_ENV = "SINGA_RAY_STEP_DELAY"

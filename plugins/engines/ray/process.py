@@ -147,11 +147,15 @@ def actor_devices(shared, spec):
 BREAK_ENV = "SINGA_RAY_BREAK_BUILD"
 
 
+SLOW_BUILD = 15.0  # seconds the test hook's "slow" process waits before its segments
+
+
 def break_build(index: int, hook) -> None:
-    """The test hook ``SINGA_RAY_BREAK_BUILD=PROCESS:raise|exit`` (read by the driver,
+    """The test hook ``SINGA_RAY_BREAK_BUILD=PROCESS:raise|exit|slow`` (read by the driver,
     handed to the actors): process PROCESS fails while its actor is built, with a Python
-    error or by its worker process exiting (after a line on its stderr)."""
-    if not hook or int(hook[0]) != index:
+    error or by its worker process exiting (after a line on its stderr); ``slow`` makes it
+    wait :data:`SLOW_BUILD` s before it creates its segments (see :func:`slow_build`)."""
+    if not hook or int(hook[0]) != index or hook[1] == "slow":
         return
     import sys
 
@@ -160,6 +164,16 @@ def break_build(index: int, hook) -> None:
     if hook[1] == "exit":
         os._exit(3)
     raise RuntimeError(f"process {index} broke while it was built ({BREAK_ENV}, a test hook)")
+
+
+def slow_build(index: int, hook) -> None:
+    if hook and int(hook[0]) == index and hook[1] == "slow":
+        import sys
+        import time
+
+        print(f"singa test hook: process {index} waits {SLOW_BUILD:g} s before its segments",
+              file=sys.stderr, flush=True)  # fmt: skip
+        time.sleep(SLOW_BUILD)
 
 
 def build_failure(exc: BaseException) -> dict:
@@ -233,6 +247,9 @@ class SingaProcess:
         # if it turns out to be the node's gateway of the group (see start; untouched
         # pages cost nothing)
         self.segments = NodeSegments(index, ray.get_runtime_context().get_node_id(), attempt)
+        self.names_gone = threading.Event()  # unlink_segments: nothing named is left
+        self._guard_names(ray.get_runtime_context().gcs_address)
+        slow_build(index, shared.extras.get("break_build"))
         for sg in sorted({sg for sg, _ in self.spec.servers}):
             self.segments.create(f"v{sg}", total)
         for g, j in self.spec.workers:
@@ -277,6 +294,33 @@ class SingaProcess:
         self.waiting: dict = defaultdict(list)
         self.peers: list = []
         self.threads: list[threading.Thread] = []
+
+    def _guard_names(self, gcs_address: str) -> None:
+        """Until the driver has this actor unlink its segments' names (start-up), a thread
+        watches the head as the driver does (:class:`~.headwatch.HeadWatch`): once the
+        head is lost, the driver is gone (exit 2) and can no longer have them removed, so
+        this actor removes its own names, now and every second after (a segment it is
+        still creating included), while Ray keeps its process alive (its raylet waits 60 s
+        for the GCS). The memory goes with the process."""
+        from singa_builtins.engines.ray.headwatch import HeadWatch
+
+        try:
+            watch = HeadWatch(gcs_address)
+        except ValueError:
+            return
+
+        def run() -> None:
+            import sys
+
+            while not self.names_gone.wait(1.0):
+                if watch.lost():
+                    n = self.segments.unlink()
+                    if n:  # in this worker's Ray log
+                        print(f"singa: process {self.index} (pid {os.getpid()}) lost the head "
+                              f"(its GCS at {gcs_address}): removed the names of its {n} "
+                              "shared-memory segment(s)", file=sys.stderr, flush=True)  # fmt: skip
+
+        threading.Thread(target=run, name="singa-segment-names", daemon=True).start()
 
     def _make_servers(self) -> None:
         """This process's servers, their slices' values (in the value segments) and updater
@@ -495,6 +539,7 @@ class SingaProcess:
     async def unlink_segments(self) -> None:
         """Every actor of the node has attached: the names can go (see segments)."""
         self.segments.unlink()
+        self.names_gone.set()
 
     async def deliver(self, key, item) -> None:
         self.ctx.inbox.put(tuple(key) if isinstance(key, list) else key, item)

@@ -149,13 +149,17 @@ class NodeSegments:
             self.attached[name] = shm
         return np.ndarray((int(count),), dtype=np.float32, buffer=shm.buf)
 
-    def unlink(self) -> None:
-        """Remove the names of the created segments (the mappings stay valid)."""
-        for shm in self.created.values():
+    def unlink(self) -> int:
+        """Remove the names of the created segments (the mappings stay valid); how many
+        were still there. Another thread may call it while segments are being created."""
+        removed = 0
+        for shm in list(self.created.values()):
             try:
                 shm.unlink()
+                removed += 1
             except FileNotFoundError:
                 pass
+        return removed
 
     def close(self) -> None:
         self.arrays.clear()
