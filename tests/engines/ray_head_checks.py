@@ -270,3 +270,76 @@ def _said(logs: Path, start: str) -> str:
             if line.startswith(start):
                 return line
     return ""
+
+
+@pytest.mark.slow
+def test_the_heads_loss_at_five_moments_on_a_cluster_is_located_within_15_s(tmp_path):
+    """As above, with the driver joining a 2-node cluster (ray.cluster_utils, in this
+    namespace) by --address, so the driver's head guard watches the GCS over TCP: the GCS
+    killed with -9 inside ray.init (as soon as the driver's first Ray log file appears),
+    during the node checks, the reservation, the actors' construction and before the start
+    gate. Each time exit 2 within 15 s naming the head and the newest checkpoint, and no
+    singa-ray-* name of the job left once the job's processes have had the head guard's
+    grace (9 s at most) to remove theirs. One new cluster per moment."""
+    from ray.cluster_utils import Cluster
+
+    conf = tmp_path / "job.conf"
+    conf.write_text(mlp_job(blobs_csv(tmp_path / "blobs.csv"), steps=10**6)
+                    .replace("disp_freq: 10", "disp_freq: 10\ncheckpoint_freq: 20"))  # fmt: skip
+    ws = tmp_path / "ws"
+    first = subprocess.run(
+        [sys.executable, "-m", "singa_core.commands.cli", "train", str(conf), "-q",
+         "--workspace", str(ws), "-o", "train_steps=20"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    before = _segments()
+    for moment in MOMENTS:
+        c = Cluster(initialize_head=True,
+                    head_node_args={"num_cpus": 1, "include_dashboard": False})  # fmt: skip
+        try:
+            c.add_node(num_cpus=1)
+            c.wait_for_nodes()
+            logs = Path(c.head_node.get_logs_dir_path())
+            gcs = c.head_node.all_processes["gcs_server"][0].process.pid
+            env = dict(os.environ)
+            if moment != "init":
+                env["SINGA_RAY_HOLD_AT"] = moment
+            err_path = tmp_path / f"err-{moment}"
+            with open(err_path, "w") as log:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "singa_core.commands.cli", "train", str(conf),
+                     "--engine", "ray", "--address", c.address, "--insecure",
+                     "--workspace", str(ws), "--resume", "-o", "cluster.nworker_groups=2"],
+                    cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                    env=env,
+                )  # fmt: skip
+                try:
+                    deadline = time.monotonic() + 120
+                    while True:
+                        assert proc.poll() is None, (moment, err_path.read_text())
+                        assert time.monotonic() < deadline, (moment, err_path.read_text())
+                        if moment == "init":
+                            if any(logs.glob("python-core-driver-*")):
+                                break
+                        elif f"holding at {moment}" in err_path.read_text():
+                            break
+                        time.sleep(0.01 if moment == "init" else 0.2)
+                    t0 = time.monotonic()
+                    os.kill(gcs, signal.SIGKILL)
+                    code = proc.wait(timeout=60)
+                    took = time.monotonic() - t0
+                finally:
+                    if proc.poll() is None:
+                        os.killpg(proc.pid, signal.SIGKILL)
+            err = err_path.read_text()
+            print(f"{moment}: exit {code} {took:.1f} s after the GCS was killed")
+            assert code == 2 and took < 15, (moment, took, err)
+            assert f"lost the head node (its GCS at {c.address})" in err, err
+            assert "the newest complete checkpoint is" in err and "(step 20)" in err, err
+            assert "Traceback" not in err and "Failed to connect to GCS" not in err, err
+            _until(lambda: not (_segments() - before), timeout=15.0)
+            left = _segments() - before
+            assert not left, (moment, left)
+        finally:
+            c.shutdown()
