@@ -779,8 +779,9 @@ def _failing_attempt(tmp_path: Path, dies: bool):
     a = Attempt.__new__(Attempt)
     spec = types.SimpleNamespace(role=lambda: "worker process 0 (fake)", workers=[(0, 0)])
     a.topo = types.SimpleNamespace(nworker_groups=1, nworkers_per_group=1, procs=[spec])
+    job = types.SimpleNamespace(disp_freq=10, train_steps=100)
     a.engine = types.SimpleNamespace(
-        reporter=None, prepared=types.SimpleNamespace(workspace=tmp_path)
+        reporter=None, prepared=types.SimpleNamespace(workspace=tmp_path, job=job, start_step=0)
     )
     a.signals = types.SimpleNamespace(caught=[])
     a.deadline = time.monotonic() + 60
