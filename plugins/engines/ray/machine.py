@@ -19,7 +19,9 @@ is promised (the head's loss within 15 s):
 * the head guard and the watcher of ``ray.init`` (:mod:`.headwatch`, :mod:`.initwatch`):
   6 s without a connection, up to 9 s;
 * the driver's grace for a process that reported an error or a lost peer, and its probes of
-  the processes that should still answer (:data:`.driver.LOST_GRACE`).
+  the processes that should still answer (:data:`.driver.LOST_GRACE`, up to 15 s);
+* on a restart, the wait for a node that just lost a process before it is left out, and the
+  wait for the nodes' clean-up tasks (:mod:`.nodecheck`: 10 s up to 30 s, 5 s up to 15 s).
 
 A connection to a live GCS is accepted by the kernel whatever the load, so only the waits
 for answers grow much; the start-up deadline (``--startup-timeout``) is the user's own.
