@@ -121,6 +121,14 @@ class PreparedJob:
     def device_lines(self) -> list[str]:
         """Which worker of a group runs on which device, for the first lines and the
         dry-run."""
+        remote = getattr(self, "remote_device_specs", None)
+        if remote:  # an engine whose workers compute on other machines' GPUs (Ray)
+            return [
+                f"device: worker {j} on a GPU of the Ray node that runs it ({spec} in the "
+                "job; opened there before step 0, not on this machine)"
+                if spec.startswith("cuda") else f"device: worker {j} on {spec}"
+                for j, spec in enumerate(remote)
+            ]  # fmt: skip
         devices = self.devices or [CPU]
         if all(d == devices[0] for d in devices):
             who = "every worker" if self.num_partitions > 1 else "worker 0"

@@ -13,6 +13,7 @@ machine (a HOME of its own, the user's RAY_AUTH_* removed); each failure must co
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -284,7 +285,8 @@ def test_nothing_answering_is_a_quick_error(job, tmp_path):
 
 def test_a_port_that_drops_connections_is_a_quick_error(job, tmp_path):
     """As behind a firewall that drops packets: a listener whose backlog is full (it never
-    accepts) lets new connections hang; the check gives up after its 2.5 s."""
+    accepts) lets new connections hang; the check gives up after its 2.5 s (times this
+    machine's slowdown, plugins/engines/ray/machine.py: more on a loaded machine)."""
     server = socket.socket()
     fill = []
     try:
@@ -304,7 +306,9 @@ def test_a_port_that_drops_connections_is_a_quick_error(job, tmp_path):
             c.close()
         server.close()
     refused(res, "connections dropped", "nothing answers at 127.0.0.1:6398",
-            "no answer within 2.5 s", "firewall")  # fmt: skip
+            "no answer within ", "firewall")  # fmt: skip
+    waited = float(re.search(r"no answer within ([\d.]+) s", res.stderr).group(1))
+    assert 2.5 <= waited <= 15.0, waited
 
 
 # -- the private runtime -----------------------------------------------------------------------

@@ -779,8 +779,9 @@ def _failing_attempt(tmp_path: Path, dies: bool):
     a = Attempt.__new__(Attempt)
     spec = types.SimpleNamespace(role=lambda: "worker process 0 (fake)", workers=[(0, 0)])
     a.topo = types.SimpleNamespace(nworker_groups=1, nworkers_per_group=1, procs=[spec])
+    job = types.SimpleNamespace(disp_freq=10, train_steps=100)
     a.engine = types.SimpleNamespace(
-        reporter=None, prepared=types.SimpleNamespace(workspace=tmp_path)
+        reporter=None, prepared=types.SimpleNamespace(workspace=tmp_path, job=job, start_step=0)
     )
     a.signals = types.SimpleNamespace(caught=[])
     a.deadline = time.monotonic() + 60
@@ -806,3 +807,34 @@ def test_killed_process_after_its_own_error_is_reported_as_lost(cluster, tmp_pat
     with pytest.raises(SingaError, match="worker 0 of group 0 .* failed") as err:
         _failing_attempt(tmp_path / "stays", dies=False)._supervise()
     assert "BrokenPipeError" in str(err.value)
+
+
+def test_every_groups_progress_is_shown_while_it_trains(cluster, tmp_path):
+    """Two worker groups (Downpour's shape, one worker each), group 1 made slower by the
+    test hook SINGA_RAY_STEP_DELAY (worker 0 of group 1 sleeps after each step): once group
+    0 has finished, the driver says the slowest group's step each time it passes a display
+    step (disp_freq 10), so the output is never silent while a group trains."""
+    data = write_csv_blobs(tmp_path / "blobs.csv")
+    conf = tmp_path / "job.conf"
+    conf.write_text(mlp_conf(data, tmp_path / "ws", steps=60))
+    res = run_singa(
+        "train", str(conf), "--engine", "ray", "--address", cluster.address, "--insecure",
+        "-q", *_o("cluster.nworker_groups=2"),
+        env={"SINGA_RAY_STEP_DELAY": "1:0.25"}, timeout=300,
+    )  # fmt: skip
+    assert_nothing_left()
+    print(res.stderr[-3000:])
+    assert res.returncode == 0, res.stderr
+    said = [
+        (int(m.group(1)), m.group(2))
+        for m in re.finditer(
+            r"^ray: worker group 1 is the slowest still training: step (\d+) of 60 \(1 of 2 "
+            r"groups still training; (group 0 finished at step 60|group 0 at step \d+)\)$",
+            res.stderr, re.M,
+        )
+    ]  # fmt: skip
+    after = [step for step, lead in said if lead.startswith("group 0 finished")]
+    assert len(after) >= 3, res.stderr
+    assert after == sorted(after) and after[-1] >= 40, after
+    # one line per display step passed (the driver learns the steps every half second)
+    assert all(b - a <= 15 for a, b in zip(after, after[1:], strict=False)), after

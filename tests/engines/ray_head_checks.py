@@ -187,3 +187,159 @@ def test_the_heads_loss_at_five_moments_of_start_up_is_located_within_15_s(tmp_p
         left = _left(seen)
         assert not left, (moment, {p: _name(p) for p in left})
         assert not _ours(_segments(), set(seen) | {proc.pid}), moment
+
+
+@pytest.mark.slow
+def test_a_segment_made_after_the_driver_left_is_removed_by_its_own_process(tmp_path):
+    """A 2-node cluster (ray.cluster_utils, in this namespace): the driver joins it with
+    process 1 of two slow to build (the test hook SINGA_RAY_BREAK_BUILD=1:slow: it waits
+    15 s before it makes its shared-memory segments); the head's GCS killed while the
+    driver is held after creating the actors, once process 1 is waiting. The driver ends
+    with exit 2 within 15 s and removes what it can; process 1 makes its segments after
+    that and removes their names itself once it finds the head lost, while Ray keeps its
+    process alive (its raylet waits 60 s for the GCS)."""
+    from ray.cluster_utils import Cluster
+
+    from tests.conftest import mlp_conf, write_csv_blobs
+
+    conf = tmp_path / "job.conf"
+    conf.write_text(mlp_conf(write_csv_blobs(tmp_path / "blobs.csv"), tmp_path / "ws",
+                             steps=10**6))  # fmt: skip
+    before = _segments()
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    try:
+        c.add_node(num_cpus=1)
+        c.wait_for_nodes()
+        logs = Path(c.head_node.get_logs_dir_path())
+        env = dict(os.environ, SINGA_RAY_HOLD_AT="actors", SINGA_RAY_BREAK_BUILD="1:slow")
+        err_path = tmp_path / "err"
+        with open(err_path, "w") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "singa_core.commands.cli", "train", str(conf),
+                 "--engine", "ray", "--address", c.address, "--insecure",
+                 "-o", "cluster.nworker_groups=2"],
+                cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                env=env,
+            )  # fmt: skip
+            try:
+                deadline = time.monotonic() + 120
+                while not ("holding at actors" in err_path.read_text() and _waiting(logs)):
+                    assert proc.poll() is None, err_path.read_text()
+                    assert time.monotonic() < deadline, err_path.read_text()
+                    time.sleep(0.2)
+                t0 = time.monotonic()
+                os.kill(c.head_node.all_processes["gcs_server"][0].process.pid, signal.SIGKILL)
+                code = proc.wait(timeout=60)
+                took = time.monotonic() - t0
+            finally:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+        text = err_path.read_text()
+        print(f"exit {code} {took:.1f} s after the GCS was killed:\n{text[-1500:]}")
+        assert code == 2 and took < 15, text
+        assert "lost the head node" in text and "Traceback" not in text, text
+        # process 1 makes its segments 15 s after it started, then removes their names
+        deadline = time.monotonic() + 60
+        while not (said := _said(logs, "singa: process 1 (pid ")):
+            assert time.monotonic() < deadline, "process 1 did not remove its names"
+            time.sleep(0.2)
+        print(said)
+        assert "lost the head" in said and "removed the names of its" in said, said
+        owner = int(said.split("(pid ")[1].split(")")[0])
+        left = _segments() - before
+        assert not left, left
+        assert _state(owner) not in ("X", "Z"), "its process had ended: not its own removal"
+    finally:
+        c.shutdown()
+
+
+def _waiting(logs: Path) -> bool:
+    """Whether process 1 says (in its Ray worker log) that it waits before its segments."""
+    return bool(_said(logs, "singa test hook: process 1 waits"))
+
+
+def _said(logs: Path, start: str) -> str:
+    """The first line of a Ray worker log (stderr) under ``logs`` that starts with
+    ``start`` ("" when none)."""
+    for path in logs.glob("worker-*.err"):
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if line.startswith(start):
+                return line
+    return ""
+
+
+@pytest.mark.slow
+def test_the_heads_loss_at_five_moments_on_a_cluster_is_located_within_15_s(tmp_path):
+    """As above, with the driver joining a 2-node cluster (ray.cluster_utils, in this
+    namespace) by --address, so the driver's head guard watches the GCS over TCP: the GCS
+    killed with -9 inside ray.init (as soon as the driver's first Ray log file appears),
+    during the node checks, the reservation, the actors' construction and before the start
+    gate. Each time exit 2 within 15 s naming the head and the newest checkpoint, and no
+    singa-ray-* name of the job left once the job's processes have had the head guard's
+    grace (9 s at most) to remove theirs. One new cluster per moment."""
+    from ray.cluster_utils import Cluster
+
+    conf = tmp_path / "job.conf"
+    conf.write_text(mlp_job(blobs_csv(tmp_path / "blobs.csv"), steps=10**6)
+                    .replace("disp_freq: 10", "disp_freq: 10\ncheckpoint_freq: 20"))  # fmt: skip
+    ws = tmp_path / "ws"
+    first = subprocess.run(
+        [sys.executable, "-m", "singa_core.commands.cli", "train", str(conf), "-q",
+         "--workspace", str(ws), "-o", "train_steps=20"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    before = _segments()
+    for moment in MOMENTS:
+        c = Cluster(initialize_head=True,
+                    head_node_args={"num_cpus": 1, "include_dashboard": False})  # fmt: skip
+        try:
+            c.add_node(num_cpus=1)
+            c.wait_for_nodes()
+            logs = Path(c.head_node.get_logs_dir_path())
+            gcs = c.head_node.all_processes["gcs_server"][0].process.pid
+            env = dict(os.environ)
+            if moment != "init":
+                env["SINGA_RAY_HOLD_AT"] = moment
+            err_path = tmp_path / f"err-{moment}"
+            with open(err_path, "w") as log:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "singa_core.commands.cli", "train", str(conf),
+                     "--engine", "ray", "--address", c.address, "--insecure",
+                     "--workspace", str(ws), "--resume", "-o", "cluster.nworker_groups=2"],
+                    cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                    env=env,
+                )  # fmt: skip
+                try:
+                    deadline = time.monotonic() + 120
+                    while True:
+                        assert proc.poll() is None, (moment, err_path.read_text())
+                        assert time.monotonic() < deadline, (moment, err_path.read_text())
+                        if moment == "init":
+                            if any(logs.glob("python-core-driver-*")):
+                                break
+                        elif f"holding at {moment}" in err_path.read_text():
+                            break
+                        time.sleep(0.01 if moment == "init" else 0.2)
+                    t0 = time.monotonic()
+                    os.kill(gcs, signal.SIGKILL)
+                    code = proc.wait(timeout=60)
+                    took = time.monotonic() - t0
+                finally:
+                    if proc.poll() is None:
+                        os.killpg(proc.pid, signal.SIGKILL)
+            err = err_path.read_text()
+            print(f"{moment}: exit {code} {took:.1f} s after the GCS was killed")
+            assert code == 2 and took < 15, (moment, took, err)
+            assert f"lost the head node (its GCS at {c.address})" in err, err
+            assert "the newest complete checkpoint is" in err and "(step 20)" in err, err
+            assert "Traceback" not in err and "Failed to connect to GCS" not in err, err
+            _until(lambda: not (_segments() - before), timeout=15.0)
+            left = _segments() - before
+            assert not left, (moment, left)
+        finally:
+            c.shutdown()

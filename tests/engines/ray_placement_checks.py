@@ -199,3 +199,50 @@ def test_more_gpu_workers_than_the_cluster_has_gpus_is_refused_at_once(cluster, 
     assert res.seconds < 15
     # without the hook the stand-in is no GPU: the same job runs on CPUs anywhere
     assert ray_train(cluster, conf, *args).returncode == 0
+
+
+def test_a_gpu_conf_whose_node_has_no_cupy_is_refused_before_step_0(cluster, tmp_path):
+    """``gpu: 0`` (no test hook: a real GPU worker). The only node with a GPU declares one
+    it does not have and has no CuPy (as none of these nodes): the dry-run and the run
+    both refuse the job before any actor starts, naming the process, that node and its
+    own error, located at job.conf's gpu line, with that node's help."""
+    conf = _job(tmp_path, "cuda")
+    conf.write_text(conf.read_text() + "gpu: 0\n")
+    line = len(conf.read_text().splitlines())
+    gpu = cluster["gpu"][:12]
+    for extra in (["--dry-run"], []):
+        res = ray_train(cluster, conf, *extra)
+        print(f"{' '.join(extra) or 'run'}: exit {res.returncode} in {res.seconds:.1f} s\n"
+              f"{res.stdout[-800:]}{res.stderr[-1500:]}")  # fmt: skip
+        assert res.returncode == 2, res.stderr
+        assert f"{conf}:{line}:" in res.stderr, res.stderr  # the gpu field
+        assert (
+            f"process 0 (group 0, workers 0; server group 0, servers 0) would run on node "
+            f"127.0.0.1 (node {gpu}), which cannot give it its GPU: cuda:0 needs CuPy, which "
+            "is not installed"
+        ) in res.stderr, res.stderr
+        assert "help: on node 127.0.0.1" in res.stderr and "singa-classic[gpu]" in res.stderr
+        assert "ray: " not in res.stderr and "step-" not in res.stdout  # no actor, no step
+    dry = ray_train(cluster, conf, "--dry-run", "--device", "cpu")  # on CPUs it is planned
+    assert dry.returncode == 0 and "device: worker 0 on cpu" in dry.stdout, dry.stderr
+
+
+@pytest.mark.parametrize("how", ["raise", "exit"])
+def test_a_process_that_dies_while_it_is_built_says_its_own_error(cluster, tmp_path, how):
+    """The test hook SINGA_RAY_BREAK_BUILD makes process 0's actor fail in its
+    constructor: with a Python error, the driver's message holds that error and its
+    traceback; with its worker process exiting, what that process last wrote on its node.
+    Never a bare ActorDiedError whose cause is only in a Ray log file."""
+    conf = _job(tmp_path, f"broken-{how}")
+    res = ray_train(cluster, conf, env={"SINGA_RAY_BREAK_BUILD": f"0:{how}"})
+    print(f"exit {res.returncode} in {res.seconds:.1f} s\n{res.stderr[-2000:]}")
+    assert res.returncode == 2, res.stderr
+    assert "worker+server process 0 (group 0, workers 0; server group 0" in res.stderr
+    if how == "raise":
+        assert "failed while it was built on node 127.0.0.1 (Ray node" in res.stderr
+        assert "RuntimeError: process 0 broke while it was built" in res.stderr
+        assert re.search(r"note: at \S+process.py:\d+ in break_build", res.stderr)
+    else:
+        assert "it died while it was built; its last output on that node:" in res.stderr
+        assert "singa test hook: process 0 breaks while it is built (exit)" in res.stderr
+    assert "step-" not in res.stdout

@@ -163,6 +163,39 @@ def test_auto_is_resolved_as_ray_resolves_it_before_the_check(monkeypatch):
     assert "help: pass the head's address" in str(err.value)
 
 
+@needs("ray")
+def test_a_gcs_that_takes_connections_but_answers_late_is_slow_not_gone(monkeypatch):
+    """Under load the GCS's answer may not come in time: asked twice, and while it still
+    takes TCP connections it is said to be slow, never "nothing answers" (which would list
+    this machine's jobs there as on a cluster that does not answer)."""
+    from singa_builtins.engines.ray import auth
+
+    asked = []
+    monkeypatch.setattr(auth, "ask_gcs", lambda gcs, creds: asked.append(gcs)
+                        or auth.Answer("unreachable", "DEADLINE_EXCEEDED"))  # fmt: skip
+    monkeypatch.setattr(auth, "connect_problem", lambda gcs: None)
+    with pytest.raises(SingaError) as err:
+        auth._ask_answering("10.0.0.5:6379", "10.0.0.5:6379", None)
+    assert len(asked) == 2 and not getattr(err.value, "unreachable", False)
+    assert "takes connections but did not answer a call within" in str(err.value)
+    monkeypatch.setattr(auth, "connect_problem", lambda gcs: "refused")  # gone meanwhile
+    assert auth._ask_answering("10.0.0.5:6379", "10.0.0.5:6379", None).kind == "unreachable"
+
+
+def test_the_waits_are_scaled_by_this_machines_start_up(monkeypatch):
+    from singa_builtins.engines.ray import machine
+
+    for age, cpu, expected in ((0.6, 0.4, 1.0), (6.0, 0.4, 10.0), (3.0, 0.5, 4.0)):
+        monkeypatch.setattr(machine, "_measured", None)
+        monkeypatch.setattr(machine, "process_age", lambda age=age: age)
+        monkeypatch.setattr(machine.os, "times", lambda cpu=cpu: os.times_result(
+            (cpu, 0.0, 0.0, 0.0, 0.0)))  # fmt: skip
+        assert machine.slowdown() == pytest.approx(expected)
+    assert machine.scaled(6.0, cap=9.0) == 9.0 and machine.scaled(3.0) == 12.0
+    monkeypatch.setattr(machine, "_measured", None)
+    assert 1.0 <= machine.slowdown() <= machine.CAP  # this process, measured for real
+
+
 # -- this process's token -----------------------------------------------------------------------
 def test_the_token_is_looked_up_in_rays_order(tmp_path):
     home = tmp_path / "home"

@@ -229,7 +229,7 @@ def test_head_loss_message_names_restarts_it_cannot_do(tmp_path):
     assert "--max-restarts 2 cannot survive the head's loss" in text
     assert "no checkpoint was written" in text and "restart the head" in text
     now = [0.0]
-    watch = HeadWatch("127.0.0.1:1", clock=lambda: now[0])  # nothing listens on port 1
+    watch = HeadWatch("127.0.0.1:1", clock=lambda: now[0], grace=6.0)  # nothing on port 1
     assert not watch.lost()
     now[0] = 7.0
     assert watch.lost() and watch.lost_for() >= 7.0

@@ -152,6 +152,53 @@ def test_the_driver_opens_no_gpu_for_a_ray_job(tmp_path):
         _cluster_devices(cfg, "tpu:0")
 
 
+def test_the_gpu_check_asks_each_gpu_process_node_and_a_node_without_cupy_says_so():
+    """Which processes' nodes open GPUs before the actors (gpucheck.py), and what a node
+    without CuPy answers (this machine has none: the node's own error and help)."""
+    from singa_builtins.engines.ray.gpucheck import gpu_processes, open_gpus
+
+    specs = ["cuda:0", "cpu"]
+    topo, reqs = _job(specs, nworkers_per_group=2, nworkers_per_procs=1)
+    found = gpu_processes(topo, reqs, specs, lambda j: f"job.conf:{7 + j}:1")
+    assert found == [(0, 1, "job.conf:7:1")]
+    stand = ["standin", "cpu"]  # the stand-in is the CPU everywhere: nothing to open
+    topo, reqs = _job(stand, nworkers_per_group=2, nworkers_per_procs=1)
+    assert gpu_processes(topo, reqs, stand, str) == []
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        answer = open_gpus(1, "job.conf:7:1")
+        assert answer["error"]["message"].startswith("cuda:0 needs CuPy, which is not installed")
+        assert "singa-classic[gpu]" in answer["error"]["help"]
+
+
+def test_a_dead_actors_own_error_is_read_from_rays_text():
+    from singa_builtins.engines.ray.startup import creation_error, dead_pid
+
+    init = (
+        "The actor died because of an error raised in its creation task, \x1b[36mray::"
+        "SingaProcess.__init__()\x1b[39m (pid=2046, ip=10.0.0.2, actor_id=3e0e)\n"
+        '  File "/x/process.py", line 9, in __init__\n    raise ValueError("no")\n'
+        "ValueError: the store\nhas two lines"
+    )
+    assert creation_error(init) == "ValueError: the store\nhas two lines"
+    assert dead_pid(init) == 2046
+    died = "The actor died unexpectedly before finishing this task.\n\tclass_name: A\n\tpid: 77\n"
+    assert creation_error(died) == "" and dead_pid(died) == 77
+
+
+def test_the_dry_runs_device_lines_name_the_clusters_gpu():
+    from singa_core.running.job import PreparedJob
+
+    prepared = PreparedJob.__new__(PreparedJob)
+    prepared.remote_device_specs = ["cuda:0", "cpu"]
+    assert prepared.device_lines() == [
+        "device: worker 0 on a GPU of the Ray node that runs it (cuda:0 in the job; opened "
+        "there before step 0, not on this machine)",
+        "device: worker 1 on cpu",
+    ]
+
+
 @pytest.mark.slow  # a 3-node Ray cluster in a private namespace
 def test_placement_and_gpus_on_a_cluster():
     from tests.engines.test_ray_engine import run_checks_in_private_network

@@ -73,7 +73,45 @@ def test_a_machine_that_is_not_a_node_or_in_another_pid_namespace_is_told_why():
     err = driver_problem("h:6379", "10.0.0.1:6379", nodes, "10.0.0.2", False, {"10.0.0.2"})
     assert "runs its raylet in another PID namespace" in err.format()
     assert "--pid=host" in err.format()
+    # Ray still lists this machine's node from before a restart; no raylet answers here
+    err = driver_problem("h:6379", "10.0.0.1:6379", nodes, "10.0.0.2", False, {"10.0.0.2"},
+                         raylet_answers=False)  # fmt: skip
+    text = err.format()
+    assert "this machine (10.0.0.2) is not a node of the cluster at h:6379: `ray start " in text
+    assert "from before it restarted" in text and "PID namespace" not in text
     # a node, raylet visible: no problem; an address of another interface counts too
     assert driver_problem("h:6379", "10.0.0.1:6379", nodes, "10.0.0.2", True) is None
     assert driver_problem("h:6379", "127.0.0.1:6379", nodes, "127.0.0.1", True,
                           {"127.0.0.1", "10.0.0.1"}) is None  # fmt: skip
+
+
+def test_the_records_step_and_loss_are_the_logs_newest_display_line(tmp_path, monkeypatch):
+    """`singa jobs --address` shows what the job's runner last put in its record (every
+    PROGRESS_EVERY s): the newest `Train step-N` line of the log with its loss and
+    accuracy, also when the workspace's metrics.jsonl is behind it."""
+    import json
+
+    from singa_builtins.engines.ray import jobrunner
+
+    store = Store()
+    monkeypatch.setattr(jobrunner, "Registry", lambda gcs: store)
+    ws, log = tmp_path / "ws", tmp_path / "log"
+    ws.mkdir()
+    (ws / "metrics.jsonl").write_text(
+        json.dumps({"event": "start", "job": "j1", "train_steps": 600, "step": 0}) + "\n"
+        + json.dumps({"phase": "train", "step": 30, "loss": 0.9}) + "\n"
+    )  # fmt: skip
+    log.write_text(
+        "singa 0.1.0 | job 'small' starting | seed 1 | engine ray | plugins: x\n"
+        "Train step-30, loss = 0.9, accuracy = 0.6\n"
+        "Train step-40, loss = 0.51, accuracy = 0.83\n"
+    )
+    spec = {"record": {"id": "j1", "cwd": str(tmp_path), "workspace": "ws"}, "train_args": [],
+            "gcs": "h:1", "supervisor": [0, ""], "raylet": [0, ""], "log": str(log)}  # fmt: skip
+    runner = jobrunner.Runner(spec)
+    assert jobrunner.PROGRESS_EVERY <= 2.0
+    runner.progress()
+    runner.put()
+    rec = store.record("j1")
+    assert rec["step"] == 40 and rec["total"] == 600, rec
+    assert rec["metrics"]["loss"] == 0.51 and rec["metrics"]["accuracy"] == 0.83, rec

@@ -122,8 +122,12 @@ class Answer:
     detail: str = ""
 
 
-def connect_problem(address: str, timeout: float = CONNECT_TIMEOUT) -> str | None:
-    """Why no TCP connection to ``address`` (HOST:PORT) could be made, or None."""
+def connect_problem(address: str, timeout: float | None = None) -> str | None:
+    """Why no TCP connection to ``address`` (HOST:PORT) could be made, or None (within
+    :data:`CONNECT_TIMEOUT` scaled by this machine's slowdown unless ``timeout``)."""
+    from singa_builtins.engines.ray.machine import scaled
+
+    timeout = scaled(CONNECT_TIMEOUT, cap=15.0) if timeout is None else timeout
     host, port = split_address(address)
     try:
         with socket.create_connection((host, port), timeout=timeout):
@@ -147,9 +151,13 @@ def split_address(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def ask_gcs(address: str, creds: Credentials | None, timeout: float = ANSWER_TIMEOUT) -> Answer:
+def ask_gcs(address: str, creds: Credentials | None, timeout: float | None = None) -> Answer:
     """Ask the GCS at ``address`` for its cluster id, with ``creds``' token (None: without
-    one)."""
+    one), within :data:`ANSWER_TIMEOUT` scaled by this machine's slowdown unless
+    ``timeout``."""
+    from singa_builtins.engines.ray.machine import scaled
+
+    timeout = scaled(ANSWER_TIMEOUT, cap=60.0) if timeout is None else timeout
     try:
         import grpc
     except ImportError:  # the ray extra brings it; Ray itself does not require it
@@ -178,6 +186,26 @@ def ask_gcs(address: str, creds: Credentials | None, timeout: float = ANSWER_TIM
                 return Answer("unreachable", f"{code.name}: {detail}" if detail else code.name)
             return Answer("other", f"{code.name}: {detail}" if detail else code.name)
     return Answer("ok")
+
+
+def _ask_answering(gcs: str, shown: str, creds: Credentials | None) -> Answer:
+    """:func:`ask_gcs` of a GCS that took a TCP connection a moment ago: a call that gets
+    no answer in time is tried once more, and a GCS that still takes connections is then
+    slow (a loaded head), not gone: said so, never "nothing answers"."""
+    answer = ask_gcs(gcs, creds)
+    if answer.kind != "unreachable":
+        return answer
+    again = ask_gcs(gcs, creds)
+    if again.kind != "unreachable" or connect_problem(gcs) is not None:
+        return again
+    from singa_builtins.engines.ray.machine import scaled
+
+    raise SingaError(
+        f"the Ray cluster's GCS at {shown} takes connections but did not answer a call within "
+        f"{scaled(ANSWER_TIMEOUT, cap=60.0):.0f} s, twice ({again.detail})",
+        where=WHERE,
+        help="the head is overloaded or its GCS is stuck: `ray status` on the head, then try again",
+    )
 
 
 # -- what the answers mean -------------------------------------------------------------------
@@ -302,7 +330,7 @@ def check_cluster(address: str, insecure: bool) -> str | None:
     if problem is not None:
         raise unreachable_error(shown, problem)
     creds = local_credentials(address)
-    warning = classify(shown, creds, lambda c: ask_gcs(gcs, c), insecure)
+    warning = classify(shown, creds, lambda c: _ask_answering(gcs, shown, c), insecure)
     exposed = token_file_exposure(creds)
     return "\n".join(w for w in (exposed, warning) if w) or None
 

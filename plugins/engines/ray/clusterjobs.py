@@ -156,8 +156,10 @@ class RayClusterJobs:
 
     def __enter__(self) -> RayClusterJobs:
         from singa_builtins.engines.ray.auth import check_cluster, resolve_address
+        from singa_builtins.engines.ray.machine import measure
         from singa_builtins.engines.ray.runtime import import_ray
 
+        measure()  # this machine's slowdown, from this process's start-up (machine.py)
         import_ray()
         os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
         warning = check_cluster(self.address, self.insecure)  # located errors, in seconds

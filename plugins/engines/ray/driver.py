@@ -43,6 +43,7 @@ import time
 from singa_builtins.engines.ray import traffic
 from singa_builtins.engines.ray.checkpoints import records_from_snapshots
 from singa_builtins.engines.ray.faults import is_loss, summary
+from singa_builtins.engines.ray.gpucheck import check_gpus
 from singa_builtins.engines.ray.headwatch import HeadWatch, head_lost
 from singa_builtins.engines.ray.nodecheck import check_nodes, clean_attempt
 from singa_builtins.engines.ray.placement import (
@@ -50,6 +51,7 @@ from singa_builtins.engines.ray.placement import (
     create_placement_group,
     plan,
 )
+from singa_builtins.engines.ray.progress import GroupProgress
 from singa_builtins.engines.ray.runtime import Runtime
 from singa_builtins.engines.ray.segments import check_nodes_room
 from singa_builtins.engines.shm.context import job_shared
@@ -68,8 +70,17 @@ POLL = 0.5  # seconds an actor holds the driver's events call when it has nothin
 LOST_GRACE = 3.0  # seconds to find the dead process after a worker saw a peer vanish
 
 
+def lost_grace() -> float:
+    """:data:`LOST_GRACE` scaled by this machine's slowdown (:mod:`.machine`), at most 15 s:
+    a loaded machine's live processes answer late, and are not lost for it."""
+    from singa_builtins.engines.ray.machine import scaled
+
+    return scaled(LOST_GRACE, cap=15.0)
+
+
 HOLD_ENV = "SINGA_RAY_HOLD_AT"
 FREE_RECHECKS = 3  # more looks at what is free before a job that fits the totals is refused
+FREE_RECHECK_EVERY = 0.5  # seconds between them
 
 
 def hold(stage: str) -> None:
@@ -80,6 +91,28 @@ def hold(stage: str) -> None:
         return
     print(f"ray: holding at {stage} ({HOLD_ENV}, a test hook)", file=sys.stderr, flush=True)
     time.sleep(60)
+
+
+def _break_hook() -> tuple[int, str] | None:
+    """``SINGA_RAY_BREAK_BUILD=PROCESS:raise|exit|slow`` (a test hook; see
+    process.break_build)."""
+    from singa_builtins.engines.ray.process import BREAK_ENV
+
+    index, _, how = os.environ.get(BREAK_ENV, "").partition(":")
+    return (int(index), how) if index.isdigit() and how in ("raise", "exit", "slow") else None
+
+
+DELAY_ENV = "SINGA_RAY_STEP_DELAY"
+
+
+def _delay_hook() -> tuple[int, float] | None:
+    """``SINGA_RAY_STEP_DELAY=GROUP:SECONDS`` (a test hook): worker 0 of worker group GROUP
+    sleeps that long after each step (a group slower than the others)."""
+    group, _, seconds = os.environ.get(DELAY_ENV, "").partition(":")
+    try:
+        return (int(group), float(seconds)) if group.isdigit() else None
+    except ValueError:
+        return None
 
 
 class ProcessLost(Exception):
@@ -178,6 +211,9 @@ class Attempt:
         requests = engine.requests()
         self._check_startup_signal()
         try:
+            # refused before anything waits for a node (the dry-run's order: a job that does
+            # not fit is told as fast as its dry-run, however slow the nodes' tasks start)
+            nodes = self.nodes = self._fit(requests, nodes)
             hold("nodes")
             facts, gone = check_nodes(
                 nodes,
@@ -195,7 +231,7 @@ class Attempt:
                     + f"{len(nodes) - len(gone)} that remain"
                 )
                 nodes = self.nodes = [n for n in nodes if n.id in facts]
-            nodes = self.nodes = self._fit(requests, nodes)
+                nodes = self.nodes = self._fit(requests, nodes)
             self.node_of = plan(self.topo, requests, nodes, self.options.placement, driver_node)
             self.expected = traffic.expected(
                 self.topo, engine.layout, self.node_of, len(engine.state_names), driver_node
@@ -209,6 +245,9 @@ class Attempt:
             self.where = [
                 {"node_id": n, "address": by_id[n].address, "pid": "?"} for n in self.node_of
             ]
+            # a GPU worker's node opens its GPUs first (CuPy, a driver, the device)
+            check_gpus(engine, requests, self.node_of, nodes, self.deadline,
+                       self._check_startup_signal)  # fmt: skip
             return self._start_and_supervise(requests)
         except ProcessLost:
             raise
@@ -225,7 +264,8 @@ class Attempt:
         """The nodes, once the job fits what they have free (:func:`check_fits` and a
         plan). Ray's view of what is free lags a moment behind what was just released (a
         job that ended a second ago): a job that fits the totals is given up to
-        :data:`FREE_RECHECKS` more looks, a second apart, before it is refused."""
+        :data:`FREE_RECHECKS` more looks, :data:`FREE_RECHECK_EVERY` apart, before it is refused
+        (before any task on a node: the refusal is as fast as the dry-run's, plus them)."""
         engine = self.engine
         for tries in range(FREE_RECHECKS + 1):
             try:
@@ -245,7 +285,7 @@ class Attempt:
                     raise refused from None  # it does not fit the cluster at all
                 if tries == FREE_RECHECKS:
                     raise
-            time.sleep(1.0)
+            time.sleep(FREE_RECHECK_EVERY)
             self._check_startup_signal()
             fresh = {n.id: n for n in self.runtime.nodes()}
             nodes = [fresh.get(n.id, n) for n in nodes]
@@ -275,6 +315,15 @@ class Attempt:
             shared.extras["evaluated"] = list(prepared.resume_meta.get("evaluated", ()))
         # group 0 worker 0 sends Param histograms when the Reporter takes them
         shared.extras["param_histograms"] = getattr(engine.reporter, "param_histograms", False)
+        # where each worker's device is named: an actor that cannot open it says so there
+        shared.extras["device_where"] = [engine.device_where(j)
+                                         for j in range(len(shared.device_specs))]  # fmt: skip
+        hook = _break_hook()
+        if hook is not None:
+            shared.extras["break_build"] = hook
+        delay = _delay_hook()
+        if delay is not None:
+            shared.extras["step_delay"] = delay
         hold("reserve")
         self.pg = create_placement_group(
             requests, self.node_of, max(0.5, self.deadline - time.monotonic()),
@@ -302,8 +351,11 @@ class Attempt:
             )  # fmt: skip
         hold("actors")
         self.where = self._startup_get(
-            [a.where.remote() for a in self.actors], "starting the actors"
+            [a.where.remote() for a in self.actors], "starting the actors", building=True
         )
+        for i, w in enumerate(self.where):
+            if "broken" in w:
+                raise self._broken_error(i, w)
         engine.reporter.note(
             "ray: "
             + "; ".join(
@@ -365,9 +417,10 @@ class Attempt:
         except Exception:  # noqa: BLE001 - only a detail of the message
             return None
 
-    def _startup_get(self, refs: list, stage: str) -> list:
+    def _startup_get(self, refs: list, stage: str, building: bool = False) -> list:
         """One answer per actor, in order, before the start-up deadline; signals end the
-        start-up; a dead actor is a ProcessLost naming it."""
+        start-up; a dead actor is a ProcessLost naming it (``building``: the actors are
+        being built, and one that died says its own error: :meth:`_died_while_built`)."""
         import ray
 
         index = {ref: i for i, ref in enumerate(refs)}
@@ -377,7 +430,64 @@ class Attempt:
             self._check_startup_signal()
             if pending and time.monotonic() > self.deadline:
                 raise self._startup_error(sorted(index[r] for r in pending), stage)
-        return self._get_all(refs)
+        return self._get_all(refs, self._died_while_built if building else None)
+
+    def _label(self, i: int) -> str:
+        w = self.where[i] if i < len(self.where) else {}
+        return f"{w.get('address', '?')} (Ray node {str(w.get('node_id', '?'))[:12]})"
+
+    def _broken_error(self, i: int, w: dict) -> SingaError:
+        """Process ``i``'s actor caught an error while it was built (its ``where`` says
+        it): that error, located where it was, naming the process and its node."""
+        b = w["broken"]
+        role, node = self.topo.procs[i].role(), f"{w['address']} (Ray node {w['node_id'][:12]})"
+        if b.get("where") or b.get("help"):  # a SingaError: located as the node located it
+            return SingaError(
+                f"{role} could not be built on node {node}: {b['message']}",
+                where=b.get("where"), help=b.get("help"),
+            )  # fmt: skip
+        err = stopped_error(
+            self.engine.prepared.workspace,
+            f"{role} failed while it was built on node {node}: {b['message']}",
+        )
+        err.notes = [f"at {f}" for f in b.get("frames", ())]
+        return err
+
+    def _died_while_built(self, i: int, exc: BaseException) -> Exception:
+        """Process ``i``'s actor died while it was built: its creation task's own error
+        (Ray's text holds it), else what its worker process last wrote on its node."""
+        from singa_builtins.engines.ray.startup import creation_error, dead_pid
+
+        role, node = self.topo.procs[i].role(), self._label(i)
+        cause = creation_error(exc)
+        if cause:
+            return stopped_error(
+                self.engine.prepared.workspace,
+                f"{role} failed while it was built on node {node}: {cause}",
+            )
+        lost = self._lost(i, exc)
+        pid = dead_pid(exc) or int((self._actor_row(i) or {}).get("Pid") or 0)
+        tail = self._worker_output(i, pid) if pid else ""
+        if tail:
+            text = f"{lost}; it died while it was built; its last output on that node:\n{tail}"
+            return ProcessLost(text, lost.node)
+        return lost
+
+    def _worker_output(self, i: int, pid: int) -> str:
+        """What process ``i``'s worker (``pid``) last wrote in its log on its node ("" when
+        the node does not answer within :data:`LOST_GRACE`)."""
+        import ray
+        from singa_builtins.engines.ray.nodecheck import on_each_node
+        from singa_builtins.engines.ray.startup import worker_output
+
+        node = next((n for n in self.nodes if n.id == self.node_of[i]), None)
+        if node is None:
+            return ""
+        try:
+            (ref,) = on_each_node([node], worker_output, lambda n: (pid,))
+            return ray.get(ref, timeout=lost_grace())
+        except Exception:  # noqa: BLE001 - its node is gone or slow: Ray's words then
+            return ""
 
     def _note_traffic(self, result: TrainResult) -> None:
         """A closing note of the parameter bytes that crossed between nodes."""
@@ -430,7 +540,7 @@ class Attempt:
 
         probes = {a.where.remote(): i for i, a in enumerate(self.actors)}
         if probes:
-            done, _ = ray.wait(list(probes), num_returns=len(probes), timeout=LOST_GRACE)
+            done, _ = ray.wait(list(probes), num_returns=len(probes), timeout=lost_grace())
             for ref in sorted(probes, key=probes.get):
                 if ref not in done:
                     continue
@@ -449,8 +559,9 @@ class Attempt:
                 return self._lost(i, exc or ConnectionError("its node is no longer alive"))
         return None
 
-    def _get_all(self, refs: list) -> list:
-        """One answer per actor, in order; a dead actor is a ProcessLost naming it."""
+    def _get_all(self, refs: list, died=None) -> list:
+        """One answer per actor, in order; a dead actor is a ProcessLost naming it
+        (``died(i, exc)``: the error to raise instead)."""
         import ray
 
         try:
@@ -460,12 +571,12 @@ class Attempt:
                 raise
             for i, ref in enumerate(refs):
                 try:
-                    ray.get(ref, timeout=LOST_GRACE)
+                    ray.get(ref, timeout=lost_grace())
                 except ray.exceptions.GetTimeoutError:
                     continue
                 except (ray.exceptions.RayError, OSError) as exc:
                     if is_loss(exc):
-                        raise self._lost(i, exc) from None
+                        raise (died or self._lost)(i, exc) from None
             raise self._find_lost(first) from None
 
     def _write_checkpoint(self, step: int, records, state) -> str:
@@ -505,6 +616,9 @@ class Attempt:
         error_deadline, error_text = None, ""
         calls = {a.events.remote(POLL): i for i, a in enumerate(self.actors)}
         watch = HeadWatch(ray.get_runtime_context().gcs_address)
+        job = self.engine.prepared.job
+        progress = GroupProgress(topo.nworker_groups, job.disp_freq, job.train_steps,
+                                 self.engine.prepared.start_step)  # fmt: skip
         while pending:
             if watch.lost():  # every Ray call would hang until Ray's own abort: leave now
                 head_lost(
@@ -535,19 +649,29 @@ class Attempt:
                         _, step, records, state = msg
                         path = self._write_checkpoint(step, records, state)
                         self.actors[i].deliver.remote(("checkpoint", step), path)
+                    elif kind == "progress":
+                        for g, step in msg[1].items():
+                            progress.step(int(g), step)
                     elif kind == "done":
                         pending.discard(tuple(msg[1]))
                         if tuple(msg[1]) == (0, 0):
                             leader_result = msg[2]
+                        g = msg[1][0]
+                        if not any(w[0] == g for w in pending):
+                            progress.done(g)
                     elif kind == "error" and error_deadline is None:
                         # a process whose node is going down may fail on its own first
                         # (a peer's pipe closes): a loss found within the grace wins
-                        error_deadline = time.monotonic() + LOST_GRACE
+                        error_deadline = time.monotonic() + lost_grace()
                         error_text = f"{msg[1]} failed:\n{msg[2].rstrip()}"
                     elif kind == "lost" and lost_deadline is None:
-                        lost_deadline = time.monotonic() + LOST_GRACE
+                        lost_deadline = time.monotonic() + lost_grace()
                         lost_text = f"{msg[1]}: {msg[2]}"
                 calls[self.actors[i].events.remote(POLL)] = i
+            if ready == workers:
+                line = progress.line()  # the slowest group still training (progress.py)
+                if line:
+                    reporter.note(line)
             if lost_deadline is not None and time.monotonic() > lost_deadline:
                 raise ProcessLost(f"a peer of {lost_text} was lost")
             if error_deadline is not None and time.monotonic() > error_deadline:

@@ -6,7 +6,9 @@ which process (as the run will: :func:`~singa_builtins.engines.ray.placement.pla
 the bytes that placement and the others would move between nodes per step and per
 checkpoint (:mod:`~singa_builtins.engines.ray.traffic`), and runs small tasks on every node
 that look for the job's store paths there (relative paths are taken from the folder
-``singa`` runs in, as the actors do) and for the room in its ``/dev/shm``. It names each
+``singa`` runs in, as the actors do) and for the room in its ``/dev/shm``; every node
+that gets GPU workers opens their GPUs there, as the run does before its actors
+(:mod:`~singa_builtins.engines.ray.gpucheck`). It names each
 node's gateways (see :mod:`~singa_builtins.engines.ray.gateway`) and the shared memory
 training will touch there.
 """
@@ -14,9 +16,11 @@ training will touch there.
 from __future__ import annotations
 
 import os
+import time
 
 from singa_builtins.engines.ray import traffic
 from singa_builtins.engines.ray.gateway import gateway_processes
+from singa_builtins.engines.ray.gpucheck import check_gpus
 from singa_builtins.engines.ray.nodecheck import on_each_node
 from singa_builtins.engines.ray.placement import (
     STRATEGIES,
@@ -153,6 +157,8 @@ def placement_lines(engine, cwd: str) -> list[str]:
                 for k, v in req.bundle().items()
             )
             lines.append(f"  {spec.role()} -> node {node.label()} (asks {asks})")
+        lines += check_gpus(engine, requests, node_of, nodes,
+                            time.monotonic() + opts.startup_timeout)  # fmt: skip
         lines += network_lines(engine, nodes, node_of, driver)
         lines += shared_memory_lines(
             engine.topology, engine.layout, nodes, node_of, shm_free_on_nodes

@@ -178,6 +178,12 @@ class RayEngine(SharedMemoryEngine):
             return "--device"
         return self.prepared.cfg.locate("gpu")
 
+    def device_where(self, j: int) -> str:
+        """Where worker ``j``'s device is named: --device, or its entry of job.conf's gpu."""
+        if getattr(self.prepared, "device_override", None):
+            return "--device"
+        return str(self.prepared.cfg.locate(f"gpu[{j}]"))
+
     def process_blas_threads(self, request) -> int:
         """BLAS threads of one SINGA process: num_openblas_threads, else the driver's
         OPENBLAS_NUM_THREADS / OMP_NUM_THREADS, else its CPUs."""

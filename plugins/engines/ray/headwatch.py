@@ -5,11 +5,12 @@ processes wait ``gcs_rpc_server_reconnect_timeout_s`` (60 s) and then abort with
 connect to GCS within 60 seconds", exit 1: no node named, no checkpoint, ``--max-restarts``
 ignored. The driver's supervision loop asks :class:`HeadWatch` every pass; it opens a TCP
 connection to the GCS every :data:`CHECK` seconds, and after :data:`GRACE` seconds without
-one the job ends: :func:`head_lost` prints the located error (the head, the newest
-checkpoint, ``--resume``) and leaves with exit 2 at once, because every Ray call would now
-hang until Ray's own abort. A restart cannot help: the cluster's state was in the GCS, and
-Ray keeps it across a GCS restart only with GCS fault tolerance (an external Redis,
-``RAY_REDIS_ADDRESS`` on the head), which singa's recipe does not set up.
+one (scaled by this machine's slowdown, :func:`grace`) the job ends: :func:`head_lost`
+prints the located error (the head, the newest checkpoint, ``--resume``) and leaves with
+exit 2 at once, because every Ray call would now hang until Ray's own abort. A restart
+cannot help: the cluster's state was in the GCS, and Ray keeps it across a GCS restart only
+with GCS fault tolerance (an external Redis, ``RAY_REDIS_ADDRESS`` on the head), which
+singa's recipe does not set up.
 """
 
 from __future__ import annotations
@@ -27,10 +28,19 @@ GRACE = 6.0  # seconds without a connection that count as the head lost
 CONNECT_TIMEOUT = 1.0
 
 
+def grace() -> float:
+    """:data:`GRACE` scaled by this machine's slowdown (:mod:`.machine`), at most 9 s: the
+    head's loss is still an exit within 15 s."""
+    from singa_builtins.engines.ray.machine import scaled
+
+    return scaled(GRACE, cap=1.5 * GRACE)
+
+
 class HeadWatch:
-    def __init__(self, gcs_address: str, clock=time.monotonic) -> None:
+    def __init__(self, gcs_address: str, clock=time.monotonic, grace: float | None = None) -> None:
         host, _, port = gcs_address.rpartition(":")
         self.address = gcs_address
+        self.grace = globals()["grace"]() if grace is None else grace
         self.host, self.port = host.strip("[]"), int(port)
         self.clock = clock
         self.last_ok = clock()
@@ -53,7 +63,7 @@ class HeadWatch:
         return now - self.last_ok
 
     def lost(self) -> bool:
-        return self.lost_for() > GRACE
+        return self.lost_for() > self.grace
 
 
 class HeadGuard:

@@ -64,24 +64,55 @@ def raylet_here() -> bool:
     return False
 
 
-def live_node_addresses(gcs_address: str) -> list[str]:
+def live_nodes(gcs_address: str) -> dict[str, int]:
+    """Address -> node manager (raylet) port of the cluster's live nodes, as the GCS lists
+    them."""
     from ray._raylet import GcsClient
+    from singa_builtins.engines.ray.machine import scaled
 
     client = GcsClient(address=gcs_address)
-    nodes = client.get_all_node_info(timeout=TIMEOUT)
-    return sorted({n.node_manager_address for n in nodes.values() if n.state == ALIVE})
+    nodes = client.get_all_node_info(timeout=scaled(TIMEOUT, cap=60.0))
+    return {n.node_manager_address: int(n.node_manager_port) for n in nodes.values()
+            if n.state == ALIVE}  # fmt: skip
+
+
+def live_node_addresses(gcs_address: str) -> list[str]:
+    return sorted(live_nodes(gcs_address))
+
+
+def listening(host: str, port: int) -> bool:
+    """Whether something takes a TCP connection at ``host:port`` (from this machine)."""
+    try:
+        with socket.create_connection((host, port), timeout=2.0):
+            return True
+    except OSError:
+        return False
 
 
 def driver_problem(
     address: str, gcs_address: str, nodes: list[str], mine: str, raylet_visible: bool,
-    own: frozenset[str] | set[str] = frozenset(),
+    own: frozenset[str] | set[str] = frozenset(), raylet_answers: bool = True,
 ) -> SingaError | None:  # fmt: skip
     """The located error when this machine (sending from ``mine`` to the head, with the
     addresses ``own``) cannot be a driver of the cluster whose live nodes are at
-    ``nodes``; None when it can."""
+    ``nodes``; None when it can. ``raylet_answers``: whether the raylet port of the node
+    listed at this machine's address takes a connection here (no: the node Ray lists is a
+    former one of this machine, from before it restarted, not yet found dead by the GCS)."""
     if set(nodes) & ({mine} | set(own)):
         if raylet_visible:
             return None
+        if not raylet_answers:
+            shown = mine or ", ".join(sorted(own)) or "?"
+            return SingaError(
+                f"this machine ({shown}) is not a node of the cluster at {address}: `ray "
+                f"start --address {gcs_address}` first (the cluster still lists a node at "
+                f"{shown}, but no raylet runs here and its port does not answer: this "
+                "machine's node from before it restarted, which Ray drops within a minute)",
+                where="--address",
+                help="`singa train` and `singa submit` run a Ray driver, which Ray allows only "
+                "on a node; `singa jobs|logs|stop --address` work from any machine with the "
+                "token",
+            )
         return SingaError(
             f"this machine's Ray node ({mine}) runs its raylet in another PID namespace: Ray "
             "lets a driver join only where the raylet sees its pid (a container that shares "
@@ -107,10 +138,13 @@ def check_driver(address: str, gcs_address: str) -> None:
     host, _, port = gcs_address.rpartition(":")
     host = host.strip("[]")
     try:
-        nodes = live_node_addresses(gcs_address)
+        ports = live_nodes(gcs_address)
     except Exception:  # noqa: BLE001 - no answer: ray.init and the guards say what follows
         return
-    driver = driver_problem(address, gcs_address, nodes, source_address(host, int(port)),
-                            raylet_here(), local_addresses())  # fmt: skip
+    mine, own, visible = source_address(host, int(port)), local_addresses(), raylet_here()
+    here = [a for a in ports if a in own | {mine}]
+    answers = visible or any(listening(a, ports[a]) for a in here if ports[a])
+    driver = driver_problem(address, gcs_address, sorted(ports), mine, visible, own,
+                            raylet_answers=answers)  # fmt: skip
     if driver is not None:
         raise driver

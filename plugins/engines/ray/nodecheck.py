@@ -95,14 +95,17 @@ def check_nodes(
     Every node must answer before ``deadline`` (``time.monotonic()``) with the driver's
     versions, else a located error; a node whose check fails because it is gone is left
     out, and so is a node of ``suspect`` (where the previous attempt lost a process) that
-    does not answer within :data:`SUSPECT_WAIT`. ``on_signal()`` is called while waiting
+    does not answer within :data:`SUSPECT_WAIT` (scaled by this machine's slowdown,
+    :mod:`.machine`). ``on_signal()`` is called while waiting
     when ``signals.caught`` is not empty."""
     import ray
     from singa_builtins.engines.ray.faults import summary
 
     refs = on_each_node(nodes, node_facts, lambda n: (n.id,))
     pending = list(refs)
-    suspect_until = time.monotonic() + SUSPECT_WAIT
+    from singa_builtins.engines.ray.machine import scaled
+
+    suspect_until = time.monotonic() + scaled(SUSPECT_WAIT, cap=30.0)  # a loaded machine
     gone = []
     while pending:
         _, pending = ray.wait(pending, num_returns=len(pending), timeout=0.25)
@@ -152,7 +155,9 @@ def clean_attempt(nodes, attempt: str) -> int:
 
     try:
         refs = list(on_each_node(nodes, unlink_attempt, lambda n: (attempt,)))
-        done, _ = ray.wait(refs, num_returns=len(refs), timeout=CLEANUP_WAIT)
+        from singa_builtins.engines.ray.machine import scaled
+
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=scaled(CLEANUP_WAIT, cap=15.0))
     except Exception:  # noqa: BLE001 - the runtime itself is going
         return 0
     removed = 0

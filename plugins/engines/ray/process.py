@@ -144,10 +144,77 @@ def actor_devices(shared, spec):
     return dataclasses.replace(shared, device_specs=specs)
 
 
+BREAK_ENV = "SINGA_RAY_BREAK_BUILD"
+
+
+SLOW_BUILD = 15.0  # seconds the test hook's "slow" process waits before its segments
+
+
+def break_build(index: int, hook) -> None:
+    """The test hook ``SINGA_RAY_BREAK_BUILD=PROCESS:raise|exit|slow`` (read by the driver,
+    handed to the actors): process PROCESS fails while its actor is built, with a Python
+    error or by its worker process exiting (after a line on its stderr); ``slow`` makes it
+    wait :data:`SLOW_BUILD` s before it creates its segments (see :func:`slow_build`)."""
+    if not hook or int(hook[0]) != index or hook[1] == "slow":
+        return
+    import sys
+
+    print(f"singa test hook: process {index} breaks while it is built ({hook[1]})",
+          file=sys.stderr, flush=True)  # fmt: skip
+    if hook[1] == "exit":
+        os._exit(3)
+    raise RuntimeError(f"process {index} broke while it was built ({BREAK_ENV}, a test hook)")
+
+
+def slow_build(index: int, hook) -> None:
+    if hook and int(hook[0]) == index and hook[1] == "slow":
+        import sys
+        import time
+
+        print(f"singa test hook: process {index} waits {SLOW_BUILD:g} s before its segments",
+              file=sys.stderr, flush=True)  # fmt: skip
+        time.sleep(SLOW_BUILD)
+
+
+def build_failure(exc: BaseException) -> dict:
+    """What the driver says of an actor that failed while it was built: a SingaError's
+    parts (message, where, help), else the exception's line and the last frames of its
+    traceback (``file:line in function``)."""
+    from singa_core.errors import SingaError
+
+    if isinstance(exc, SingaError):
+        return {"message": exc.message, "where": str(exc.where) if exc.where else None,
+                "help": exc.help, "text": exc.format()}  # fmt: skip
+    line = f"{type(exc).__name__}: {exc}".strip()
+    import ray
+
+    ours = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if not f.filename.startswith(os.path.dirname(ray.__file__))
+    ]  # Ray's own left out
+    frames = [f"{f.filename}:{f.lineno} in {f.name}" for f in ours]  # fmt: skip
+    frames = frames[::-1][:4]  # the innermost first
+    return {"message": line, "where": None, "help": None, "frames": frames}
+
+
 class SingaProcess:
-    def __init__(
-        self, index, shared, cwd, blas_threads, values, versions, state, attempt=""
-    ) -> None:
+    def __init__(self, *args, **kwargs) -> None:
+        # an error while the actor is built is kept and said by where(), with its text, so
+        # that the driver names it (Ray would report a dead actor, the cause in a log file)
+        self.broken = None
+        self.segments = None
+        try:
+            self._build(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - reported to the driver by where()
+            self.broken = build_failure(exc)
+            if self.segments is not None:
+                try:
+                    self.segments.close()  # and unlinked
+                except Exception:  # noqa: BLE001 - the driver removes the attempt's too
+                    pass
+
+    def _build(self, index, shared, cwd, blas_threads, values, versions, state, attempt="") -> None:
         import ray
         from singa_builtins.engines.shm.process import prepared_job_of
 
@@ -158,6 +225,7 @@ class SingaProcess:
             os.chdir(cwd)
         self.index = index
         self.shared = shared
+        break_build(index, shared.extras.get("break_build"))
         topo, layout = shared.topology, shared.layout
         self.spec = topo.procs[index]
         self.prepared = prepared_job_of(actor_devices(shared, self.spec))
@@ -179,6 +247,9 @@ class SingaProcess:
         # if it turns out to be the node's gateway of the group (see start; untouched
         # pages cost nothing)
         self.segments = NodeSegments(index, ray.get_runtime_context().get_node_id(), attempt)
+        self.names_gone = threading.Event()  # unlink_segments: nothing named is left
+        self._guard_names(ray.get_runtime_context().gcs_address)
+        slow_build(index, shared.extras.get("break_build"))
         for sg in sorted({sg for sg, _ in self.spec.servers}):
             self.segments.create(f"v{sg}", total)
         for g, j in self.spec.workers:
@@ -214,6 +285,8 @@ class SingaProcess:
             ("grad_bytes", "value_bytes", "sync_bytes", "value_copies", "value_answers"), 0
         )
         self.ctx = RayProcessContext(self, shared, self.prepared)
+        self.group_steps: dict[int, int] = {}  # group -> its worker 0's last step (progress)
+        self.steps_sent: dict[int, int] = {}
         self.outbox: list = []
         self.lock = threading.Lock()
         self.loop = None
@@ -221,6 +294,33 @@ class SingaProcess:
         self.waiting: dict = defaultdict(list)
         self.peers: list = []
         self.threads: list[threading.Thread] = []
+
+    def _guard_names(self, gcs_address: str) -> None:
+        """Until the driver has this actor unlink its segments' names (start-up), a thread
+        watches the head as the driver does (:class:`~.headwatch.HeadWatch`): once the
+        head is lost, the driver is gone (exit 2) and can no longer have them removed, so
+        this actor removes its own names, now and every second after (a segment it is
+        still creating included), while Ray keeps its process alive (its raylet waits 60 s
+        for the GCS). The memory goes with the process."""
+        from singa_builtins.engines.ray.headwatch import HeadWatch
+
+        try:
+            watch = HeadWatch(gcs_address)
+        except ValueError:
+            return
+
+        def run() -> None:
+            import sys
+
+            while not self.names_gone.wait(1.0):
+                if watch.lost():
+                    n = self.segments.unlink()
+                    if n:  # in this worker's Ray log
+                        print(f"singa: process {self.index} (pid {os.getpid()}) lost the head "
+                              f"(its GCS at {gcs_address}): removed the names of its {n} "
+                              "shared-memory segment(s)", file=sys.stderr, flush=True)  # fmt: skip
+
+        threading.Thread(target=run, name="singa-segment-names", daemon=True).start()
 
     def _make_servers(self) -> None:
         """This process's servers, their slices' values (in the value segments) and updater
@@ -302,6 +402,11 @@ class SingaProcess:
     async def where(self) -> dict:
         import ray
 
+        if self.broken is not None:
+            return {
+                "broken": self.broken, "address": ray.util.get_node_ip_address(),
+                "node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid(),
+            }  # fmt: skip
         return {
             "node_id": ray.get_runtime_context().get_node_id(),
             "address": ray.util.get_node_ip_address(),
@@ -405,7 +510,16 @@ class SingaProcess:
             self.wake.clear()
         with self.lock:
             out, self.outbox = self.outbox, []
+        steps = dict(self.group_steps)  # worker threads set it; no message of its own
+        if steps != self.steps_sent:
+            out.append(("progress", steps))
+            self.steps_sent = steps
         return out
+
+    def note_step(self, group: int, step: int) -> None:
+        """From worker 0 of ``group``, after each step: the driver's ``events`` carries it
+        (see :mod:`~singa_builtins.engines.ray.progress`)."""
+        self.group_steps[group] = step
 
     async def go(self) -> None:
         self.ctx.gate.set()
@@ -425,6 +539,7 @@ class SingaProcess:
     async def unlink_segments(self) -> None:
         """Every actor of the node has attached: the names can go (see segments)."""
         self.segments.unlink()
+        self.names_gone.set()
 
     async def deliver(self, key, item) -> None:
         self.ctx.inbox.put(tuple(key) if isinstance(key, list) else key, item)

@@ -38,11 +38,12 @@ def log_key(job_id: str, k: int) -> str:
 class Registry:
     """The registry of the cluster whose GCS is at ``gcs_address`` (HOST:PORT)."""
 
-    def __init__(self, gcs_address: str, timeout: float = TIMEOUT) -> None:
+    def __init__(self, gcs_address: str, timeout: float | None = None) -> None:
         from ray._raylet import GcsClient
+        from singa_builtins.engines.ray.machine import scaled
 
         self.address = gcs_address
-        self.timeout = timeout
+        self.timeout = scaled(TIMEOUT, cap=60.0) if timeout is None else timeout
         self.client = GcsClient(address=gcs_address)
 
     # -- raw ---------------------------------------------------------------------------------

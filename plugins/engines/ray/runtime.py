@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from singa_builtins.engines.ray.auth import PrivateToken, check_cluster, resolve_address
-from singa_builtins.engines.ray.headwatch import GRACE, HeadGuard, descendants
+from singa_builtins.engines.ray.headwatch import HeadGuard, descendants, grace
 from singa_builtins.engines.ray.initwatch import InitWatch
 from singa_builtins.engines.ray.membership import check_driver
 from singa_builtins.engines.shm.launcher import SignalCatcher
@@ -237,6 +237,9 @@ class Runtime:
         return f"the Ray cluster at {self.address}"
 
     def __enter__(self) -> Runtime:
+        from singa_builtins.engines.ray.machine import measure
+
+        measure()  # this machine's slowdown, from this process's start-up (machine.py)
         ray = import_ray()
         os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
         if ray.is_initialized():  # e.g. a program that runs several jobs
@@ -335,7 +338,7 @@ class Runtime:
             where="--address",
             help="run the command again",
         )
-        return InitWatch(gcs, err.format(), interrupted.format(), GRACE)
+        return InitWatch(gcs, err.format(), interrupted.format(), grace())
 
     def _init_error(self, exc: Exception) -> SingaError:
         import ray

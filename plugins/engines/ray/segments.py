@@ -31,7 +31,9 @@ actors of the same node (the same Ray node id: two Ray nodes on one machine do n
 then the driver has each owner unlink its names, so nothing stays in ``/dev/shm`` whatever
 happens later: the memory goes when the last process mapping it exits, killed or not. A
 process killed before the unlink leaves its names to its multiprocessing resource tracker,
-which removes them. Two more nets catch what those miss (a whole machine halted, a tracker
+which removes them. A process whose head is lost during start-up (the driver gone with
+it) removes its own names (``SingaProcess._guard_names``). Two more nets catch what those
+miss (a whole machine halted, a tracker
 killed with its actor): every name says its node, owner pid and the attempt
 (``singa-ray-<node>-<pid>-<attempt>-p<process>-<key>``); when an attempt ends the driver
 removes the attempt's names on every node it can still reach (:func:`unlink_attempt`, a
@@ -149,13 +151,17 @@ class NodeSegments:
             self.attached[name] = shm
         return np.ndarray((int(count),), dtype=np.float32, buffer=shm.buf)
 
-    def unlink(self) -> None:
-        """Remove the names of the created segments (the mappings stay valid)."""
-        for shm in self.created.values():
+    def unlink(self) -> int:
+        """Remove the names of the created segments (the mappings stay valid); how many
+        were still there. Another thread may call it while segments are being created."""
+        removed = 0
+        for shm in list(self.created.values()):
             try:
                 shm.unlink()
+                removed += 1
             except FileNotFoundError:
                 pass
+        return removed
 
     def close(self) -> None:
         self.arrays.clear()

@@ -26,6 +26,7 @@ load of this machine and ``--startup-timeout``.
 from __future__ import annotations
 
 import os
+import re
 import socket
 from dataclasses import dataclass
 
@@ -133,3 +134,50 @@ def deadline_error(timeout: float, stage: str, late: list[Late], load=None) -> S
         where="--startup-timeout",
         help=help_,
     )
+
+
+# -- a process that died while it was built ---------------------------------------------------
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def creation_error(exc: BaseException) -> str:
+    """The error an actor's creation task raised, from the text of Ray's ``ActorDiedError``
+    (its traceback ends with ``Type: message``, perhaps on several lines): the lines after
+    the last frame; "" when it is not a creation task's error."""
+    text = _ANSI.sub("", str(exc))
+    if "creation task" not in text:
+        return ""
+    lines = [x.rstrip() for x in text.splitlines() if x.strip()]
+    last_frame = max((k for k, x in enumerate(lines) if x.startswith((" ", "\t"))), default=0)
+    return "\n".join(lines[last_frame + 1 :])
+
+
+def dead_pid(exc: BaseException) -> int:
+    """The pid of a dead actor's worker process in Ray's error text (0 when not named)."""
+    m = re.search(r"\bpid[:=] ?(\d+)", _ANSI.sub("", str(exc)))
+    return int(m.group(1)) if m else 0
+
+
+def worker_output(pid: int, lines: int = 12) -> str:
+    """Run on a node: the last ``lines`` lines a worker process there (``pid``) wrote to its
+    stderr (and stdout) log in Ray's session folder, Ray's own marker lines left out."""
+    import glob
+
+    try:
+        from ray._private import worker as ray_worker
+
+        node = ray_worker.global_worker.node
+        logs = node.get_logs_dir_path() if node is not None else ""
+    except Exception:  # noqa: BLE001 - Ray's default folder then
+        logs = ""
+    logs = logs or "/tmp/ray/session_latest/logs"
+    out: list[str] = []
+    for suffix in ("err", "out"):
+        for path in sorted(glob.glob(os.path.join(logs, f"worker-*-{pid}.{suffix}"))):
+            try:
+                with open(path, errors="replace") as fh:
+                    text = fh.read()[-20000:]
+            except OSError:
+                continue
+            out += [x for x in text.splitlines() if x.strip() and not x.startswith(":")]
+    return "\n".join(out[-lines:])

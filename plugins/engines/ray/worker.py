@@ -14,6 +14,7 @@ handling) with Ray for transport.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 
 import numpy as np
@@ -298,6 +299,14 @@ class RayWorker(WorkerThread):
 
     def stop_at(self) -> int:
         return self.ctx.stop_at.get(self.group, -1)
+
+    def after_step(self, step: int) -> None:
+        if self.wid == 0:
+            self.ctx.proc.note_step(self.group, step + 1)  # steps done
+            delay = self.shared.extras.get("step_delay")
+            if delay and int(delay[0]) == self.group:  # the test hook SINGA_RAY_STEP_DELAY
+                time.sleep(float(delay[1]))
+        super().after_step(step)
 
     def set_stop_at(self, step: int) -> None:
         """Worker 0 of a partitioned group decides, after its step ``s``, where the group

@@ -133,7 +133,11 @@ def prepared_job_of(shared):
     from singa_core.device import open_device
 
     prepared = PreparedJob(cfg=cfg, host=host, seed=shared.seed, workspace=shared.workspace_path)
-    prepared.devices = [open_device(spec) for spec in getattr(shared, "device_specs", [])]
+    wheres = list(getattr(shared, "extras", {}).get("device_where", ()))  # the Ray engine's
+    prepared.devices = [
+        open_device(spec, wheres[j] if j < len(wheres) else "--device")
+        for j, spec in enumerate(getattr(shared, "device_specs", []))
+    ]
     return prepared
 
 

@@ -1,0 +1,129 @@
+"""A loaded machine and a rebooted submitter (issue 44 points 4 and 8), on two emulated
+machines (tests/engines/emulated_machines.py) set up by the README's "Two or more
+machines" block: machine 0 is the head, machine 1 a node that submits. Four busy processes
+load the box throughout; the bounds are the machine's own start-up under that load (a
+``singa list-plugins``) plus a margin, never a fixed time.
+
+In order, one set of machines:
+
+1. a job submitted from machine 1 holds 2 of the cluster's 4 CPUs;
+2. a job asking for 3 CPUs (fits the cluster's totals, not what is free): its dry-run and
+   its run from machine 1 are both refused with the free CPUs named, and the run takes no
+   longer than its dry-run plus the machine's start-up (the run looks at what is free
+   before it asks anything of the nodes);
+3. machine 1 rebooted (halted and started again: its HOME, with its jobs folder and token,
+   kept; Ray not started on it): ``singa jobs --address HEAD`` there lists its job from the
+   cluster's registry, ``singa jobs`` lists its own pointer to the cluster, and neither
+   says the cluster does not answer; ``singa submit`` and ``singa train`` there say in one
+   line that it is not a node and must ``ray start --address`` first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import mlp_conf, write_csv_blobs
+from tests.engines.emulated_machines import (
+    EmulatedCluster,
+    namespace_problem,
+    readme_recipe,
+    start_ray,
+)
+
+pytestmark = pytest.mark.slow
+
+HEAD, MEMBER = 0, 1
+MARGIN = 5.0  # seconds beyond the bound a command may take (the console's own calls)
+BUSY = 4
+
+
+def test_a_refusal_under_load_is_as_fast_as_its_dry_run_and_a_rebooted_submitter(tmp_path):
+    problem = namespace_problem()
+    if problem:
+        pytest.skip(problem)
+    pytest.importorskip("ray")
+    recipe = readme_recipe()
+    data = write_csv_blobs(tmp_path / "blobs.csv")
+    conf = tmp_path / "job.conf"
+    conf.write_text(mlp_conf(data, tmp_path / "ws", steps=1_000_000))
+    load = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(BUSY)]
+    try:
+        with EmulatedCluster(2) as c:
+            _scenario(c, recipe, conf, tmp_path)
+    finally:
+        for p in load:
+            p.kill()
+            p.wait()
+
+
+def _scenario(c, recipe, conf, tmp_path) -> None:
+    start_ray(c, recipe, head=HEAD, others=(MEMBER,))
+    head = f"{c.address(HEAD)}:{recipe.port()}"
+
+    def singa(i, *args, timeout=240):
+        t0 = time.monotonic()
+        res = c.run(i, ["singa", *args], env=recipe.env, cwd=tmp_path, timeout=timeout)
+        res.took = time.monotonic() - t0
+        print(f"machine {i}: singa {' '.join(args)} -> {res.returncode} in {res.took:.1f} s\n"
+              f"{res.stdout[-1200:]}{res.stderr[-1200:]}")  # fmt: skip
+        assert "Traceback" not in res.stdout + res.stderr
+        return res
+
+    def record(job):
+        res = singa(MEMBER, "jobs", "--address", head, "--json")
+        assert res.returncode == 0, res.stderr
+        (rec,) = [r for r in json.loads(res.stdout) if r["id"] == job]
+        return rec
+
+    startup = singa(MEMBER, "list-plugins").took  # the machine's own start-up under load
+
+    # 1. a job that holds 2 of the 4 CPUs
+    res = singa(MEMBER, "submit", str(conf), "--engine", "ray", "--address", head, "-o",
+                "cluster.nworker_groups=2", "--workspace", str(tmp_path / "ws-a"))  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    job = res.stdout.strip().splitlines()[-1]
+    deadline = time.monotonic() + 240
+    while (record(job).get("step") or 0) < 20:
+        assert time.monotonic() < deadline, record(job)
+        time.sleep(2)
+
+    # 2. a job that fits the totals but not what is free: dry-run, then the run
+    big = ["--engine", "ray", "--address", head, "-o", "cluster.nworker_groups=3",
+           "--workspace", str(tmp_path / "ws-b")]  # fmt: skip
+    dry = singa(MEMBER, "train", str(conf), "--dry-run", *big)
+    run = singa(MEMBER, "train", str(conf), *big)
+    for res in (dry, run):
+        assert res.returncode == 2, res.stderr
+        assert "needs 3 CPUs" in res.stderr and "only 2 of the Ray cluster's 4 are free" in (
+            res.stderr
+        ), res.stderr
+    assert "ray: " not in run.stderr  # no actor started
+    print(f"{BUSY} busy processes, load {os.getloadavg()[0]:.1f}: start-up {startup:.1f} s, "
+          f"dry-run {dry.took:.1f} s, refused run {run.took:.1f} s (ratio "
+          f"{run.took / dry.took:.2f})")  # fmt: skip
+    assert run.took <= dry.took + startup + MARGIN, (run.took, dry.took, startup)
+
+    # 3. machine 1 rebooted: not a node any more, its jobs folder and token kept
+    c.halt(MEMBER)
+    c.start(MEMBER)
+    res = singa(MEMBER, "jobs", "--address", head, "--json")
+    assert res.returncode == 0, res.stderr
+    assert job in [r["id"] for r in json.loads(res.stdout)]
+    assert "does not answer" not in res.stdout + res.stderr
+    res = singa(MEMBER, "jobs")
+    assert res.returncode == 0 and job in res.stdout, res.stderr
+    assert f"runs on the cluster at {head}" in res.stdout
+    assert "does not answer" not in res.stdout + res.stderr
+    for command in ("submit", "train"):
+        res = singa(MEMBER, command, str(conf), "--engine", "ray", "--address", head)
+        assert res.returncode == 2, res.stderr
+        line = (f"--address: error: this machine ({c.address(MEMBER)}) is not a node of the "
+                f"cluster at {head}: `ray start --address {head}` first")  # fmt: skip
+        assert line in res.stderr and "firewall" not in res.stderr, res.stderr
+        assert res.took < startup + MARGIN, (res.took, startup)
