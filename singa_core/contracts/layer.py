@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from singa_core.contracts import capture, draws
 from singa_core.contracts.device import CPU, Device, array_module, default_device
 from singa_core.contracts.errors import Location, SingaError
 from singa_core.contracts.memory import charge as charge_memory
@@ -302,8 +303,6 @@ class Layer:
         step, the net's phase and the draw's number within the step, so every device
         draws the same numbers, a resumed run draws what the uninterrupted one did, and a
         replayed step draws anew."""
-        from singa_core.contracts import capture, draws
-
         step = capture.step_number(out)
         now = int(step.host[0])
         if self._draw_key is None or self._draw_key[0] is not self.ctx.rng:

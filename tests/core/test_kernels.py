@@ -221,6 +221,21 @@ CASES = {
     ],
     "gru_step_backward": [_gru_step_backward_case],
     "zero_many": [lambda r: ([[_f32(r, 3, 4), _f32(r, 7), _f32(r, 2, 2, 2)]], [0], 0)],
+    # Philox4x64-10 in CUDA C against numpy's Philox: bit-equal, an odd tail included
+    "philox_uniform": [
+        lambda r, n=n: (
+            [
+                np.empty(n, np.float32),
+                *(int(x) for x in r.integers(0, 2**63, 2)),
+                3,
+                1,
+                np.array([41.0]),
+            ],
+            [0],
+            0,
+        )
+        for n in (1, 8, 1001)
+    ],
     "lrn_forward": [
         lambda r, C=C, n=n, b=b, t=t: _lrn_forward_case(r, C, n, b, t)
         for C, n in ((7, 5), (3, 3), (1, 3), (2, 5))
