@@ -73,7 +73,7 @@ def _uniform_host(out, key0, key1, draw, phase, step_at) -> None:
     counter = np.array([0, int(draw), int(phase), int(step_at[0])], dtype=np.uint64)
     key = np.array([int(key0), int(key1)], dtype=np.uint64)
     gen = np.random.Generator(np.random.Philox(key=key, counter=counter))
-    gen.random(dtype=np.float32, out=out.reshape(-1))
+    gen.random(dtype=np.float32, out=out.reshape(-1))  # into out: nothing allocated
 
 
 def _uniform_cuda(out, key0, key1, draw, phase, step_at, rt=CUPY) -> None:
