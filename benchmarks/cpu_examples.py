@@ -8,7 +8,8 @@ rbm.py) once per thread count and prints its medians, the ratio singa/PyTorch an
 fraction of the measured SGEMM peak each reaches, with the machine facts and the load at
 the start and end of each. ``--avx2`` makes both libraries take their AVX2 code paths on a
 machine that has AVX-512 (OpenBLAS ``OPENBLAS_CORETYPE=Haswell``, PyTorch
-``ATEN_CPU_CAPABILITY=avx2``; oneDNN ``ONEDNN_MAX_CPU_ISA=AVX2``): the kernels an AVX2
+``ATEN_CPU_CAPABILITY=avx2``, oneDNN ``ONEDNN_MAX_CPU_ISA=AVX2``, MKL
+``MKL_ENABLE_INSTRUCTIONS=AVX2``): the kernels an AVX2
 machine runs, on this machine's caches and clock. ``--quick``: fewer rounds (a look, not a
 measurement).
 """
@@ -35,7 +36,12 @@ EXAMPLES = {
     "RBM1": ("rbm.py", [], 8, 20, 10),
 }
 
-AVX2 = {"OPENBLAS_CORETYPE": "Haswell", "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+AVX2 = {
+    "OPENBLAS_CORETYPE": "Haswell",
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+    "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+}
 
 
 def run(name: str, threads: int, quick: bool, env: dict) -> dict:
