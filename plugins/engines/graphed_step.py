@@ -5,11 +5,12 @@ The first step of a run is eager (it allocates what the step needs, uploads the 
 tables). The next one is captured while it runs (:func:`singa_core.capture.capturing`):
 every launch, GEMM and copy into an existing device array becomes a node. Each later step
 is its host part (:meth:`Worker.host_part`: the input layers read the next batch into the
-host buffers the graph's copy nodes read), the step's numbers brought to it
-(:func:`~singa_core.capture.prepare_step`: the learning rate in device memory),
-then the replay. What the step's Python did besides launching is done again by hand: the
-Params' versions advance (:meth:`InProcessStub.replayed`) and the layers' metric counts
-grow by what the captured step added.
+host buffers the graph's copy nodes read), then the replay; the training loop has brought
+the step's numbers (the learning rate, the step of the draws) to the step in device memory
+before (:func:`~singa_core.capture.prepare_step`). What the step's Python did besides
+launching is done again by hand: the Params' versions advance
+(:meth:`InProcessStub.replayed`) and the layers' metric counts grow by what the captured
+step added.
 
 Display, test and checkpoint steps stay outside the graph: metrics are read, evaluations
 run and checkpoints are written between replays, on the same arrays. A display step that
@@ -51,7 +52,7 @@ class GraphedStep:
         self.stub.flush()
 
     def _capture(self, step: int) -> None:
-        capture.prepare_step(step)
+        # (the training loop brought the step's numbers to this step before calling)
         before = [(layer, metric_counts(layer)) for layer in self.net.layers]
         with capture.capturing() as graph:
             self._eager(step, self.stub)
@@ -70,7 +71,6 @@ class GraphedStep:
 
     def _replay(self, step: int) -> None:
         self.worker.host_part(step, self.net)
-        capture.prepare_step(step)
         self.graph.replay()
         self.stub.replayed()
         for layer, grown in self.counts_added:

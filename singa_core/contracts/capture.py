@@ -66,9 +66,6 @@ class Graph:
 
     nodes: list[Node] = field(default_factory=list)
 
-    def add(self, node: Node) -> None:
-        self.nodes.append(node)
-
     def record(self, name: str, kind: str, run, launches: int, keep: tuple) -> None:
         """A node, as the stand-in and the emulated runtime hand it over."""
         self.nodes.append(Node(name, kind, run, launches, keep))

@@ -308,8 +308,8 @@ class Layer:
         if self._draw_key is None or self._draw_key[0] is not self.ctx.rng:
             # a new generator (a re-seeded layer) starts its draws afresh
             self._draw_key = (self.ctx.rng, draws.layer_key(self.ctx.rng))
-            self._draws = [now, 0]
-        if self._draws[0] != now:
+            self._draws = [-1, 0]
+        if self._draws[0] != now:  # a new step: its draws are numbered from 0
             self._draws = [now, 0]
         number = self._draws[1]
         self._draws[1] += 1

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from singa_core.contracts.blas import axpy
+from singa_core.contracts.capture import StepValue
 from singa_core.contracts.cuda import CUPY, launch_multi_tensor, multi_tensor_source
 from singa_core.contracts.device import array_module
 from singa_core.contracts.errors import SingaError
@@ -102,8 +103,6 @@ class Updater:
         """The step's learning rate ``lr(step)`` in a (1,) float64 array on ``like``'s
         device, for update kernels (a :class:`~singa_core.contracts.capture.StepValue`:
         a replayed step's kernels read the rate from it)."""
-        from singa_core.contracts.capture import StepValue
-
         key = ("rate", type(like))
         rate = self._scratch.get(key)
         if rate is None:
