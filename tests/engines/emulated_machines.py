@@ -29,6 +29,7 @@ follow: :func:`readme_recipe` reads its ``bash`` block at run time.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -580,3 +581,29 @@ def segments_left(before: set[str], nodes: set[str] | None = None, grace: float 
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.25)
+
+
+def singa_runner(cluster: EmulatedCluster, recipe: Recipe, cwd: Path, timeout: float = 180):
+    """``singa(i, *args, env=None, timeout=...)``: the ``singa`` command on machine ``i`` with
+    the recipe's environment (plus ``env``); its result carries ``took`` (seconds), the tail
+    of its output is printed, and it must not end in a traceback."""
+
+    def singa(i: int, *args: str, env: dict | None = None, timeout: float = timeout):
+        t0 = time.monotonic()
+        res = cluster.run(i, ["singa", *args], env={**recipe.env, **(env or {})}, cwd=cwd,
+                          timeout=timeout)  # fmt: skip
+        res.took = time.monotonic() - t0
+        print(f"machine {i}: singa {' '.join(args)} -> {res.returncode} in {res.took:.1f} s\n"
+              f"{res.stdout[-1200:]}{res.stderr[-1200:]}")  # fmt: skip
+        assert "Traceback" not in res.stdout + res.stderr
+        return res
+
+    return singa
+
+
+def job_record(singa, machine: int, head: str, job: str) -> dict:
+    """Job ``job``'s record as ``singa jobs --address HEAD --json`` on ``machine`` shows it."""
+    res = singa(machine, "jobs", "--address", head, "--json")
+    assert res.returncode == 0, res.stderr
+    (rec,) = [r for r in json.loads(res.stdout) if r["id"] == job]
+    return rec

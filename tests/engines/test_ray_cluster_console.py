@@ -33,6 +33,7 @@ from tests.engines.emulated_machines import (
     join,
     namespace_problem,
     readme_recipe,
+    singa_runner,
     start_ray,
 )
 
@@ -57,13 +58,7 @@ def test_a_job_submitted_to_the_cluster_outlives_its_machine_and_is_stopped_from
         start_ray(c, recipe, head=HEAD, others=(SUBMITTER,))
         head = f"{c.address(HEAD)}:{recipe.port()}"
 
-        def singa(i, *args, env=None, timeout=120):
-            res = c.run(i, ["singa", *args], env={**recipe.env, **(env or {})}, cwd=tmp_path,
-                        timeout=timeout)  # fmt: skip
-            print(f"machine {i}: singa {' '.join(args)} -> {res.returncode}\n"
-                  f"{res.stdout[-1500:]}{res.stderr[-1500:]}")  # fmt: skip
-            assert "Traceback" not in res.stdout + res.stderr
-            return res
+        singa = singa_runner(c, recipe, tmp_path, timeout=120)
 
         # 1. submitted from machine 1
         t0 = time.monotonic()

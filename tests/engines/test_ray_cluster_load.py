@@ -31,8 +31,10 @@ import pytest
 from tests.conftest import mlp_conf, write_csv_blobs
 from tests.engines.emulated_machines import (
     EmulatedCluster,
+    job_record,
     namespace_problem,
     readme_recipe,
+    singa_runner,
     start_ray,
 )
 
@@ -66,20 +68,10 @@ def _scenario(c, recipe, conf, tmp_path) -> None:
     start_ray(c, recipe, head=HEAD, others=(MEMBER,))
     head = f"{c.address(HEAD)}:{recipe.port()}"
 
-    def singa(i, *args, timeout=240):
-        t0 = time.monotonic()
-        res = c.run(i, ["singa", *args], env=recipe.env, cwd=tmp_path, timeout=timeout)
-        res.took = time.monotonic() - t0
-        print(f"machine {i}: singa {' '.join(args)} -> {res.returncode} in {res.took:.1f} s\n"
-              f"{res.stdout[-1200:]}{res.stderr[-1200:]}")  # fmt: skip
-        assert "Traceback" not in res.stdout + res.stderr
-        return res
+    singa = singa_runner(c, recipe, tmp_path, timeout=240)
 
     def record(job):
-        res = singa(MEMBER, "jobs", "--address", head, "--json")
-        assert res.returncode == 0, res.stderr
-        (rec,) = [r for r in json.loads(res.stdout) if r["id"] == job]
-        return rec
+        return job_record(singa, MEMBER, head, job)
 
     startup = singa(MEMBER, "list-plugins").took  # the machine's own start-up under load
 

@@ -25,7 +25,6 @@ In order, one set of machines:
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -39,9 +38,11 @@ from tests.conftest import mlp_conf, write_csv_blobs
 from tests.engines.emulated_machines import (
     EmulatedCluster,
     copy_token,
+    job_record,
     namespace_problem,
     ray_segments,
     readme_recipe,
+    singa_runner,
     start_ray,
 )
 
@@ -79,20 +80,10 @@ def _scenario(c, recipe, conf, tmp_path) -> None:
     copy_token(c, HEAD, OUTSIDER)  # holds the token, never runs `ray start`
     head = f"{c.address(HEAD)}:{recipe.port()}"
 
-    def singa(i, *args, timeout=180):
-        t0 = time.monotonic()
-        res = c.run(i, ["singa", *args], env=recipe.env, cwd=tmp_path, timeout=timeout)
-        res.took = time.monotonic() - t0
-        print(f"machine {i}: singa {' '.join(args)} -> {res.returncode} in {res.took:.1f} s\n"
-              f"{res.stdout[-1200:]}{res.stderr[-1200:]}")  # fmt: skip
-        assert "Traceback" not in res.stdout + res.stderr
-        return res
+    singa = singa_runner(c, recipe, tmp_path, timeout=180)
 
     def record(job):
-        res = singa(OUTSIDER, "jobs", "--address", head, "--json")
-        assert res.returncode == 0, res.stderr
-        (rec,) = [r for r in json.loads(res.stdout) if r["id"] == job]
-        return rec
+        return job_record(singa, OUTSIDER, head, job)
 
     def until_ended(job, timeout=120):
         deadline = time.monotonic() + timeout
