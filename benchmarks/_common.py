@@ -414,14 +414,14 @@ def singa_train_step(conf: Path, overrides: list[str], threads: int, device=None
     set_blas_threads(threads)
     engine._init_params()
     loop = engine._loop()
-    net, worker, stub = engine.train_net, engine.worker, loop.stub
+    stub = loop.stub
     devices = [d for d in set(prepared.devices) if not d.is_host]
+    run = loop.step_runner  # as training runs it (e.g. plain SGD folded into the GEMMs)
     if not devices:
-        return lambda s: worker.train_one_batch(s, net, stub)
+        return lambda s: run(s, stub)
 
     def step(s):
-        worker.train_one_batch(s, net, stub)
-        stub.flush()  # the updates a device's server holds back to apply together
+        run(s, stub)  # then the stub's flush: the updates a device's server held back
         for d in devices:
             d.synchronize()
 

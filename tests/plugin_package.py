@@ -121,12 +121,14 @@ class PlainVenv:
         env["PATH"] = f"{self.root / 'bin'}{os.pathsep}{env.get('PATH', '')}"
         return {**env, "VIRTUAL_ENV": str(self.root), "OPENBLAS_NUM_THREADS": "1"}
 
-    def run(self, *args: str, cwd: Path | None = None, timeout: int = 600):
-        """Run a command of the venv (``singa ...``, ``python ...``, ``pytest ...``)."""
+    def run(self, *args: str, cwd: Path | None = None, timeout: int = 600, env=None):
+        """Run a command of the venv (``singa ...``, ``python ...``, ``pytest ...``);
+        ``env``: variables to add to :meth:`env`."""
         cmd = [str(self.root / "bin" / args[0]), *args[1:]]
         return subprocess.run(
-            cmd, cwd=cwd, env=self.env(), capture_output=True, text=True, timeout=timeout
-        )
+            cmd, cwd=cwd, env={**self.env(), **(env or {})}, capture_output=True, text=True,
+            timeout=timeout,
+        )  # fmt: skip
 
     def pip_install(self, *args: str, cwd: Path | None = None):
         """``pip install ARGS`` into the venv, offline: this environment's pip (the venv has
@@ -162,11 +164,18 @@ def _closure(requirements: list[str]) -> list[metadata.Distribution]:
 def _link_distribution(dist: metadata.Distribution, site: Path) -> None:
     """Make ``dist`` (installed here) installed in ``site``: a link per top-level entry of
     its RECORD (packages, modules, its .dist-info); inside a namespace package shared with
-    other distributions (``google/``), a link per entry of its own."""
+    other distributions (``google/``), a link per entry of its own; a link per file for
+    what it installs outside site-packages (the venv's ``lib/``, ``bin/``…)."""
     entries = set()
     for f in dist.files or ():
         parts = Path(str(f)).parts
-        if parts[0] in ("..", "__pycache__"):
+        if parts[0] == "..":  # outside site-packages (MKL's lib/*.so): a link per file
+            source, target = Path(dist.locate_file(f)), site.joinpath(*parts).resolve()
+            if source.is_file() and not target.exists():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.symlink_to(source)
+            continue
+        if parts[0] == "__pycache__":
             continue
         top = Path(dist.locate_file(parts[0]))
         namespace = top.is_dir() and len(parts) > 2 and not (top / "__init__.py").exists()

@@ -145,6 +145,15 @@ def feature(extra: str, venv: PlainVenv, tmp: Path) -> None:
                        "from singa_builtins.layers._gru_sequence import compiled; "
                        "assert compiled() is not None, 'GRU step passes not compiled'")  # fmt: skip
         _ok(res, "numba kernels")
+    elif extra == "mkl":  # the MLP trained with MKL's SGEMM, said in the run's notes
+        res = venv.run("python", "-c", "from singa_core.contracts import sgemm; "
+                       "lib = sgemm.library('mkl'); assert lib is not None, 'no MKL'; "
+                       "print(lib.version)")  # fmt: skip
+        _ok(res, "MKL found")
+        res = venv.run("singa", "train", str(conf), "--workspace", str(ws),
+                       env={"SINGA_SGEMM": "mkl"})  # fmt: skip
+        _ok(res, "train with SINGA_SGEMM=mkl")
+        assert "sgemm: mkl" in res.stderr, res.stderr
     elif extra == "proto":
         proto = tmp / "ext.proto"
         proto.write_text(

@@ -13,6 +13,7 @@ will under multi-process engines.
 
 from __future__ import annotations
 
+import numpy as np
 from singa_builtins.engines.graphed_step import GraphedStep
 
 from singa_core.blas import (
@@ -20,6 +21,7 @@ from singa_core.blas import (
     blas_threads_problem,
     blas_threads_set_by,
     faster_thread_count,
+    host_sgemm,
 )
 from singa_core.capture import prepare_step, step_scope
 from singa_core.device import array_module, to_host
@@ -32,12 +34,13 @@ from singa_core.running import checkpoint as ckpt
 from singa_core.running.job import updater_type_name
 from singa_core.running.thread_trial import trial_times
 from singa_core.running.training import TrainingLoop, pop_net_metrics
-from singa_core.stub import ParamShard, ParamStub
+from singa_core.stub import FoldedUpdate, ParamShard, ParamStub
 
 
 class InProcessStub(ParamStub):
     def __init__(self, shard: ParamShard, params) -> None:
         self.shard = shard
+        self.folds: list[FoldedUpdate] = []  # see enable_folds
         self.shares: dict[int, list] = {}
         for p in params:
             self.shares.setdefault(p.owner.id, []).append(p)
@@ -48,8 +51,40 @@ class InProcessStub(ParamStub):
         if self.shard.pending:
             self.flush()
 
+    def enable_folds(self) -> int:
+        """Let every Param whose server allows it (:meth:`ParamShard.foldable`) have its
+        update applied inside its gradient's GEMM (:class:`FoldedUpdate`); the number of
+        Params that can. Folds act only in steps run by :meth:`folding_step`."""
+        self.folds = []
+        for key, params in self.shares.items():
+            owner = params[0].owner
+            if (
+                len(params) == 1
+                and owner.grad_owner is owner
+                and not owner.is_mirror
+                and isinstance(owner.value, np.ndarray)
+                and self.shard.foldable(key)
+            ):
+                owner.fold = FoldedUpdate(self.shard, key)
+                self.folds.append(owner.fold)
+        return len(self.folds)
+
+    def folding_step(self, step: int, run) -> None:
+        """``run()`` (one training step) with the folds armed for ``step``."""
+        for f in self.folds:
+            f.arm(step)
+        try:
+            run()
+        finally:
+            for f in self.folds:
+                f.disarm()
+
     def update(self, step: int, param) -> None:
         owner = param.owner
+        if owner.fold is not None and owner.fold.applied:  # updated inside its gradient's GEMM
+            owner.fold.applied = False
+            self._set_version(owner.id, self.shard.folded(owner.id))
+            return
         grad = param.grad
         if array_module(grad) is not array_module(owner.value):  # a replica on another device
             grad = owner.device.asarray(to_host(grad))
@@ -95,7 +130,9 @@ class InProcessEngine(Engine):
     priority = 10
     #: graphs=on|off: capture a training step's device work once and replay it
     #: (plugins/engines/graphed_step.py; off by default)
-    option_names = ("graphs",)
+    #: fold=on|off: plain SGD's update applied inside each weight gradient's GEMM (on by
+    #: default; off writes every gradient to its array first, e.g. to compare)
+    option_names = ("graphs", "fold")
 
     @classmethod
     def supports(cls, job) -> str | None:
@@ -135,6 +172,7 @@ class InProcessEngine(Engine):
             f"engine: inprocess (1 process: {workers} of group 0 and server 0 of group 0; "
             f"{count}: {why})",
             f"server 0 holds all {len(self.train_net.owner_params)} params ({n:,} values) unsliced",
+            f"host GEMMs: {host_sgemm()}",
         ]
 
     # -- set-up of parameter values (SINGA's InitNetParams) -------------------------------
@@ -204,6 +242,14 @@ class InProcessEngine(Engine):
                 help="graphs=on replays each training step's device work, graphs=off "
                 "(the default) runs it eagerly",
             )
+        fold = options.get("fold", "on")
+        if fold not in ("on", "off"):
+            raise SingaError(
+                f"--engine-option fold is {fold!r}",
+                where="--engine-option",
+                help="fold=on (the default) applies plain SGD's update inside each weight "
+                "gradient's GEMM, fold=off writes every gradient to its array first",
+            )
         device = self._device()
         if graphs == "on" and not (device.kind == "standin" and device.code == "cuda"):
             raise SingaError(
@@ -217,6 +263,17 @@ class InProcessEngine(Engine):
     def _loop(self) -> TrainingLoop:
         stub = InProcessStub(self.shard, self.train_net.params)
         graphs = self.options.get("graphs") == "on"
+        runner = GraphedStep(self.worker, self.train_net, stub, self.reporter) if graphs else None
+        if not graphs and self.options.get("fold", "on") == "on" and stub.enable_folds():
+            worker, net = self.worker, self.train_net
+
+            def runner(step: int, used) -> None:
+                if used is not stub:  # a stub that looks at the gradients: none folded
+                    worker.train_one_batch(step, net, used)
+                else:
+                    stub.folding_step(step, lambda: worker.train_one_batch(step, net, stub))
+                stub.flush()
+
         return TrainingLoop(
             self.job,
             worker=self.worker,
@@ -226,9 +283,7 @@ class InProcessEngine(Engine):
             checkpoint=self._write_checkpoint,
             reporter=self.reporter,
             lr=self.updater.lr,
-            step_runner=(
-                GraphedStep(self.worker, self.train_net, stub, self.reporter) if graphs else None
-            ),
+            step_runner=runner,
         )
 
     def _threads_rule(self) -> tuple[int | None, str]:
@@ -286,6 +341,8 @@ class InProcessEngine(Engine):
             self.threads = n
             if blas_threads_set_by(self.job) is None:
                 self.reporter.note(f"BLAS threads: {n} ({why})")
+            if not host_sgemm().startswith("openblas"):  # numpy's own BLAS goes unsaid
+                self.reporter.note(f"sgemm: {host_sgemm()}")
         problem = blas_threads_problem(self.threads)
         if problem:
             self.reporter.note(problem)

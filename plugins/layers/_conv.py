@@ -391,7 +391,7 @@ class ConvolutionBase(NeuronLayer):
             self.kernels.im2col(self._chwn(srcs[0].data), self._col, *self._window_args())
         else:
             self._im2col(self._input_chwn(srcs[0].data))
-        np.dot(self.weight.value, self._col2d, out=self._out2d)
+        gemm(self.weight.value, self._col2d, self._out2d)
         self._out2d += self.bias.value[:, None]
 
     def backward(self, phase, srcs):
@@ -404,19 +404,19 @@ class ConvolutionBase(NeuronLayer):
         if self._rows:
             self._weight_grad_rows(g, gw)
         else:
-            np.dot(g, self._col2d.T, out=gw)
+            gemm(g, self._col2d.T, gw)
         if agg:
             wp.grad += gw
-            bp.grad += np.dot(g, self._ones)
+            gemm(g, self._ones[:, None], bp.grad[:, None], beta=1.0)
         else:
-            np.dot(g, self._ones, out=bp.grad)
+            gemm(g, self._ones[:, None], bp.grad[:, None])
         buf = srcs[0].grad_for(self)
         if buf is None:
             return
         if self._rows:
             self._input_grad_rows(g, buf)
             return
-        np.dot(wp.value.T, g, out=self._col2d)  # the column buffer is free again
+        gemm(wp.value.T, g, self._col2d)  # the column buffer is free again
         if self._one_launch:
             self.kernels.col2im(self._col, self._chwn(buf), *self._window_args())
         else:

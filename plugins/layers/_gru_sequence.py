@@ -349,7 +349,7 @@ class GRURun(SequenceRun):
         np.concatenate((p[3], p[4], p[5]), axis=0, out=self.u)
         bz, br, bc = (p[6], p[7], p[8]) if first.has_bias else (self.w[0],) * 3
         gates2 = self.gates.reshape(self.T * self.B, 3 * H)
-        np.dot(x, self.w.T, out=gates2)
+        gemm(x, self.w.T, gates2)
         step = first.kernels.gru_step_forward
         ut = self.u.T
         for t in range(self.T):
@@ -398,25 +398,22 @@ class GRURun(SequenceRun):
         agg = bool(phase & kAggGrad)
         # the weight gradients over all steps, then into the nine Params
         x = srcs[0].data.reshape(T * B, self.V)
-        np.dot(dx2.T, x, out=a["gw"])
+        gemm(dx2.T, x, a["gw"])
         self._add(params[0:3], a["gw"], agg)
         gu = a["gu"]
         if T > 1:
-            np.dot(
-                dh[1:].reshape((T - 1) * B, 3 * H).T, self.out[:-1].reshape((T - 1) * B, H),
-                out=gu,
-            )  # fmt: skip
+            gemm(dh[1:].reshape((T - 1) * B, 3 * H).T, self.out[:-1].reshape((T - 1) * B, H), gu)
             if not first._h0_zero:
                 gemm(dh[0].T, first._h0, gu, beta=1.0)
         else:
-            np.dot(dh[0].T, first._h0, out=gu)
+            gemm(dh[0].T, first._h0, gu)
         self._add(params[3:6], gu, agg)
         if first.has_bias:
-            np.dot(a["ones"], dx2, out=a["gb"])
+            gemm(a["ones"][None, :], dx2, a["gb"].reshape(1, -1))
             self._add(params[6:9], a["gb"], agg)
         gx = srcs[0].grad_for(self)
         if gx is not None:
-            np.dot(dx2, self.w, out=gx.reshape(T * B, self.V))
+            gemm(dx2, self.w, gx.reshape(T * B, self.V))
 
     def _add(self, params, stacked_grad, agg: bool) -> None:
         """Without ``kAggGrad`` the gradient of the whole sequence is written (the copies

@@ -258,12 +258,12 @@ class GRULayer(NeuronLayer):
             self.grad, self.grad2, w.zero, w.g, w.p, h, w.dx, w.dh, w.direct
         )
         agg = bool(phase & kAggGrad)
-        np.dot(w.dx.T, x, out=w.gw)
+        gemm(w.dx.T, x, w.gw)
         add_stacked(self.params[0:3], w.gw, H, agg)
-        np.dot(w.dh.T, h, out=w.gu)
+        gemm(w.dh.T, h, w.gu)
         add_stacked(self.params[3:6], w.gu, H, agg)
         if self.has_bias:
-            np.dot(w.ones, w.dx, out=w.gb)
+            gemm(w.ones[None, :], w.dx, w.gb.reshape(1, -1))
             add_stacked(self.params[6:9], w.gb, H, agg)
         p = [q.value for q in self.params]
         buf = srcs[0].grad_for(self)

@@ -102,22 +102,19 @@ class InnerProductLayer(RowIndependent, DefersBias, NeuronLayer):
         x = src.data.reshape(self.batchsize, self.vdim)
         w = self.weight.value
         wp, bp = self.weight, self.bias
-        if phase & kAggGrad:  # add into the gradients in place (beta = 1 GEMMs)
-            gemm_acc(x.T, g, wp.grad) if self.transpose else gemm_acc(g.T, x, wp.grad)
-            gemm_acc(self._ones[None, :], g, bp.grad.reshape(1, -1))
-        else:
-            if self.transpose:
-                np.dot(x.T, g, out=wp.grad)
-            else:
-                np.dot(g.T, x, out=wp.grad)
-            np.dot(self._ones, g, out=bp.grad)
         buf = src.grad_for(self)
-        if buf is not None:
+        if buf is not None:  # first: the weights may be updated by their gradient's GEMM
             wx = w.T if self.transpose else w
             if buf.flags.c_contiguous:
-                np.dot(g, wx, out=buf.reshape(self.batchsize, self.vdim))
+                gemm(g, wx, buf.reshape(self.batchsize, self.vdim))
             else:  # a strided view: reshape would copy, so compute aside and assign
                 if getattr(self, "_gx", None) is None:  # made by the first step, reused
                     self._gx = self.xp.empty((self.batchsize, self.vdim), dtype=DTYPE)
-                np.dot(g, wx, out=self._gx)
+                gemm(g, wx, self._gx)
                 buf[...] = self._gx.reshape(buf.shape)
+        if phase & kAggGrad:  # add into the gradients in place (beta = 1 GEMMs)
+            gemm_acc(x.T, g, wp.grad) if self.transpose else gemm_acc(g.T, x, wp.grad)
+            gemm_acc(self._ones[None, :], g, bp.grad.reshape(1, -1))
+        else:  # (plain SGD's update may be folded into these: Param.set_grad_product)
+            wp.set_grad_product(x.T, g) if self.transpose else wp.set_grad_product(g.T, x)
+            bp.set_grad_product(self._ones[None, :], g)

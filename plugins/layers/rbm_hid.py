@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 from singa_builtins.layers._rbm import RBMLayer, sigmoid
 
+from singa_core.blas import gemm
 from singa_core.layer import kNegative, kPositive
 from singa_core.param import DTYPE
 
@@ -52,7 +53,7 @@ class RBMHidLayer(RBMLayer):
             vis.hid_layer = self  # the visible layer may list only its input as source
 
     def _hidden(self, v: np.ndarray, out: np.ndarray, sample: np.ndarray) -> None:
-        np.dot(v, self.weight.value.T, out=out)
+        gemm(v, self.weight.value.T, out)
         out += self.bias.value
         if not self.gaussian:
             sigmoid(out, out)

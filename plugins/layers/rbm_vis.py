@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 from singa_builtins.layers._rbm import RBMLayer, sigmoid
 
+from singa_core.blas import gemm
 from singa_core.layer import kNegative, kPositive, kTest
 from singa_core.param import DTYPE
 
@@ -80,7 +81,7 @@ class RBMVisLayer(RBMLayer):
             hid = self.hidden(srcs)
             h = hid.pos_sample if self._first_gibbs else hid.neg_sample
             self._first_gibbs = False
-            np.dot(h, self.weight.value, out=self.neg_data)
+            gemm(h, self.weight.value, self.neg_data)
             self.neg_data += self.bias.value
             sigmoid(self.neg_data, self.neg_data)
             if phase & kTest:
@@ -104,5 +105,5 @@ class RBMVisLayer(RBMLayer):
         hs[batch:] = hid.pos_data
         np.multiply(self.neg_data, inv_b, out=vs[:batch])
         np.multiply(self.pos_data, -inv_b, out=vs[batch:])
-        np.dot(hs.T, vs, out=self.weight.grad)
+        gemm(hs.T, vs, self.weight.grad)
         vs.sum(axis=0, out=self.bias.grad)  # (Σ v_neg − Σ v_pos)/B

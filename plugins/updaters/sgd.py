@@ -70,3 +70,11 @@ class SGDUpdater(Updater):
             axpy(1.0, h, value)  # w <- w + h
         else:
             axpy(-lr, g, value)  # w <- w - lr * g
+
+    def fold(self, step, *, scale=1.0, lr_scale=1.0, wd_scale=1.0):
+        # plain SGD is w <- w - lr*(s*g + wd*w) = (1 - lr*wd)*w + (-lr*s)*g
+        if self.momentum > 0 or self.clip_high > self.clip_low:
+            return None
+        lr = float(np.float32(self.lr(step) * lr_scale))
+        wd = self.weight_decay * wd_scale
+        return -lr * scale, (1.0 - lr * wd) if wd > 0 else 1.0

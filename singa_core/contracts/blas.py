@@ -11,42 +11,12 @@ The default count is the CPUs this process may use
 from __future__ import annotations
 
 import ctypes
-import glob
 import os
 import threading
 
-_SETTERS = (
-    "scipy_openblas_set_num_threads64_",
-    "scipy_openblas_set_num_threads",
-    "openblas_set_num_threads64_",
-    "openblas_set_num_threads",
-)
-_GETTERS = tuple(s.replace("set_num", "get_num") for s in _SETTERS)
-
-
-def _openblas_libs() -> list[ctypes.CDLL]:
-    import numpy
-
-    libs = []
-    base = os.path.dirname(numpy.__file__)
-    for pattern in (
-        "../numpy.libs/*openblas*.so*",
-        ".libs/*openblas*",
-        "../numpy.libs/*openblas*.dll",
-    ):
-        for path in glob.glob(os.path.join(base, pattern)):
-            try:
-                libs.append(
-                    ctypes.CDLL(path, mode=getattr(ctypes, "RTLD_NOLOAD", 0) | ctypes.RTLD_GLOBAL)
-                )
-            except OSError:
-                continue
-    try:
-        libs.append(ctypes.CDLL(None))
-    except OSError:
-        pass
-    return libs
-
+from singa_core.contracts.openblas import SETTERS as _SETTERS
+from singa_core.contracts.openblas import openblas_libraries as _openblas_libs
+from singa_core.contracts.openblas import openblas_threads
 
 #: environment variables that set the BLAS thread count, in the order they are honoured
 THREAD_ENV_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")
@@ -114,6 +84,9 @@ def set_blas_threads(n: int) -> bool:
     import numpy  # noqa: F401 - its BLAS must be loaded for threadpoolctl to see it
 
     n = max(1, int(n))
+    from singa_core.contracts import sgemm
+
+    sgemm.threads_changed(n)
     done = False
     for lib in _openblas_libs():
         for sym in _SETTERS:
@@ -167,13 +140,16 @@ def blas_threads_problem(n: int) -> str | None:
 
 
 def get_blas_threads() -> int | None:
-    for lib in _openblas_libs():
-        for sym in _GETTERS:
-            fn = getattr(lib, sym, None)
-            if fn is not None:
-                fn.restype = ctypes.c_int
-                return int(fn())
-    return None
+    """numpy's BLAS's thread count (MKL's follows it: :func:`set_blas_threads`)."""
+    return openblas_threads()
+
+
+def host_sgemm() -> str:
+    """The host's SGEMM library and why it was chosen (``"mkl 2026.2 (an Intel CPU, …)"``;
+    :mod:`singa_core.contracts.sgemm`)."""
+    from singa_core.contracts import sgemm
+
+    return sgemm.describe().removeprefix("sgemm: ")
 
 
 _SAXPY_SYMBOLS = (  # (symbol, integer type of its sizes)
@@ -231,27 +207,7 @@ def axpy(a: float, x, y) -> None:
         y += np.float32(a) * x
 
 
-_SGEMM_SYMBOLS = (
-    ("scipy_cblas_sgemm64_", ctypes.c_int64),
-    ("cblas_sgemm64_", ctypes.c_int64),
-    ("scipy_cblas_sgemm", ctypes.c_int),
-    ("cblas_sgemm", ctypes.c_int),
-)
-_sgemm = None  # resolved lazily: a ctypes function, or False when unavailable
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
-
-
-def _find_sgemm():
-    for lib in _openblas_libs():
-        for sym, itype in _SGEMM_SYMBOLS:
-            fn = getattr(lib, sym, None)
-            if fn is not None:
-                fn.restype = None
-                i, f, p = itype, ctypes.c_float, ctypes.c_void_p
-                fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, i, i, i, f, p, i, p, i]
-                fn.argtypes += [f, p, i]
-                return fn
-    return False
 
 
 def _blas_operand(x):
@@ -275,14 +231,18 @@ def _blas_operand(x):
 
 
 def _call_sgemm(a, b, c, alpha: float, beta: float) -> bool:
-    """``c = alpha·a@b + beta·c`` through cblas_sgemm when the layouts allow; False if not."""
+    """``c = alpha·a@b + beta·c`` through cblas_sgemm when the layouts allow; False if not.
+
+    The cblas_sgemm is numpy's OpenBLAS's or MKL's, whichever
+    :mod:`singa_core.contracts.sgemm` chose for this machine."""
     import numpy as np
 
-    global _sgemm
-    if _sgemm is None:
-        _sgemm = _find_sgemm()
+    from singa_core.contracts import sgemm as library
+
+    lib = library._chosen or library.chosen()
+    fn = lib.sgemm if lib is not None else None
     if not (
-        _sgemm
+        fn is not None
         and a.ndim == 2
         and b.ndim == 2
         and c.ndim == 2
@@ -298,7 +258,7 @@ def _call_sgemm(a, b, c, alpha: float, beta: float) -> bool:
     n = b.shape[1]
     if m == 0 or n == 0:
         return True
-    _sgemm(
+    fn(
         _ROW_MAJOR,
         _TRANS if la[0] else _NO_TRANS,
         _TRANS if lb[0] else _NO_TRANS,
@@ -335,15 +295,17 @@ FEW_ROWS = 64
 _scratch = threading.local()
 
 
-def _gemm_host(a, b, c, beta: float) -> None:
-    """``c = a @ b + beta·c`` on the host: cblas_sgemm on strided views where the layouts
+def _gemm_host(a, b, c, beta: float, alpha: float = 1.0) -> None:
+    """``c = alpha·a @ b + beta·c`` on the host: cblas_sgemm on strided views where the layouts
     allow (a product of few rows transposed, see :data:`FEW_ROWS`), numpy (with a
     temporary) otherwise."""
     import numpy as np
 
     m, n = c.shape if c.ndim == 2 else (0, 0)
     if (
-        0 < m <= FEW_ROWS
+        alpha == 1.0
+        and _few_rows_transposed()
+        and 0 < m <= FEW_ROWS
         and n >= max(128, 2 * m)
         and beta in (0.0, 1.0)
         and b.ndim == 2
@@ -358,8 +320,17 @@ def _gemm_host(a, b, c, beta: float) -> None:
             else:
                 c += t.T
             return
-    if not _call_sgemm(a, b, c, 1.0, beta):
-        _gemm_generic(a, b, c, beta)
+    if not _call_sgemm(a, b, c, alpha, beta):
+        _gemm_generic(a, b, c, beta, alpha)
+
+
+def _few_rows_transposed() -> bool:
+    """Whether the :data:`FEW_ROWS` transposition pays: with OpenBLAS only (MKL multiplies
+    the few rows as fast where they are)."""
+    from singa_core.contracts import sgemm
+
+    lib = sgemm._chosen or sgemm.chosen()
+    return lib is not None and lib.name == "openblas"
 
 
 def _transposed_scratch(n: int, m: int):
@@ -376,22 +347,25 @@ def _transposed_scratch(n: int, m: int):
     return t
 
 
-def _gemm_generic(a, b, c, beta: float) -> None:
+def _gemm_generic(a, b, c, beta: float, alpha: float = 1.0) -> None:
     """Any device: the array module's product, then the accumulation."""
+    p = a @ b
+    if alpha != 1.0:
+        p *= c.dtype.type(alpha)
     if beta == 0.0:
-        c[...] = a @ b
+        c[...] = p
     else:
         if beta != 1.0:
-            c *= beta
-        c += a @ b
+            c *= c.dtype.type(beta)
+        c += p
 
 
-def _gemm_cuda(a, b, c, beta: float, rt=None) -> None:
-    """cuBLAS's SGEMM with beta: one launch (``rt.gemm``)."""
-    rt.gemm(a, b, c, 1.0, float(beta))
+def _gemm_cuda(a, b, c, beta: float, alpha: float = 1.0, rt=None) -> None:
+    """cuBLAS's SGEMM with alpha and beta: one launch (``rt.gemm``)."""
+    rt.gemm(a, b, c, float(alpha), float(beta))
 
 
-def _gemm_fits(a, b, c, beta: float) -> bool:
+def _gemm_fits(a, b, c, beta: float, alpha: float = 1.0) -> bool:
     """cuBLAS's layouts: ``a`` and ``b`` C- or F-contiguous (a transposed view counts),
     ``c`` C-contiguous, one dtype."""
     return (
@@ -410,7 +384,7 @@ def _define_gemm() -> None:
         cuda=_gemm_cuda,
         fits=_gemm_fits,
         generic=_gemm_generic,
-        doc="c = a @ b + beta·c (one cuBLAS call on a GPU, one cblas call on the host)",
+        doc="c = alpha·a @ b + beta·c (one cuBLAS call on a GPU, one cblas call on the host)",
     )
 
 
@@ -435,8 +409,9 @@ def gemm_acc(a, b, c) -> None:
     kernels_for(c).gemm(a, b, c, 1.0)
 
 
-def gemm(a, b, c, *, beta: float = 0.0) -> None:
-    """``c = a @ b + beta·c`` in place, with numpy's own BLAS, on strided 2-D views.
+def gemm(a, b, c, *, beta: float = 0.0, alpha: float = 1.0) -> None:
+    """``c = alpha·a @ b + beta·c`` in place, with the host's chosen SGEMM
+    (:mod:`singa_core.contracts.sgemm`: numpy's OpenBLAS or MKL), on strided 2-D views.
 
     Unlike ``np.dot(out=)``, every operand may be a block of a larger array as long as one
     of its axes has unit stride (BLAS's leading dimension): the convolutions multiply
@@ -446,8 +421,11 @@ def gemm(a, b, c, *, beta: float = 0.0) -> None:
     go through the kernel ``gemm``.
     """
     if _host(a, b, c):
-        _gemm_host(a, b, c, beta)
+        _gemm_host(a, b, c, beta, alpha)
         return
     from singa_core.contracts.kernels import kernels_for
 
-    kernels_for(c).gemm(a, b, c, beta)
+    if alpha == 1.0:
+        kernels_for(c).gemm(a, b, c, beta)
+    else:
+        kernels_for(c).gemm(a, b, c, beta, alpha)

@@ -56,6 +56,29 @@ class Param:
         self.learnable = True  # False: layer-maintained state, never touched by the updater
         self.grad_owner: Param = self  # the Param whose grad array this one uses
         self.replica = False  # a data-parallel replica's copy (partition_dim 0, "w@i")
+        #: set by an engine whose server lets this Param's update be folded into its
+        #: gradient's GEMM (:meth:`set_grad_product`); None: the gradient goes to ``grad``
+        self.fold = None
+
+    def set_grad_product(self, a, b) -> None:
+        """This step's gradient is the matrix product ``a @ b`` (2-D views whose product has
+        ``grad``'s size; a layer's weight-gradient GEMM, e.g. ``gᵀ·x``).
+
+        Normally the product is written to ``grad``. Where the engine folded the update into
+        it (:attr:`fold`: a server whose rule is ``value ← β·value + α·grad``, plain SGD),
+        the one GEMM applies this step's update to ``value`` instead and ``grad`` is not
+        written: the gradient is never stored, and the update's pass over the weights is
+        saved. So a layer calls it after everything else of its backward that reads
+        ``value`` (the source's gradient ``g·W`` first)."""
+        from singa_core.contracts.blas import gemm
+
+        fold = self.fold
+        coefficients = fold.take(self) if fold is not None else None
+        if coefficients is not None:
+            alpha, beta = coefficients
+            gemm(a, b, self.value.reshape(a.shape[0], b.shape[1]), alpha=alpha, beta=beta)
+            return
+        gemm(a, b, self.grad.reshape(a.shape[0], b.shape[1]))
 
     @property
     def size(self) -> int:

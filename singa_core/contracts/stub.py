@@ -64,6 +64,40 @@ class ShardEntry:
     learnable: bool = True  # False: count contributions, never apply the updater
 
 
+class FoldedUpdate:
+    """A server's leave for one Param's update to be applied inside the Param's
+    gradient GEMM (:meth:`Param.set_grad_product`), for the step it is armed for.
+
+    The engine arms it with the step being trained (:meth:`arm`) and disarms it after;
+    :meth:`take` gives that step's coefficients from the updater's
+    :meth:`~singa_core.updater.Updater.fold`, at most once per step, and records that the
+    update was applied, so the stub's ``update`` then only advances the version
+    (:meth:`ParamShard.folded`). Unarmed (a trial step, a step whose gradients are looked
+    at), the gradient is written to ``grad`` and updated as usual."""
+
+    def __init__(self, shard: ParamShard, key: int) -> None:
+        self.shard = shard
+        self.key = key
+        self.step: int | None = None
+        self.applied = False
+
+    def arm(self, step: int) -> None:
+        self.step, self.applied = step, False
+
+    def disarm(self) -> None:
+        self.step = None
+
+    def take(self, param: Param) -> tuple[float, float] | None:
+        if self.step is None or self.applied:
+            return None
+        e = self.shard.entries[self.key]
+        coefficients = self.shard.updater.fold(
+            self.step, scale=1.0 / e.num_replicas, lr_scale=e.lr_scale, wd_scale=e.wd_scale
+        )
+        self.applied = coefficients is not None
+        return coefficients
+
+
 class ParamShard:
     """Applies the updater to the Params (slices) it owns; engine-independent.
 
@@ -162,6 +196,27 @@ class ParamShard:
             lr_scale=e.lr_scale,
             wd_scale=e.wd_scale,
         )
+        e.version += 1
+        return e.version
+
+    def foldable(self, key: int) -> bool:
+        """Whether the update of ``key`` may be folded into its gradient's GEMM
+        (:class:`FoldedUpdate`): a learnable slice with one contribution per update, updated
+        at once (not held for a device's batch), by a rule of the form ``value ← β·value +
+        α·grad`` (:meth:`Updater.fold`)."""
+        e = self.entries[key]
+        return (
+            e.learnable
+            and e.num_total == 1
+            and not self.batch_updates
+            and isinstance(e.value, np.ndarray)
+            and self.updater.fold(0, lr_scale=e.lr_scale, wd_scale=e.wd_scale) is not None
+        )
+
+    def folded(self, key: int) -> int:
+        """The update of ``key`` was applied inside its gradient's GEMM: count it (the new
+        version)."""
+        e = self.entries[key]
         e.version += 1
         return e.version
 

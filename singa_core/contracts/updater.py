@@ -165,6 +165,16 @@ class Updater:
     ) -> None:  # pragma: no cover
         raise NotImplementedError
 
+    def fold(
+        self, step: int, *, scale: float = 1.0, lr_scale: float = 1.0, wd_scale: float = 1.0
+    ) -> tuple[float, float] | None:
+        """``(alpha, beta)`` when step ``step``'s rule on a slice is ``value ← beta·value +
+        alpha·grad`` (the same as :meth:`apply` up to rounding), so that a server may let the
+        gradient's GEMM apply the update (:meth:`singa_core.param.Param.set_grad_product`);
+        None, the default, when the rule needs the gradient itself (a history, clipping, an
+        adaptive rate)."""
+        return None
+
     #: the kernel (:func:`define_update_kernel`) that applies this rule to many slices in
     #: one launch on a GPU, or None
     update_kernel: str | None = None

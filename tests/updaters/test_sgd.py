@@ -170,3 +170,25 @@ def test_least_squares_matches_float64_reference(momentum):
 def test_update_is_in_place_and_allocation_free(momentum):
     # (weight decay is added by Updater.prologue in the core, which is not tested here)
     check_in_place_allocation_free(sgd(fixed_lr(0.01), momentum=momentum, clip_low=-1, clip_high=1))
+
+
+@pytest.mark.parametrize("wd", [0.0, 0.01])
+def test_the_folded_rule_is_the_rule(wd):
+    """fold() gives (alpha, beta) with w <- beta*w + alpha*g equal to apply(): plain SGD
+    with the server's scale, the Param's lr_scale and wd_scale, by hand."""
+    lr, scale, lr_scale, wd_scale = 0.3, 0.5, 2.0, 3.0
+    up = sgd(fixed_lr(lr), weight_decay=wd)
+    alpha, beta = up.fold(4, scale=scale, lr_scale=lr_scale, wd_scale=wd_scale)
+    eff = lr * lr_scale
+    assert alpha == pytest.approx(-eff * scale)
+    assert beta == pytest.approx(1.0 - eff * wd * wd_scale)
+    w, g = f32(1.0, -2.0, 0.25), f32(0.5, 1.0, -4.0)
+    folded = (beta * w.astype(np.float64) + alpha * g).astype(np.float32)
+    up.apply(4, w, g.copy(), {}, scale=scale, lr_scale=lr_scale, wd_scale=wd_scale)
+    np.testing.assert_allclose(w, folded, rtol=1e-6)
+
+
+def test_a_rule_that_needs_the_gradient_is_not_folded():
+    assert sgd(fixed_lr(0.1), momentum=0.9).fold(0) is None
+    assert sgd(fixed_lr(0.1), clip_low=-1.0, clip_high=1.0).fold(0) is None
+    assert sgd(step_lr(0.1, 0.5, 2)).fold(4) == pytest.approx((-0.025, 1.0))

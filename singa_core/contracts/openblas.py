@@ -1,0 +1,80 @@
+"""numpy's OpenBLAS: the handles of the library numpy loaded, and its symbols.
+
+The scipy-openblas builds numpy's wheels ship prefix their symbols (``scipy_openblas_…``,
+``scipy_cblas_…``, with ``64_`` suffixes for 64-bit integers); these are looked up under
+every spelling. :mod:`singa_core.contracts.blas` sets and reads its thread count through
+them, and :mod:`singa_core.contracts.sgemm` takes its ``cblas_sgemm``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+
+SETTERS = (
+    "scipy_openblas_set_num_threads64_",
+    "scipy_openblas_set_num_threads",
+    "openblas_set_num_threads64_",
+    "openblas_set_num_threads",
+)
+GETTERS = tuple(s.replace("set_num", "get_num") for s in SETTERS)
+
+
+def openblas_libraries() -> list[ctypes.CDLL]:
+    """Handles of the OpenBLAS numpy loaded (never loading another), then the process's
+    global namespace."""
+    import numpy
+
+    libs = []
+    base = os.path.dirname(numpy.__file__)
+    for pattern in (
+        "../numpy.libs/*openblas*.so*",
+        ".libs/*openblas*",
+        "../numpy.libs/*openblas*.dll",
+    ):
+        for path in glob.glob(os.path.join(base, pattern)):
+            try:
+                libs.append(
+                    ctypes.CDLL(path, mode=getattr(ctypes, "RTLD_NOLOAD", 0) | ctypes.RTLD_GLOBAL)
+                )
+            except OSError:
+                continue
+    try:
+        libs.append(ctypes.CDLL(None))
+    except OSError:
+        pass
+    return libs
+
+
+SGEMM_SYMBOLS = (
+    ("scipy_cblas_sgemm64_", ctypes.c_int64),
+    ("cblas_sgemm64_", ctypes.c_int64),
+    ("scipy_cblas_sgemm", ctypes.c_int),
+    ("cblas_sgemm", ctypes.c_int),
+)
+
+
+def find_sgemm():
+    """numpy's OpenBLAS's ``cblas_sgemm`` (argtypes set), or False when absent."""
+    for lib in openblas_libraries():
+        for sym, itype in SGEMM_SYMBOLS:
+            fn = getattr(lib, sym, None)
+            if fn is not None:
+                fn.restype = None
+                i, f, p = itype, ctypes.c_float, ctypes.c_void_p
+                fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, i, i, i, f, p, i, p, i]
+                fn.argtypes += [f, p, i]
+                return fn
+    return False
+
+
+def openblas_threads() -> int | None:
+    """numpy's OpenBLAS's thread count, or None when it cannot be read."""
+    for lib in openblas_libraries():
+        for sym in GETTERS:
+            fn = getattr(lib, sym, None)
+            if fn is not None:
+                fn.restype = ctypes.c_int
+                return int(fn())
+    return None
