@@ -85,8 +85,9 @@ class InProcessStub(ParamStub):
             owner.fold.applied = False
             self._set_version(owner.id, self.shard.folded(owner.id))
             return
-        grad = param.grad
-        if array_module(grad) is not array_module(owner.value):  # a replica on another device
+        grad = None if param.grad_zero else param.grad  # None: zero, counted unread
+        if grad is not None and array_module(grad) is not array_module(owner.value):
+            # a replica on another device
             grad = owner.device.asarray(to_host(grad))
         version = self.shard.update(owner.id, step, grad)
         if version is not None:

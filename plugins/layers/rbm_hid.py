@@ -68,7 +68,7 @@ class RBMHidLayer(RBMLayer):
 
     def backward(self, phase, srcs):
         inv_b = DTYPE(1.0 / self.pos_data.shape[0])
-        self.weight.grad.fill(0)
+        self.weight.zero_grad()  # the visible layer computes the shared weight's gradient
         # (Σ h_neg − Σ h_pos) / B, into buffers made once (nothing allocated per step)
         self.neg_data.sum(axis=0, out=self.bias.grad)
         self.pos_data.sum(axis=0, out=self._pos_sum)

@@ -62,6 +62,7 @@ class ShardEntry:
     received: int = 0  # contributions received towards the next update
     grad_sum: np.ndarray | None = None  # aggregation buffer (num_total > 1)
     learnable: bool = True  # False: count contributions, never apply the updater
+    summed: bool = False  # grad_sum holds this update's contributions so far
 
 
 class FoldedUpdate:
@@ -154,12 +155,13 @@ class ParamShard:
                 learnable=p.learnable,
             )
 
-    def update(self, key: int, step: int, grad: np.ndarray) -> int | None:
+    def update(self, key: int, step: int, grad: np.ndarray | None) -> int | None:
         """Add one contribution; apply the update when all have arrived.
 
         The shard may use (and overwrite) ``grad`` as its scratch buffer: a worker hands a
-        gradient over and recomputes it next step. Returns the new version when the update
-        was applied, else None.
+        gradient over and recomputes it next step. ``grad`` None is a contribution known to
+        be zero (:meth:`Param.zero_grad`): counted, never read. Returns the new version when
+        the update was applied, else None.
         """
         e = self.entries[key]
         if not e.learnable:
@@ -170,17 +172,26 @@ class ParamShard:
             e.version += 1
             return e.version
         if e.num_total == 1:
-            total = grad  # nothing to aggregate: no copy
+            total = grad if grad is not None else np.zeros_like(e.value)  # nothing to sum
         else:
-            if e.received == 0:
-                np.copyto(e.grad_sum, grad)
-            else:
+            last = e.received + 1 == e.num_total
+            if grad is not None and e.summed:
                 e.grad_sum += grad
+            elif grad is not None and not last:
+                np.copyto(e.grad_sum, grad)
+                e.summed = True
             e.received += 1
-            if e.received < e.num_total:
+            if not last:
                 return None
             e.received = 0
-            total = e.grad_sum
+            if e.summed:
+                total = e.grad_sum
+            elif grad is not None:  # the only contribution that is not zero: as it is
+                total = grad
+            else:  # every contribution was zero
+                e.grad_sum.fill(0)
+                total = e.grad_sum
+            e.summed = False
         if self.batch_updates:
             self._step = step
             self.pending[key] = UpdateItem(
