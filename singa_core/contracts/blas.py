@@ -180,7 +180,8 @@ def _find_saxpy():
 
 
 def axpy(a: float, x, y) -> None:
-    """``y += a * x`` in place in one fused pass, with numpy's own BLAS (cblas_saxpy).
+    """``y += a * x`` in place in one fused pass, with the host's BLAS (cblas_saxpy of the
+    library :mod:`singa_core.contracts.sgemm` chose, so one thread pool works, not two).
 
     Updaters touch every parameter every step; one fused pass is several times faster than
     numpy's ``x * a`` then ``y += ...`` and allocates nothing. (scipy's BLAS is avoided on
@@ -193,7 +194,10 @@ def axpy(a: float, x, y) -> None:
         y += np.float32(a) * x  # device arrays: their own module (one fused kernel on CuPy)
         return
     if _saxpy is None:
-        _saxpy = _find_saxpy()
+        from singa_core.contracts import sgemm
+
+        lib = sgemm.chosen()  # the GEMMs' library: one thread pool busy, not two
+        _saxpy = lib.saxpy if lib is not None and lib.saxpy else _find_saxpy()
     if (
         _saxpy
         and x.dtype == np.float32

@@ -40,6 +40,7 @@ class SgemmLibrary:
     version: str
     sgemm: object  # the ctypes function, argtypes set
     set_threads: object | None = None  # callable(n) or None (numpy's pool is set elsewhere)
+    saxpy: object | None = None  # its cblas_saxpy (argtypes set), or None
 
 
 _lock = threading.Lock()
@@ -113,7 +114,11 @@ def _mkl() -> SgemmLibrary | None:
     setter = lib.MKL_Set_Num_Threads
     setter.argtypes = [ctypes.c_int]
     setter.restype = None
-    return SgemmLibrary("mkl", version, fn, lambda n: setter(max(1, int(n))))
+    saxpy = lib.cblas_saxpy
+    i = ctypes.c_int
+    saxpy.argtypes = [i, ctypes.c_float, ctypes.c_void_p, i, ctypes.c_void_p, i]
+    saxpy.restype = None
+    return SgemmLibrary("mkl", version, fn, lambda n: setter(max(1, int(n))), saxpy)
 
 
 def library(name: str) -> SgemmLibrary | None:
@@ -213,4 +218,7 @@ def describe() -> str:
 def forget() -> None:
     """Choose again at the next GEMM (the environment changed: tests)."""
     global _chosen
+    from singa_core.contracts import blas
+
     _chosen = None
+    blas._saxpy = None

@@ -100,3 +100,18 @@ def test_mkl_takes_the_process_thread_count(use):
     set_blas_threads(2)
     assert get() == 2
     assert lib.version and lib.version[0].isdigit()
+
+
+@pytest.mark.parametrize("name", LIBRARIES)
+def test_axpy_runs_on_the_chosen_library(use, name):
+    from singa_core.blas import axpy
+
+    use(name)
+    rng = np.random.default_rng(1)
+    x, y = (
+        rng.standard_normal(70_001, dtype=np.float32),
+        rng.standard_normal(70_001, dtype=np.float32),
+    )
+    want = y.astype(np.float64) - 0.375 * x
+    axpy(-0.375, x, y)
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
