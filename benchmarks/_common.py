@@ -89,7 +89,9 @@ def machine_facts(threads: int) -> list[str]:
             blas += " (its kernel: pip install threadpoolctl)"
         except Exception:  # noqa: BLE001 - the facts are best effort
             blas += ", BLAS unknown"
-    lines.append(blas)
+    from singa_core.blas import host_sgemm
+
+    lines.append(blas + f"; singa's GEMMs: {host_sgemm()}")
     try:
         import torch
 
@@ -204,7 +206,10 @@ def _numpy_peak() -> tuple[str, float]:
     n = 2048
     a = np.random.default_rng(0).random((n, n), dtype=np.float32)
     b, c = a.copy(), np.empty_like(a)
-    return "singa's BLAS (sgemm)", sgemm_peak_gflops(lambda: gemm(a, b, c), n)
+    from singa_core.blas import host_sgemm
+
+    name = host_sgemm().split(" (")[0]
+    return f"singa's sgemm ({name})", sgemm_peak_gflops(lambda: gemm(a, b, c), n)
 
 
 def _torch_peak_and_flops(step) -> tuple[str, float, float | None]:
