@@ -86,6 +86,7 @@ class InProcessStub(ParamStub):
             self._set_version(owner.id, self.shard.folded(owner.id))
             return
         grad = None if param.grad_zero else param.grad  # None: zero, counted unread
+        param.grad_kept_zero, param.grad_zero = param.grad_zero, False
         if grad is not None and array_module(grad) is not array_module(owner.value):
             # a replica on another device
             grad = owner.device.asarray(to_host(grad))

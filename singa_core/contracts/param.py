@@ -59,18 +59,22 @@ class Param:
         #: set by an engine whose server lets this Param's update be folded into its
         #: gradient's GEMM (:meth:`set_grad_product`); None: the gradient goes to ``grad``
         self.fold = None
-        #: True once a layer said this Param's gradient is zero every step (zero_grad)
+        #: set by zero_grad: this step's gradient is zero (the in-process stub consumes it)
         self.grad_zero = False
+        #: set by a stub that counted the zero gradient without touching ``grad``: it is
+        #: still zero, zero_grad need not fill it again
+        self.grad_kept_zero = False
 
     def zero_grad(self) -> None:
         """This step's gradient of this Param is zero: for a layer that shares a Param and
         takes no part in its gradient (kRBMHid's weight: the visible layer computes it).
-        The layer calls it every step and never writes ``grad`` otherwise. ``grad`` is
-        zeroed once; a server that knows (the in-process engine's) counts the contribution
-        without reading or adding it."""
-        if not self.grad_zero:
+        ``grad`` holds zeros for any stub (a server may have used it as scratch since: it
+        is filled again then); the in-process engine's stub counts the contribution
+        without reading, adding or touching it, so there it is filled once."""
+        if not self.grad_kept_zero:
             self.grad.fill(0)
-            self.grad_zero = True
+        self.grad_kept_zero = False
+        self.grad_zero = True
 
     def set_grad_product(self, a, b) -> None:
         """This step's gradient is the matrix product ``a @ b`` (2-D views whose product has

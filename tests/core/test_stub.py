@@ -79,3 +79,18 @@ def test_state_arrays_roundtrip():
     shard.entries[3].state["history"][:] = 0
     shard.load_state_arrays({3: "0#w"}, saved)
     np.testing.assert_array_equal(shard.entries[3].state["history"], 5)
+
+
+def test_a_zero_contribution_is_counted_unread():
+    """``None`` (Param.zero_grad): counted towards the update, never read or added; the
+    other contributions give the sum alone, and all-zero still applies the rule (decay)."""
+    for order in ((None, "g"), ("g", None), (None, None)):
+        shard = ParamShard(updater(weight_decay=0.1))
+        w = np.ones(3, np.float32)
+        shard.put(0, w, 0, lr_scale=1.0, wd_scale=1.0, num_total=2)
+        g = np.full(3, 2, np.float32)
+        grads = [g.copy() if x == "g" else None for x in order]
+        assert shard.update(0, 0, grads[0]) is None
+        assert shard.update(0, 0, grads[1]) == 1
+        want = 1 - 0.5 * ((2 if "g" in order else 0) + 0.1)
+        np.testing.assert_allclose(w, want, rtol=1e-6, err_msg=str(order))
