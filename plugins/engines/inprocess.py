@@ -13,7 +13,6 @@ will under multi-process engines.
 
 from __future__ import annotations
 
-import numpy as np
 from singa_builtins.engines.graphed_step import GraphedStep
 
 from singa_core.blas import (
@@ -24,7 +23,6 @@ from singa_core.blas import (
     host_sgemm,
 )
 from singa_core.capture import prepare_step, step_scope
-from singa_core.device import array_module, to_host
 from singa_core.engine import Engine, TrainResult
 from singa_core.errors import SingaError
 from singa_core.layer import kTest, kTrain
@@ -34,7 +32,7 @@ from singa_core.running import checkpoint as ckpt
 from singa_core.running.job import updater_type_name
 from singa_core.running.thread_trial import trial_times
 from singa_core.running.training import TrainingLoop, pop_net_metrics
-from singa_core.stub import FoldedUpdate, ParamShard, ParamStub
+from singa_core.stub import FoldedUpdate, ParamShard, ParamStub, fold_updates, hand_over
 
 
 class InProcessStub(ParamStub):
@@ -52,21 +50,10 @@ class InProcessStub(ParamStub):
             self.flush()
 
     def enable_folds(self) -> int:
-        """Let every Param whose server allows it (:meth:`ParamShard.foldable`) have its
-        update applied inside its gradient's GEMM (:class:`FoldedUpdate`); the number of
-        Params that can. Folds act only in steps run by :meth:`folding_step`."""
-        self.folds = []
-        for key, params in self.shares.items():
-            owner = params[0].owner
-            if (
-                len(params) == 1
-                and owner.grad_owner is owner
-                and not owner.is_mirror
-                and isinstance(owner.value, np.ndarray)
-                and self.shard.foldable(key)
-            ):
-                owner.fold = FoldedUpdate(self.shard, key)
-                self.folds.append(owner.fold)
+        """Let every Param whose server allows it have its update applied inside its
+        gradient's GEMM (:func:`fold_updates`); the number of Params that can. Folds act
+        only in steps run by :meth:`folding_step`."""
+        self.folds = fold_updates(self.shard, [p for ps in self.shares.values() for p in ps])
         return len(self.folds)
 
     def folding_step(self, step: int, run) -> None:
@@ -80,19 +67,9 @@ class InProcessStub(ParamStub):
                 f.disarm()
 
     def update(self, step: int, param) -> None:
-        owner = param.owner
-        if owner.fold is not None and owner.fold.applied:  # updated inside its gradient's GEMM
-            owner.fold.applied = False
-            self._set_version(owner.id, self.shard.folded(owner.id))
-            return
-        grad = None if param.grad_zero else param.grad  # None: zero, counted unread
-        param.grad_kept_zero, param.grad_zero = param.grad_zero, False
-        if grad is not None and array_module(grad) is not array_module(owner.value):
-            # a replica on another device
-            grad = owner.device.asarray(to_host(grad))
-        version = self.shard.update(owner.id, step, grad)
+        version = hand_over(self.shard, step, param)
         if version is not None:
-            self._set_version(owner.id, version)
+            self._set_version(param.owner.id, version)
         elif self.shard.pending and len(self.shard.pending) == self._learnable():
             self.flush()  # the step's last gradient: every Param in one launch
 

@@ -10,7 +10,9 @@ training would) and timed in the stub's ``update``. Nothing is written: no check
 no metrics.jsonl, no workspace.
 
 The step's time splits into the layers' forward and backward, the updater (the server
-side's ``ParamShard.update``) and the engine: the rest of the measured ``train_one_batch``
+side's ``ParamShard.update``; a plain SGD update folded into its weight gradient's GEMM,
+as training folds it, counts in the layer's backward) and the engine: the rest of the
+measured ``train_one_batch``
 (the worker's traversal, the stub's calls). Their sum is the measured step, taken on the
 in-process path (one process, values shared with the server side).
 
@@ -28,7 +30,7 @@ from dataclasses import dataclass, field
 
 from singa_core.contracts.layer import InputLayer, kTrain
 from singa_core.contracts.names import base_layer_name
-from singa_core.contracts.stub import ParamShard, ParamStub
+from singa_core.contracts.stub import ParamShard, ParamStub, fold_updates, hand_over
 from singa_core.netbuilder.specs import layer_type_name
 
 
@@ -186,7 +188,7 @@ class _TimedStub(ParamStub):
 
     def update(self, step: int, param) -> None:
         t0 = time.perf_counter()
-        version = self.shard.update(param.owner.id, step, param.grad)
+        version = hand_over(self.shard, step, param)  # as the in-process engine does
         self.seconds += time.perf_counter() - t0
         if version is not None:
             for q in self.shares[param.owner.id]:
@@ -216,6 +218,7 @@ def time_training_step(prepared, iterations: int, warmup: int = 2) -> StepTiming
     shard = ParamShard(prepared.make_updater())
     shard.put_net(net)
     stub = _TimedStub(shard, net.params)
+    folds = fold_updates(shard, net.params)  # as training folds plain SGD (into backward)
 
     rows: dict[str, LayerTime] = {}
     sinks: list[tuple[LayerTime, list[float], list[float]]] = []
@@ -255,8 +258,13 @@ def time_training_step(prepared, iterations: int, warmup: int = 2) -> StepTiming
             for _, fsink, bsink in sinks:
                 fsink[0] = bsink[0] = 0.0
             stub.seconds = 0.0
+            step = int(prepared.start_step) + it
+            for f in folds:
+                f.arm(step)
             t0 = time.perf_counter()
-            worker.train_one_batch(int(prepared.start_step) + it, net, stub)
+            worker.train_one_batch(step, net, stub)
+            for f in folds:
+                f.disarm()
             for device in set(prepared.devices):
                 device.synchronize()
             total = time.perf_counter() - t0

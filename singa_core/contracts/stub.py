@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from singa_core.contracts.device import array_module
+from singa_core.contracts.device import array_module, to_host
 from singa_core.contracts.param import Param
 from singa_core.contracts.updater import UpdateItem, Updater
 
@@ -97,6 +97,44 @@ class FoldedUpdate:
         )
         self.applied = coefficients is not None
         return coefficients
+
+
+def fold_updates(shard: ParamShard, params) -> list[FoldedUpdate]:
+    """Give every owner Param of ``params`` whose update ``shard`` may fold
+    (:meth:`ParamShard.foldable`; used by itself alone, its own gradient, its values on
+    the host) a :class:`FoldedUpdate`; returns them (to arm for each step)."""
+    uses: dict[int, list[Param]] = {}
+    for p in params:
+        uses.setdefault(p.owner.id, []).append(p)
+    folds = []
+    for key, ps in uses.items():
+        owner = ps[0].owner
+        if (
+            len(ps) == 1
+            and owner.grad_owner is owner
+            and not owner.is_mirror
+            and isinstance(owner.value, np.ndarray)
+            and shard.foldable(key)
+        ):
+            owner.fold = FoldedUpdate(shard, key)
+            folds.append(owner.fold)
+    return folds
+
+
+def hand_over(shard: ParamShard, step: int, param: Param) -> int | None:
+    """A worker's ``update(step, param)`` on a server in this process: a folded update is
+    only counted (:meth:`ParamShard.folded`), a zero gradient (:meth:`Param.zero_grad`)
+    counted unread, any other gradient added (:meth:`ParamShard.update`). Returns the new
+    version, or None."""
+    owner = param.owner
+    if owner.fold is not None and owner.fold.applied:  # updated inside its gradient's GEMM
+        owner.fold.applied = False
+        return shard.folded(owner.id)
+    grad = None if param.grad_zero else param.grad
+    param.grad_kept_zero, param.grad_zero = param.grad_zero, False
+    if grad is not None and array_module(grad) is not array_module(owner.value):
+        grad = owner.device.asarray(to_host(grad))  # a replica on another device
+    return shard.update(owner.id, step, grad)
 
 
 class ParamShard:
