@@ -185,8 +185,9 @@ def chosen(threads: int | None = None) -> SgemmLibrary | None:
             where=f"{ENV_VAR} (environment)",
             help=f"set {ENV_VAR} to openblas, mkl, or auto (MKL on Intel CPUs when installed)",
         )
-    installed = {n for n in CHOICES if (forced in ("", "auto", n)) and library(n) is not None}
-    if forced in CHOICES and forced not in installed:
+    # what is installed, without loading MKL where the rule will not use it
+    installed = {"openblas"} | ({"mkl"} if mkl_path() is not None else set())
+    if forced in CHOICES and library(forced) is None:
         from singa_core.contracts.errors import SingaError
 
         raise SingaError(
@@ -196,6 +197,8 @@ def chosen(threads: int | None = None) -> SgemmLibrary | None:
         )
     name, why = rule(cpu_vendor(), installed, forced)
     lib = library(name) if name else None
+    if lib is None and name == "mkl":  # installed but not loadable: numpy's, and why
+        lib, why = library("openblas"), f"MKL at {mkl_path()} did not load"
     _set(lib, _current_threads() if threads is None else int(threads), why)
     return lib
 
