@@ -264,8 +264,11 @@ class Attempt:
         """The nodes, once the job fits what they have free (:func:`check_fits` and a
         plan). Ray's view of what is free lags a moment behind what was just released (a
         job that ended a second ago): a job that fits the totals is given up to
-        :data:`FREE_RECHECKS` more looks, :data:`FREE_RECHECK_EVERY` apart, before it is refused
-        (before any task on a node: the refusal is as fast as the dry-run's, plus them)."""
+        :data:`FREE_RECHECKS` more looks, :data:`FREE_RECHECK_EVERY` apart, before it is
+        refused, unless live placement groups account for all that is in use
+        (:meth:`Runtime.free_view_settled`: nothing was just released, and another look
+        would say the same). The first look is the dry-run's check on the same view, before
+        any task on a node, so such a refusal takes the dry-run's time."""
         engine = self.engine
         for tries in range(FREE_RECHECKS + 1):
             try:
@@ -283,7 +286,7 @@ class Attempt:
                     plan(self.topo, requests, totals, self.options.placement, self.driver_node)
                 except SingaError:
                     raise refused from None  # it does not fit the cluster at all
-                if tries == FREE_RECHECKS:
+                if tries == FREE_RECHECKS or self.runtime.free_view_settled(nodes):
                     raise
             time.sleep(FREE_RECHECK_EVERY)
             self._check_startup_signal()

@@ -186,6 +186,40 @@ class Node:
         )
 
 
+def held_by_placement_groups(table: dict) -> dict[str, dict[str, float]]:
+    """Node id -> the CPUs, memory and GPUs that live placement groups (state ``CREATED``)
+    hold there, from Ray's placement-group table (``ray.util.placement_group_table()``:
+    the GCS's own record, which a removal changes at once)."""
+    held: dict[str, dict[str, float]] = {}
+    for pg in table.values():
+        if pg.get("state") != "CREATED":
+            continue
+        where = pg.get("bundles_to_node_id", {})
+        for index, bundle in pg.get("bundles", {}).items():
+            node = held.setdefault(where.get(index, ""), {})
+            for key in ("CPU", "memory", "GPU"):
+                node[key] = node.get(key, 0.0) + float(bundle.get(key, 0.0))
+    return held
+
+
+def free_view_settled(nodes: list[Node], held: dict[str, dict[str, float]]) -> bool:
+    """Whether what Ray says is free on every node is all that live placement groups leave
+    (``held``, :func:`held_by_placement_groups`): then a job that does not fit what is free
+    will not fit a moment later either, and the refusal need not look again. False where
+    more is in use than live placement groups explain: a job that ended a moment ago
+    (Ray's view of what it released lags) or something outside placement groups."""
+    for n in nodes:
+        mine = held.get(n.id, {})
+        for total, free, key, slack in (
+            (n.cpus, n.free_cpus, "CPU", 1e-6),
+            (n.memory, n.free_memory, "memory", 2.0**20),
+            (n.gpus, n.free_gpus, "GPU", 1e-6),
+        ):
+            if free is not None and total - free > mine.get(key, 0.0) + slack:
+                return False
+    return True
+
+
 GCS_WAIT_ENV = "RAY_gcs_server_port_wait_time_s"
 GCS_WAIT = "10"  # seconds; Ray's default is 30, during which it holds the interpreter
 
@@ -387,6 +421,18 @@ class Runtime:
                 self._token.restore()  # the user's RAY_AUTH_* again (private runtime)
             finally:
                 self.signals.restore()
+
+    @staticmethod
+    def free_view_settled(nodes: list[Node]) -> bool:
+        """:func:`free_view_settled` with the cluster's placement groups (one GCS call);
+        False when the table cannot be read."""
+        try:
+            from ray.util import placement_group_table
+
+            table = placement_group_table()
+        except Exception:  # noqa: BLE001 - the GCS did not answer: look again, as before
+            return False
+        return free_view_settled(nodes, held_by_placement_groups(table))
 
     @staticmethod
     def nodes() -> list[Node]:
