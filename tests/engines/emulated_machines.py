@@ -12,9 +12,11 @@ Nothing is added to the root network namespace:
   pid, where it is ``eth0`` with ``10.77.0.<N+1>/24`` and a default route to the bridge
   (without a default route Ray binds 127.0.0.1). Its own PID namespace matters: a Ray
   driver finds "its" raylet by scanning processes. Each machine has its own HOME (so its
-  own ``~/.ray/auth_token``) and its own ``/tmp/ray`` (a per-machine folder bound there in
-  its mount namespace; Ray's other nodes use the head's temp-dir path). The file system
-  and ``/dev/shm`` stay shared, as the Ray engine's same-node decisions go by Ray node id;
+  own ``~/.ray/auth_token``), its own ``/tmp/ray`` (a per-machine folder bound there in
+  its mount namespace; Ray's other nodes use the head's temp-dir path) and its own
+  ``/dev/shm`` (a private tmpfs mounted there in its mount namespace, gone when the machine
+  halts, as a reboot empties it): "no segment left on any machine" is checked machine by
+  machine (:meth:`EmulatedCluster.segments`). The rest of the file system stays shared;
 * a command runs on a machine through ``nsenter --target PID1 --net --pid --mount``;
 * **halting** a machine is SIGKILL to its PID 1: the kernel kills every process of its PID
   namespace, and the namespace and its veth pair go with them;
@@ -235,6 +237,8 @@ class EmulatedCluster:
         # its own /tmp/ray (Ray's default temp dir), in its own mount namespace only
         Path("/tmp/ray").mkdir(exist_ok=True)
         self._in(m, ["-m"], ["mount", "--bind", str(m.ray_tmp), "/tmp/ray"])
+        # its own /dev/shm (Ray's object store and singa's segments): a private tmpfs
+        self._in(m, ["-m"], ["mount", "-t", "tmpfs", "-o", "mode=1777", "tmpfs", "/dev/shm"])
         # the link: made in the world, one end moved into the machine by PID 1's pid
         self._world(f"ip link del {m.veth}", check=False)  # a halted machine's, if still there
         self._world(f"ip link add {m.veth} type veth peer name m{i}x")
@@ -294,6 +298,21 @@ class EmulatedCluster:
                 if cmd:  # not a zombie
                     out[int(d.name)] = cmd
         return out
+
+    def segments(self, i: int | None = None) -> set[str]:
+        """The Ray engine's names (``singa-ray-*``) in machine ``i``'s own /dev/shm (read
+        through its PID 1's root, in its mount namespace), as ``m<i>:<name>``; with no
+        ``i``, those of every machine that is up."""
+        if i is None:
+            return {n for m in self.machines if m.up for n in self.segments(m.index)}
+        m = self.machines[i]
+        if not m.up:
+            return set()
+        try:
+            names = os.listdir(f"/proc/{m.pid1}/root/dev/shm")
+        except OSError:
+            return set()
+        return {f"m{i}:{n}" for n in names if n.startswith("singa-ray-")}
 
     def find(self, i: int, program: str) -> list[int]:
         """Pids (as seen from here) of machine ``i``'s processes whose program (argv[0])
@@ -553,12 +572,9 @@ def placements() -> list[str]:
     return m.group(1).split("|")
 
 
-def ray_segments() -> set[str]:
-    """The Ray engine's names in the (shared) /dev/shm."""
-    try:
-        return {n for n in os.listdir("/dev/shm") if n.startswith("singa-ray-")}
-    except OSError:
-        return set()
+def ray_segments(cluster: EmulatedCluster) -> set[str]:
+    """The Ray engine's names in every machine's own /dev/shm, as ``m<i>:<name>``."""
+    return cluster.segments()
 
 
 def node_ids(output: str) -> set[str]:
@@ -566,18 +582,19 @@ def node_ids(output: str) -> set[str]:
     return set(re.findall(r"\((?:Ray )?node ([0-9a-f]{12})", output))
 
 
-def segments_left(before: set[str], nodes: set[str] | None = None, grace: float = 5.0) -> set[str]:
-    """The Ray engine's /dev/shm names made since ``before`` that are still there after
-    ``grace`` seconds (another run on this box may hold its names for a moment). With
-    ``nodes`` (12-digit Ray node ids), only names of those nodes
-    (``singa-ray-<node>-<pid>-...``): other jobs on this box do not count."""
+def segments_left(cluster: EmulatedCluster, before: set[str], nodes: set[str] | None = None,
+                  grace: float = 5.0) -> set[str]:  # fmt: skip
+    """The Ray engine's names made since ``before`` (:func:`ray_segments`) that are still
+    in some machine's /dev/shm after ``grace`` seconds (a job's processes may hold theirs
+    for a moment). With ``nodes`` (12-digit Ray node ids), only names of those nodes
+    (``singa-ray-<node>-<pid>-...``)."""
 
     def ours(name: str) -> bool:
-        return not nodes or name[len("singa-ray-") :].split("-")[0] in nodes
+        return not nodes or name.split(":", 1)[1][len("singa-ray-") :].split("-")[0] in nodes
 
     deadline = time.monotonic() + grace
     while True:
-        left = {n for n in ray_segments() - before if ours(n)}
+        left = {n for n in ray_segments(cluster) - before if ours(n)}
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.25)

@@ -228,6 +228,9 @@ def test_head_loss_message_names_restarts_it_cannot_do(tmp_path):
     assert "lost the head node (its GCS at 10.0.0.1:6379): no connection for 7 s" in text
     assert "--max-restarts 2 cannot survive the head's loss" in text
     assert "no checkpoint was written" in text and "restart the head" in text
+    text = head_lost_message("10.0.0.1:6379", 7.2, tmp_path, private=False, restarts=0,
+                             doing="while the job trained")  # fmt: skip
+    assert "(its GCS at 10.0.0.1:6379) while the job trained: no connection for 7 s" in text
     now = [0.0]
     watch = HeadWatch("127.0.0.1:1", clock=lambda: now[0], grace=6.0)  # nothing on port 1
     assert not watch.lost()

@@ -47,8 +47,8 @@ f. last (it leaves the head without a GCS): machine 1 joins again, the job check
    every 10 steps, the head's ``gcs_server`` is killed with -9: exit 2 within 30 s naming
    the head's GCS address, the newest checkpoint and ``--resume``.
 
-After every ``singa train`` no ``/dev/shm/singa-ray-*`` name may be left (/dev/shm is shared
-by the machines).
+After every ``singa train`` no ``/dev/shm/singa-ray-*`` name may be left in any machine's
+own /dev/shm.
 """
 
 from __future__ import annotations
@@ -154,13 +154,13 @@ def setup(tmp_path_factory):
 
 
 def train(s: Setup, line: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    before = ray_segments()
+    before = ray_segments(s.cluster)
     t0 = time.monotonic()
     res = s.cluster.run(HEAD, line, env=s.recipe.env, timeout=timeout)
     print(f"singa train: exit {res.returncode} after {time.monotonic() - t0:.1f} s")
     print(res.stderr[-2500:])
     assert not res.timed_out, "singa train did not end"
-    left = segments_left(before, node_ids(res.stdout + res.stderr))
+    left = segments_left(s.cluster, before, node_ids(res.stdout + res.stderr))
     assert not left, f"/dev/shm names left: {left}"
     return res
 
@@ -317,7 +317,7 @@ def test_b2_a_private_runtime_whose_start_fails_is_located_and_leaves_no_ray_pro
 def _fault_run(s: Setup, act, lost_ip: str):
     """Start the job, ``act()`` once its step-10 line is out, and check how it ends."""
     line, ws = s.train_line(FAULT_STEPS)
-    before = ray_segments()
+    before = ray_segments(s.cluster)
     out_path, err_path = s.tmp / f"out{s.runs}", s.tmp / f"err{s.runs}"
     with open(out_path, "w") as out, open(err_path, "w") as err:
         p = s.cluster.popen(HEAD, line, env=s.recipe.env, stdout=out, stderr=err)
@@ -342,7 +342,7 @@ def _fault_run(s: Setup, act, lost_ip: str):
     message = [x for x in stderr.splitlines() if "lost" in x and lost_ip in x]
     assert message, f"no message naming a process lost on {lost_ip}:\n{stderr[-3000:]}"
     assert re.search(r"(worker|server)\S* process \d+", message[0]), message[0]
-    left = segments_left(before, node_ids(stdout + stderr))
+    left = segments_left(s.cluster, before, node_ids(stdout + stderr))
     assert not left, f"/dev/shm names left: {left}"
     return message[0]
 
@@ -420,7 +420,7 @@ def test_e_a_node_whose_workers_nobody_reaches_ends_the_start_up_at_its_deadline
         print(f"\ne: machine 1 joined behind its firewall; live nodes {ids} after {took:.1f} s")
         line, _ = s.train_line(FAULT_STEPS)
         line += f" --startup-timeout {STARTUP_TIMEOUT}"
-        before = ray_segments()
+        before = ray_segments(c)
         t0 = time.monotonic()
         res = c.run(HEAD, line, env=s.recipe.env, timeout=120)
         took = time.monotonic() - t0
@@ -433,7 +433,7 @@ def test_e_a_node_whose_workers_nobody_reaches_ends_the_start_up_at_its_deadline
         assert address in error and "start-up" in error, res.stderr[-3000:]
         assert "--startup-timeout" in res.stderr, res.stderr[-3000:]
         assert s.head_ip not in error, error  # the head answered: only machine 1 is named
-        left = segments_left(before, set(ids))
+        left = segments_left(c, before, set(ids))
         assert not left, f"/dev/shm names left: {left}"
     finally:
         c.halt(MEMBER)  # its raylet, firewall and all

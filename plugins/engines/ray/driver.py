@@ -214,7 +214,7 @@ class Attempt:
             # refused before anything waits for a node (the dry-run's order: a job that does
             # not fit is told as fast as its dry-run, however slow the nodes' tasks start)
             nodes = self.nodes = self._fit(requests, nodes)
-            hold("nodes")
+            self._stage("nodes", "while the driver checked the nodes (their start-up tasks)")
             facts, gone = check_nodes(
                 nodes,
                 self.deadline,
@@ -327,7 +327,7 @@ class Attempt:
         delay = _delay_hook()
         if delay is not None:
             shared.extras["step_delay"] = delay
-        hold("reserve")
+        self._stage("reserve", "while the driver reserved the job's resources (a placement group)")
         self.pg = create_placement_group(
             requests, self.node_of, max(0.5, self.deadline - time.monotonic()),
             tick=self._check_startup_signal,
@@ -352,7 +352,7 @@ class Attempt:
                     values, start.versions, state, self.attempt,
                 )
             )  # fmt: skip
-        hold("actors")
+        self._stage("actors", "while the job's processes were built (its Ray actors)")
         self.where = self._startup_get(
             [a.where.remote() for a in self.actors], "starting the actors", building=True
         )
@@ -375,10 +375,17 @@ class Attempt:
         del values, state  # every actor has made its servers: free the object store
         # every actor has attached its node's segments: their names can go
         self._startup_get([a.unlink_segments.remote() for a in self.actors], "sharing memory")
-        hold("gate")
+        self._stage("gate", "while the job's processes waited at the start gate")
         result = self._supervise()
         self._note_traffic(result)
         return result
+
+    def _stage(self, name: str, doing: str) -> None:
+        """Start-up reached stage ``name``: the head guard's error says what was happening
+        (``doing``) should the head be lost now; then the test hook (:func:`hold`)."""
+        if self.runtime.guard is not None:
+            self.runtime.guard.doing = doing
+        hold(name)
 
     def _check_startup_signal(self) -> None:
         """A SIGINT/SIGTERM before training starts ends the start-up (exit 130/143)."""
@@ -627,6 +634,8 @@ class Attempt:
                 head_lost(
                     watch.address, watch.lost_for(), self.engine.prepared.workspace,
                     private=self.runtime.private, restarts=self.options.max_restarts,
+                    doing="while the job trained" if self.started
+                    else "while the job's processes waited at the start gate",
                 )  # fmt: skip
             done, _ = ray.wait(list(calls), num_returns=1, timeout=0.25)
             for ref in done:
@@ -645,6 +654,8 @@ class Attempt:
                             for a in self.actors:
                                 a.go.remote()
                             self.started = time.monotonic()
+                            if self.runtime.guard is not None:
+                                self.runtime.guard.doing = "while the job trained"
                     elif kind == "report":
                         _, method, args, kwargs = msg
                         getattr(reporter, method)(*args, **kwargs)

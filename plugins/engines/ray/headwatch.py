@@ -82,6 +82,8 @@ class HeadGuard:
         self.restarts = restarts
         self.attempts: set[str] = set()  # attempt tokens in segment names (segments.py)
         self.address = address or ""
+        # what the job was doing, for the located error (set by the driver at each stage)
+        self.doing = "while this machine joined the cluster"
         self._watch = _watch_of(address) if address else None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -137,7 +139,8 @@ class HeadGuard:
 
         for attempt in list(self.attempts):  # what Ray can no longer be asked to remove
             unlink_attempt(attempt)
-        head_lost(self.address, down, self.workspace, private=self.private, restarts=self.restarts)
+        head_lost(self.address, down, self.workspace, private=self.private,
+                  restarts=self.restarts, doing=self.doing)  # fmt: skip
 
 
 def _watch_of(address: str) -> HeadWatch | None:
@@ -163,11 +166,12 @@ def _comm(pid: int) -> str:
         return ""
 
 
-def head_lost_message(address: str, down: float, workspace, private: bool, restarts: int) -> str:
+def head_lost_message(address: str, down: float, workspace, private: bool, restarts: int,
+                      doing: str = "") -> str:  # fmt: skip
     from singa_builtins.engines.shm.launcher import stopped_error
 
     head = "the private Ray runtime's GCS" if private else f"the head node (its GCS at {address})"
-    text = f"lost {head}: no connection for {down:.0f} s"
+    text = f"lost {head}{' ' + doing if doing else ''}: no connection for {down:.0f} s"
     if restarts:
         text += (
             f"; --max-restarts {restarts} cannot survive the head's loss (the cluster's state "
@@ -181,10 +185,13 @@ def head_lost_message(address: str, down: float, workspace, private: bool, resta
     return err.format()
 
 
-def head_lost(address: str, down: float, workspace, *, private: bool, restarts: int) -> None:
-    """Print the located error and end the process with exit 2 now (after ending the
-    private runtime's processes this process started)."""
-    print(head_lost_message(address, down, workspace, private, restarts), file=sys.stderr)
+def head_lost(address: str, down: float, workspace, *, private: bool, restarts: int,
+              doing: str = "") -> None:  # fmt: skip
+    """Print the located error (what the job was ``doing``: "while the job trained") and
+    end the process with exit 2 now (after ending the private runtime's processes this
+    process started)."""
+    print(head_lost_message(address, down, workspace, private, restarts, doing),
+          file=sys.stderr)  # fmt: skip
     sys.stderr.flush()
     if private:
         end_descendants()

@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 import traceback
 from collections import defaultdict, deque
 
@@ -248,7 +249,7 @@ class SingaProcess:
         # pages cost nothing)
         self.segments = NodeSegments(index, ray.get_runtime_context().get_node_id(), attempt)
         self.names_gone = threading.Event()  # unlink_segments: nothing named is left
-        self._guard_names(ray.get_runtime_context().gcs_address)
+        self._guard_head(ray.get_runtime_context().gcs_address)
         slow_build(index, shared.extras.get("break_build"))
         for sg in sorted({sg for sg, _ in self.spec.servers}):
             self.segments.create(f"v{sg}", total)
@@ -295,13 +296,13 @@ class SingaProcess:
         self.peers: list = []
         self.threads: list[threading.Thread] = []
 
-    def _guard_names(self, gcs_address: str) -> None:
-        """Until the driver has this actor unlink its segments' names (start-up), a thread
-        watches the head as the driver does (:class:`~.headwatch.HeadWatch`): once the
-        head is lost, the driver is gone (exit 2) and can no longer have them removed, so
-        this actor removes its own names, now and every second after (a segment it is
-        still creating included), while Ray keeps its process alive (its raylet waits 60 s
-        for the GCS). The memory goes with the process."""
+    def _guard_head(self, gcs_address: str) -> None:
+        """For this process's whole life a thread watches the head as the driver does
+        (:class:`~.headwatch.HeadWatch`, checked every second). Once the head is lost the
+        driver is gone (exit 2) and can no longer have this actor's segments removed or its
+        process ended, and Ray's raylet would keep it alive 60 s: so this actor removes its
+        own segments' names (a segment it was still creating included) and ends its
+        process, whose memory goes with it. The job cannot go on without the head."""
         from singa_builtins.engines.ray.headwatch import HeadWatch
 
         try:
@@ -312,15 +313,18 @@ class SingaProcess:
         def run() -> None:
             import sys
 
-            while not self.names_gone.wait(1.0):
-                if watch.lost():
-                    n = self.segments.unlink()
-                    if n:  # in this worker's Ray log
-                        print(f"singa: process {self.index} (pid {os.getpid()}) lost the head "
-                              f"(its GCS at {gcs_address}): removed the names of its {n} "
-                              "shared-memory segment(s)", file=sys.stderr, flush=True)  # fmt: skip
+            while True:
+                time.sleep(1.0)
+                if not watch.lost():
+                    continue
+                n = 0 if self.names_gone.is_set() else self.segments.unlink()
+                # in this worker's Ray log on its node
+                print(f"singa: process {self.index} (pid {os.getpid()}) lost the head (its GCS "
+                      f"at {gcs_address}): removed the names of its {n} shared-memory "
+                      "segment(s) and ended its process", file=sys.stderr, flush=True)  # fmt: skip
+                os._exit(3)
 
-        threading.Thread(target=run, name="singa-segment-names", daemon=True).start()
+        threading.Thread(target=run, name="singa-head-watch", daemon=True).start()
 
     def _make_servers(self) -> None:
         """This process's servers, their slices' values (in the value segments) and updater

@@ -340,6 +340,7 @@ class Runtime:
                 self._roots = process_tree(self._before)
             if self.guard is not None:
                 self.guard.joined(ray.get_runtime_context().gcs_address)
+                self.guard.doing = "while the driver prepared the job"
             # after ray.init, which installs its own SIGTERM handler in this process
             self.signals.install()
             if self.reports is not None:  # after ray.init, which sets Ray's printing up

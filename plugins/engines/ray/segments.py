@@ -31,10 +31,10 @@ actors of the same node (the same Ray node id: two Ray nodes on one machine do n
 then the driver has each owner unlink its names, so nothing stays in ``/dev/shm`` whatever
 happens later: the memory goes when the last process mapping it exits, killed or not. A
 process killed before the unlink leaves its names to its multiprocessing resource tracker,
-which removes them. A process whose head is lost during start-up (the driver gone with
-it) removes its own names (``SingaProcess._guard_names``). Two more nets catch what those
-miss (a whole machine halted, a tracker
-killed with its actor): every name says its node, owner pid and the attempt
+which removes them. A process whose head is lost (the driver gone with it) removes its
+own names and ends itself (``SingaProcess._guard_head``; a name still being created as it
+ends is its resource tracker's). Two more nets catch what those miss (a whole machine
+halted, a tracker killed with its actor): every name says its node, owner pid and the attempt
 (``singa-ray-<node>-<pid>-<attempt>-p<process>-<key>``); when an attempt ends the driver
 removes the attempt's names on every node it can still reach (:func:`unlink_attempt`, a
 small task per node), and every later attempt first removes, on each node, the names whose
