@@ -9,8 +9,9 @@ In order, one set of machines:
 1. a job submitted from machine 1 holds 2 of the cluster's 4 CPUs;
 2. a job asking for 3 CPUs (fits the cluster's totals, not what is free): its dry-run and
    its run from machine 1 are both refused with the free CPUs named, and the run takes no
-   longer than its dry-run plus the machine's start-up (the run looks at what is free
-   before it asks anything of the nodes);
+   longer than its dry-run plus the machine's start-up, with no margin (the run makes the
+   dry-run's check before it asks anything of the nodes, and looks again only when live
+   placement groups do not account for what is in use);
 3. machine 1 rebooted (halted and started again: its HOME, with its jobs folder and token,
    kept; Ray not started on it): ``singa jobs --address HEAD`` there lists its job from the
    cluster's registry, ``singa jobs`` lists its own pointer to the cluster, and neither
@@ -99,7 +100,9 @@ def _scenario(c, recipe, conf, tmp_path) -> None:
     print(f"{BUSY} busy processes, load {os.getloadavg()[0]:.1f}: start-up {startup:.1f} s, "
           f"dry-run {dry.took:.1f} s, refused run {run.took:.1f} s (ratio "
           f"{run.took / dry.took:.2f})")  # fmt: skip
-    assert run.took <= dry.took + startup + MARGIN, (run.took, dry.took, startup)
+    # the refusal is the dry-run's own check (live placement groups hold what is in use:
+    # no second look), so its bound is the dry-run plus the start-up, measured here
+    assert run.took <= dry.took + startup, (run.took, dry.took, startup)
 
     # 3. machine 1 rebooted: not a node any more, its jobs folder and token kept
     c.halt(MEMBER)

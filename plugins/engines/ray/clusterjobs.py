@@ -18,7 +18,11 @@ The console reads and writes the registry through a ``GcsClient`` with this mach
 token (no ``ray.init``): ``singa jobs|logs [-f]|stop --address`` work from any machine that
 holds the token, a Ray node or not, in about a second. ``singa submit`` joins the cluster as
 a driver (it creates the supervisor actor), which Ray allows only on a node: elsewhere it
-says so in one line. A cluster that does not answer is a located error, and the jobs this
+says so in one line. It answers once the supervisor has checked the job's paths on the head
+and started the runner; the runner's own start (a Python process on a head that may be
+loaded) is watched by the supervisor, which records the job failed ("the job's runner on
+the head did not start: ...") when the runner has not recorded the training within
+:data:`START_WAIT` s. A cluster that does not answer is a located error, and the jobs this
 machine submitted there are listed as **unknown**, naming the address. The job's paths
 (job.conf, stores, workspace, the folder it starts in) are the head's.
 """
@@ -82,6 +86,9 @@ class JobSupervisor:
             "record": self.rec, "train_args": train_args, "gcs": gcs, "log": str(log_path),
             "supervisor": [me, _started(me)], "raylet": [raylet, _started(raylet)],
         }  # fmt: skip
+        # the record with the head's node and the log (the submitter's answer), before the
+        # runner can write its own
+        self.registry.put_record(self.rec)
         spec_path = folder / "runner.json"
         atomic_write_bytes(spec_path, json.dumps(spec).encode(), "job runner spec")
         err = open(folder / "runner.err", "ab")  # noqa: SIM115 - the runner writes it
@@ -91,21 +98,32 @@ class JobSupervisor:
             start_new_session=True,  # outside the process group Ray kills with this actor
         )  # fmt: skip
         err.close()
+        self.folder = folder
+        # the runner's own start (a Python process on a maybe loaded head) is not waited
+        # for here but in the watching thread, which records the job failed if it does not
+        # start: the submitter has its answer a Python start-up sooner
+        threading.Thread(target=self._watch, name="singa-job-runner", daemon=True).start()
+
+    def _runner_started(self) -> tuple[int, str] | None:
+        """Wait (at most :data:`START_WAIT` s) until the runner has recorded the training;
+        its (pid, start time), or None after recording the job failed."""
         deadline = time.monotonic() + START_WAIT
         while True:
             rec = self.registry.record(self.rec["id"]) or {}
-            if rec.get("state") != "starting":
+            if rec.get("state") not in ("starting", None):
                 break
             failed = self.runner.poll() not in (None, 0)  # it forks, and exits 0 at once
             if failed or time.monotonic() > deadline:
-                tail = (folder / "runner.err").read_text(errors="replace").strip()
+                tail = (self.folder / "runner.err").read_text(errors="replace").strip()
                 last = tail.splitlines()[-1] if tail else f"exit status {self.runner.poll()}"
-                raise ValueError(f"the job's runner on the head did not start: {last}")
+                why = f"the job's runner on the head did not start: {last}"
+                self.rec.update(state="failed", ended=time.time(), exit_code=None, message=why)
+                self.registry.put_record(self.rec)
+                return None
             time.sleep(0.1)
         self.runner.wait()
         pid = int(rec.get("runner_pid") or 0)
-        self.runner_of = (pid, _started(pid))
-        threading.Thread(target=self._watch, name="singa-job-runner", daemon=True).start()
+        return pid, _started(pid)
 
     def info(self) -> dict:
         return self.registry.record(self.rec["id"]) or dict(self.rec)
@@ -113,7 +131,11 @@ class JobSupervisor:
     def _watch(self) -> None:
         from singa_builtins.engines.ray.jobrunner import alive
 
-        while alive(*self.runner_of):
+        runner = self._runner_started()
+        if runner is None:
+            time.sleep(LINGER)
+            os._exit(0)
+        while alive(*runner):
             time.sleep(1.0)
         time.sleep(1.0)  # its last record, written just before it ended
         rec = self.registry.record(self.rec["id"]) or self.rec
