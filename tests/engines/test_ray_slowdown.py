@@ -53,7 +53,7 @@ def test_a_loaded_machine_sees_its_load_and_a_live_head_is_never_lost():
             for _ in range(3 * (os.cpu_count() or 1))]  # fmt: skip
     try:
         res = subprocess.run(
-            ["unshare", "-n", "sh", "-c", f'ip link set lo up && exec "$0" -c "$1"',
+            ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$0" -c "$1"',
              sys.executable, CHECK],
             cwd=REPO, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
