@@ -2,9 +2,10 @@
 under an artificial load (issue 44 point 8): busy processes (spin loops this test starts
 and kills by pid), three per core. A fresh process must see the load (a slowdown well
 above 1), every bounded wait of the Ray paths must be its nominal value times that
-slowdown up to its own cap, and the head guard watching a live GCS port for longer than
-its grace must never call it lost. Run inside a private network namespace (loopback only),
-where the "GCS" is a listening socket of the check itself."""
+slowdown up to its own cap (which it reaches below the slowdown's clamp), and the head
+guard watching a live GCS port for longer than its grace must never call it lost. Run
+inside a private network namespace (loopback only), where the "GCS" is a listening socket
+of the check itself."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ while time.monotonic() - t0 < watch.grace + 3:
         lost.append(round(watch.lost_for(), 1))
     time.sleep(0.2)
 print(json.dumps({"age": age, "slowdown": slowdown, "grace": watch.grace, "scaled": scaled,
-                  "lost": lost}))
+                  "lost": lost, "clamp": machine.CAP}))
 """
 
 
@@ -70,4 +71,6 @@ def test_a_loaded_machine_sees_its_load_and_a_live_head_is_never_lost():
     for name, (nominal, cap, got) in out["scaled"].items():
         assert got == pytest.approx(min(nominal * out["slowdown"], cap)), (name, out)
         assert nominal <= got <= cap, (name, out)
+        # the clamp never shortens a wait: each reaches its own cap below it (machine.py)
+        assert nominal * out["clamp"] >= cap, (name, out)
     assert out["lost"] == [], out  # a live GCS port is never a lost head

@@ -8,10 +8,12 @@ task, an actor's reply. singa measures the slowdown once per process, the first 
 path asks (:func:`measure`, called as the runtime or the console starts): the wall-clock
 seconds since this process started over the CPU seconds it used in that time, over that
 ratio on an idle machine (:data:`IDLE`: starting up, Python, the imports and reading the
-job, is mostly CPU work; measured here 1.4-1.7). It grows with the run queue: 1 on an idle
-2-core machine, the cap of 10 with six busy processes on it. Every bounded wait of the Ray
-paths is its nominal value times that slowdown (:func:`scaled`), up to a cap where a bound
-is promised (the head's loss within 15 s):
+job, is mostly CPU work; measured here 1.0-1.7). It grows with the run queue: on a 2-core
+machine 1 with up to two busy processes, 2.3-2.5 with six, 3.6-3.9 with ten, the clamp of
+:data:`CAP` with sixteen. Every bounded wait of the Ray paths is its nominal value times
+that slowdown (:func:`scaled`), up to a cap of its own, which every wait below reaches at a
+slowdown of 6 or less: the clamp never shortens a wait, it only keeps a long-lived process
+(whose age is mostly idle time when it first asks) from reading that as load.
 
 * joining and the console: the TCP connection to the GCS and its answer
   (:mod:`.auth`), the node list before joining (:mod:`.membership`), every registry call
