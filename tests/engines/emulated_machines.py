@@ -138,6 +138,9 @@ def _cmdline(pid: int) -> list[str]:
     return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
 
 
+_LIVE: list = []  # the clusters made and not yet closed (ray_segments looks at them all)
+
+
 @dataclass
 class Machine:
     index: int
@@ -167,6 +170,7 @@ class EmulatedCluster:
             raise ValueError("1 to 200 machines")
         self.base = Path(tempfile.mkdtemp(prefix="singa-machines-", dir=base))
         self.world: subprocess.Popen | None = None
+        _LIVE.append(self)
         self.machines = [
             Machine(i, f"{SUBNET}.{i + 1}", self.base / f"m{i}" / "home",
                     self.base / f"m{i}" / "ray")
@@ -203,6 +207,8 @@ class EmulatedCluster:
             self.world.wait(timeout=30)
             self.world = None
         shutil.rmtree(self.base, ignore_errors=True)
+        if self in _LIVE:
+            _LIVE.remove(self)
 
     def _world(self, command: str, check: bool = True):
         assert self.world is not None and self.world.poll() is None, "the world is not up"
@@ -572,9 +578,18 @@ def placements() -> list[str]:
     return m.group(1).split("|")
 
 
-def ray_segments(cluster: EmulatedCluster) -> set[str]:
-    """The Ray engine's names in every machine's own /dev/shm, as ``m<i>:<name>``."""
-    return cluster.segments()
+def ray_segments(cluster: EmulatedCluster | None = None) -> set[str]:
+    """The Ray engine's names in every machine's own /dev/shm, as ``m<i>:<name>``: the
+    machines of ``cluster``, or (None) of every cluster that is up, and this box's own
+    /dev/shm (names without a machine)."""
+    if cluster is not None:
+        return cluster.segments()
+    out = {n for c in list(_LIVE) for n in c.segments()}
+    try:
+        out |= {n for n in os.listdir("/dev/shm") if n.startswith("singa-ray-")}
+    except OSError:
+        pass
+    return out
 
 
 def node_ids(output: str) -> set[str]:
@@ -582,15 +597,15 @@ def node_ids(output: str) -> set[str]:
     return set(re.findall(r"\((?:Ray )?node ([0-9a-f]{12})", output))
 
 
-def segments_left(cluster: EmulatedCluster, before: set[str], nodes: set[str] | None = None,
-                  grace: float = 5.0) -> set[str]:  # fmt: skip
-    """The Ray engine's names made since ``before`` (:func:`ray_segments`) that are still
-    in some machine's /dev/shm after ``grace`` seconds (a job's processes may hold theirs
-    for a moment). With ``nodes`` (12-digit Ray node ids), only names of those nodes
-    (``singa-ray-<node>-<pid>-...``)."""
+def segments_left(before: set[str], nodes: set[str] | None = None, grace: float = 5.0,
+                  cluster: EmulatedCluster | None = None) -> set[str]:  # fmt: skip
+    """The Ray engine's names made since ``before`` (:func:`ray_segments`, of ``cluster`` or
+    of every cluster that is up) that are still in some machine's /dev/shm after ``grace``
+    seconds (a job's processes may hold theirs for a moment). With ``nodes`` (12-digit Ray
+    node ids), only names of those nodes (``singa-ray-<node>-<pid>-...``)."""
 
     def ours(name: str) -> bool:
-        return not nodes or name.split(":", 1)[1][len("singa-ray-") :].split("-")[0] in nodes
+        return not nodes or name.split(":", 1)[-1][len("singa-ray-") :].split("-")[0] in nodes
 
     deadline = time.monotonic() + grace
     while True:

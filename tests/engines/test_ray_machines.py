@@ -160,7 +160,7 @@ def train(s: Setup, line: str, timeout: float = 300) -> subprocess.CompletedProc
     print(f"singa train: exit {res.returncode} after {time.monotonic() - t0:.1f} s")
     print(res.stderr[-2500:])
     assert not res.timed_out, "singa train did not end"
-    left = segments_left(s.cluster, before, node_ids(res.stdout + res.stderr))
+    left = segments_left(before, node_ids(res.stdout + res.stderr), cluster=s.cluster)
     assert not left, f"/dev/shm names left: {left}"
     return res
 
@@ -342,7 +342,7 @@ def _fault_run(s: Setup, act, lost_ip: str):
     message = [x for x in stderr.splitlines() if "lost" in x and lost_ip in x]
     assert message, f"no message naming a process lost on {lost_ip}:\n{stderr[-3000:]}"
     assert re.search(r"(worker|server)\S* process \d+", message[0]), message[0]
-    left = segments_left(s.cluster, before, node_ids(stdout + stderr))
+    left = segments_left(before, node_ids(stdout + stderr), cluster=s.cluster)
     assert not left, f"/dev/shm names left: {left}"
     return message[0]
 
@@ -433,7 +433,7 @@ def test_e_a_node_whose_workers_nobody_reaches_ends_the_start_up_at_its_deadline
         assert address in error and "start-up" in error, res.stderr[-3000:]
         assert "--startup-timeout" in res.stderr, res.stderr[-3000:]
         assert s.head_ip not in error, error  # the head answered: only machine 1 is named
-        left = segments_left(c, before, set(ids))
+        left = segments_left(before, set(ids), cluster=c)
         assert not left, f"/dev/shm names left: {left}"
     finally:
         c.halt(MEMBER)  # its raylet, firewall and all
