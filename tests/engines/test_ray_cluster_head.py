@@ -9,7 +9,8 @@ block run again), and the head's ``gcs_server`` killed with -9:
 
 1. inside ``ray.init`` (the moment the driver's first Ray log file appears on machine 1);
 2. during the node checks, 3. during the reservation, 4. during the actors' construction
-   (the driver held there by the test hook ``SINGA_RAY_HOLD_AT``);
+   (the driver held there by the test hook ``SINGA_RAY_HOLD_AT``; for 4, once the actors
+   have made their shared-memory segments on both machines);
 5. mid-training (past step 60).
 
 Each time: exit 2 within 15 s times machine 1's slowdown (plugins/engines/ray/machine.py,
@@ -136,7 +137,13 @@ def _one_moment(c, recipe, conf, ws, tmp_path, head, moment, stage, doing) -> No
                     if "Train step-60," in text:
                         break
                 elif f"holding at {stage}" in text:
-                    break
+                    if moment != "actors":
+                        break
+                    # the actors have made their segments on both machines (their names
+                    # exist until the end of start-up): each must remove its own
+                    made = c.segments() - before
+                    if {n.split(":")[0] for n in made} == {f"m{HEAD}", f"m{MEMBER}"}:
+                        break
                 time.sleep(0.01 if moment == "init" else 0.2)
             (gcs,) = c.find(HEAD, "gcs_server")
             running, named = _job_processes(c), c.segments() - before
