@@ -136,8 +136,19 @@ class EventFile:
                     pass  # the flush above already reported the failure
 
 
-def writer_problem() -> str | None:
-    """None when tensorboardX imports, else the one-line note saying why there are no logs."""
+def writer_problem(import_it: bool = True) -> str | None:
+    """None when tensorboardX imports, else the one-line note saying why there are no logs.
+    With ``import_it`` false, only whether it is installed (no import: ~0.3 s at idle, and
+    several times that on a loaded machine, which a run that is refused before its first
+    step should not pay)."""
+    if not import_it:
+        import importlib.util
+
+        try:
+            found = importlib.util.find_spec("tensorboardX") is not None
+        except (ImportError, ValueError):
+            found = False
+        return None if found else MISSING_NOTE
     try:
         _import_summary_writer()
     except ImportError:
@@ -154,8 +165,9 @@ def writer_available() -> bool:
 class TensorBoardLog:
     """Event files in ``logdir``; see the module docstring for the tags."""
 
-    def __init__(self, logdir: Path, *, histograms: bool = False) -> None:
+    def __init__(self, logdir: Path, *, histograms: bool = False, err=None) -> None:
         self.logdir = Path(logdir)
+        self.err = err
         self.histograms_enabled = histograms
         self._writer = None
         self._step_seconds = 0.0
@@ -164,12 +176,13 @@ class TensorBoardLog:
     @classmethod
     def create(cls, logdir: Path, *, histograms: bool = False, err=None):
         """A log writing to ``logdir``, or None (after a one-line note on ``err``) when
-        tensorboardX is not installed."""
-        problem = writer_problem()
+        tensorboardX is not installed. It is imported when the run starts (:meth:`start`),
+        not here: a run refused before its first step does not pay for it."""
+        problem = writer_problem(import_it=False)
         if problem is not None:
             print(problem, file=err or sys.stderr)
             return None
-        return cls(logdir, histograms=histograms)
+        return cls(logdir, histograms=histograms, err=err)
 
     @property
     def path(self) -> Path:
@@ -177,6 +190,11 @@ class TensorBoardLog:
         return self._writer.path if self._writer is not None else self.logdir
 
     def start(self, start_step: int) -> None:
+        problem = writer_problem()  # installed (create), but it may not import
+        if problem is not None:
+            print(problem, file=self.err or sys.stderr)
+            self.histograms_enabled = False
+            return  # no writer: every later call is a no-op
         self._summary, Event, SessionLog, _ = _import_event_parts()  # noqa: N806 - classes
         self._Event = Event
 

@@ -215,3 +215,49 @@ def test_writer_is_imported_without_pytorch(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_the_writer_is_imported_when_the_run_starts_not_before(tmp_path):
+    """A run refused before its first step (a Ray job that does not fit what is free, say)
+    does not pay for importing tensorboardX: creating the log only checks that it is
+    installed; it is imported at the run's start (a fresh interpreter)."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("tensorboardX") is None:
+        pytest.skip("tensorboardX is not installed")
+    code = (
+        "import sys\n"
+        "from singa_core.running.tensorboard import TensorBoardLog\n"
+        f"log = TensorBoardLog.create({str(tmp_path)!r})\n"
+        "print(log is not None, 'tensorboardX' in sys.modules)\n"
+        "log.start(0)\n"
+        "print('tensorboardX' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "False", "True"]
+
+
+def test_a_writer_that_fails_to_import_at_the_start_is_one_note_and_no_log(tmp_path, monkeypatch):
+    import io
+
+    from singa_core.running import tensorboard
+
+    if tensorboard.writer_problem(import_it=False) is not None:
+        pytest.skip("tensorboardX is not installed")
+    err = io.StringIO()
+    log = tensorboard.TensorBoardLog.create(tmp_path / "tb", histograms=True, err=err)
+    assert log is not None and err.getvalue() == ""
+
+    def broken():
+        raise RuntimeError("a broken torch")
+
+    monkeypatch.setattr(tensorboard, "_import_summary_writer", broken)
+    log.start(0)
+    assert "tensorboardX failed to import (a broken torch)" in err.getvalue()
+    assert not log.histograms_enabled
+    log.scalars("train", 0, {"loss": 1.0})  # a no-op
+    log.close()
+    assert not (tmp_path / "tb").exists()

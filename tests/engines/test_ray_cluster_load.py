@@ -8,8 +8,9 @@ In order, one set of machines:
 
 1. a job submitted from machine 1 holds 2 of the cluster's 4 CPUs;
 2. a job asking for 3 CPUs (fits the cluster's totals, not what is free): its dry-run and
-   its run from machine 1 are both refused with the free CPUs named, and the run takes no
-   longer than its dry-run plus the machine's start-up, with no margin (the run makes the
+   its run from machine 1 (twice each) are refused with the free CPUs named, and the
+   fastest run takes no longer than the fastest dry-run plus the machine's start-up, with
+   no margin (the run makes the
    dry-run's check before it asks anything of the nodes, and looks again only when live
    placement groups do not account for what is in use);
 3. machine 1 rebooted (halted and started again: its HOME, with its jobs folder and token,
@@ -89,20 +90,27 @@ def _scenario(c, recipe, conf, tmp_path) -> None:
     # 2. a job that fits the totals but not what is free: dry-run, then the run
     big = ["--engine", "ray", "--address", head, "-o", "cluster.nworker_groups=3",
            "--workspace", str(tmp_path / "ws-b")]  # fmt: skip
-    dry = singa(MEMBER, "train", str(conf), "--dry-run", *big)
-    run = singa(MEMBER, "train", str(conf), *big)
-    for res in (dry, run):
+    # twice each, interleaved: the fastest of each is compared, so that a moment of the
+    # load's noise (Ray's start-up under four busy processes varies by seconds) is not
+    # taken for the path's own time
+    dries, runs = [], []
+    for _ in range(2):
+        dries.append(singa(MEMBER, "train", str(conf), "--dry-run", *big))
+        runs.append(singa(MEMBER, "train", str(conf), *big))
+    for res in dries + runs:
         assert res.returncode == 2, res.stderr
         assert "needs 3 CPUs" in res.stderr and "only 2 of the Ray cluster's 4 are free" in (
             res.stderr
         ), res.stderr
-    assert "ray: " not in run.stderr  # no actor started
+    for run in runs:
+        assert "ray: " not in run.stderr  # no actor started
+    dry, run = min(r.took for r in dries), min(r.took for r in runs)
     print(f"{BUSY} busy processes, load {os.getloadavg()[0]:.1f}: start-up {startup:.1f} s, "
-          f"dry-run {dry.took:.1f} s, refused run {run.took:.1f} s (ratio "
-          f"{run.took / dry.took:.2f})")  # fmt: skip
+          f"dry-run {' '.join(f'{r.took:.1f}' for r in dries)} s, refused run "
+          f"{' '.join(f'{r.took:.1f}' for r in runs)} s (fastest: ratio {run / dry:.2f})")  # fmt: skip
     # the refusal is the dry-run's own check (live placement groups hold what is in use:
     # no second look), so its bound is the dry-run plus the start-up, measured here
-    assert run.took <= dry.took + startup, (run.took, dry.took, startup)
+    assert run <= dry + startup, (run, dry, startup)
 
     # 3. machine 1 rebooted: not a node any more, its jobs folder and token kept
     c.halt(MEMBER)
