@@ -105,9 +105,11 @@ def _scenario(c, recipe, conf, tmp_path) -> None:
     for run in runs:
         assert "ray: " not in run.stderr  # no actor started
     dry, run = min(r.took for r in dries), min(r.took for r in runs)
+    took = {name: " ".join(f"{r.took:.1f}" for r in rs)
+            for name, rs in (("dry", dries), ("run", runs))}  # fmt: skip
     print(f"{BUSY} busy processes, load {os.getloadavg()[0]:.1f}: start-up {startup:.1f} s, "
-          f"dry-run {' '.join(f'{r.took:.1f}' for r in dries)} s, refused run "
-          f"{' '.join(f'{r.took:.1f}' for r in runs)} s (fastest: ratio {run / dry:.2f})")  # fmt: skip
+          f"dry-run {took['dry']} s, refused run {took['run']} s (fastest: ratio "
+          f"{run / dry:.2f})")  # fmt: skip
     # the refusal is the dry-run's own check (live placement groups hold what is in use:
     # no second look), so its bound is the dry-run plus the start-up, measured here
     assert run <= dry + startup, (run, dry, startup)
