@@ -193,20 +193,23 @@ def axpy(a: float, x, y) -> None:
     if not (isinstance(x, np.ndarray) and isinstance(y, np.ndarray)):
         y += np.float32(a) * x  # device arrays: their own module (one fused kernel on CuPy)
         return
-    if _saxpy is None:
-        from singa_core.contracts import sgemm
+    from singa_core.contracts import sgemm
 
-        lib = sgemm.chosen()  # the GEMMs' library: one thread pool busy, not two
-        _saxpy = lib.saxpy if lib is not None and lib.saxpy else _find_saxpy()
+    lib = sgemm._chosen or sgemm.chosen()  # the GEMMs' library: one thread pool busy
+    saxpy = lib.saxpy if lib is not None and lib.saxpy else None
+    if saxpy is None:
+        if _saxpy is None:
+            _saxpy = _find_saxpy()  # numpy's OpenBLAS's
+        saxpy = _saxpy
     if (
-        _saxpy
+        saxpy
         and x.dtype == np.float32
         and y.dtype == np.float32
         and x.flags.c_contiguous
         and y.flags.c_contiguous
         and x.size == y.size
     ):
-        _saxpy(x.size, a, x.ctypes.data, 1, y.ctypes.data, 1)
+        saxpy(x.size, a, x.ctypes.data, 1, y.ctypes.data, 1)
     else:
         y += np.float32(a) * x
 
