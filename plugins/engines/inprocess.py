@@ -104,14 +104,6 @@ class _TrialStub(InProcessStub):
         pass
 
 
-def _on_or_off(options: dict[str, str], name: str, default: str, help: str) -> str:
-    """The engine option ``name`` (``on`` or ``off``, else a located error)."""
-    value = options.get(name, default)
-    if value not in ("on", "off"):
-        raise SingaError(f"--engine-option {name} is {value!r}", where="--engine-option", help=help)
-    return value
-
-
 class InProcessEngine(Engine):
     type_names = ("inprocess",)
     priority = 10
@@ -221,14 +213,22 @@ class InProcessEngine(Engine):
 
     def configure(self, options: dict[str, str]) -> None:
         super().configure(options)
-        graphs = _on_or_off(
-            options, "graphs", "off", "graphs=on replays each training step's device work, "
-            "graphs=off (the default) runs it eagerly",
-        )  # fmt: skip
-        _on_or_off(
-            options, "fold", "on", "fold=on (the default) applies plain SGD's update inside "
-            "each weight gradient's GEMM, fold=off writes every gradient to its array first",
-        )  # fmt: skip
+        graphs = options.get("graphs", "off")
+        if graphs not in ("on", "off"):
+            raise SingaError(
+                f"--engine-option graphs is {graphs!r}",
+                where="--engine-option",
+                help="graphs=on replays each training step's device work, graphs=off "
+                "(the default) runs it eagerly",
+            )
+        fold = options.get("fold", "on")
+        if fold not in ("on", "off"):
+            raise SingaError(
+                f"--engine-option fold is {fold!r}",
+                where="--engine-option",
+                help="fold=on (the default) applies plain SGD's update inside each weight "
+                "gradient's GEMM, fold=off writes every gradient to its array first",
+            )
         device = self._device()
         if graphs == "on" and not (device.kind == "standin" and device.code == "cuda"):
             raise SingaError(
