@@ -15,8 +15,8 @@ import os
 import threading
 
 from singa_core.contracts.openblas import SETTERS as _SETTERS
+from singa_core.contracts.openblas import find_saxpy, openblas_threads
 from singa_core.contracts.openblas import openblas_libraries as _openblas_libs
-from singa_core.contracts.openblas import openblas_threads
 
 #: environment variables that set the BLAS thread count, in the order they are honoured
 THREAD_ENV_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")
@@ -152,31 +152,7 @@ def host_sgemm() -> str:
     return sgemm.describe().removeprefix("sgemm: ")
 
 
-_SAXPY_SYMBOLS = (  # (symbol, integer type of its sizes)
-    ("scipy_cblas_saxpy64_", ctypes.c_int64),
-    ("cblas_saxpy64_", ctypes.c_int64),
-    ("scipy_cblas_saxpy", ctypes.c_int),
-    ("cblas_saxpy", ctypes.c_int),
-)
 _saxpy = None  # resolved lazily: a ctypes function, or False when unavailable
-
-
-def _find_saxpy():
-    for lib in _openblas_libs():
-        for sym, itype in _SAXPY_SYMBOLS:
-            fn = getattr(lib, sym, None)
-            if fn is not None:
-                fn.restype = None
-                fn.argtypes = [
-                    itype,
-                    ctypes.c_float,
-                    ctypes.c_void_p,
-                    itype,
-                    ctypes.c_void_p,
-                    itype,
-                ]
-                return fn
-    return False
 
 
 def axpy(a: float, x, y) -> None:
@@ -199,7 +175,7 @@ def axpy(a: float, x, y) -> None:
     saxpy = lib.saxpy if lib is not None and lib.saxpy else None
     if saxpy is None:
         if _saxpy is None:
-            _saxpy = _find_saxpy()  # numpy's OpenBLAS's
+            _saxpy = find_saxpy()  # numpy's OpenBLAS's
         saxpy = _saxpy
     if (
         saxpy

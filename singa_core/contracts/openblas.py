@@ -47,26 +47,44 @@ def openblas_libraries() -> list[ctypes.CDLL]:
     return libs
 
 
-SGEMM_SYMBOLS = (
-    ("scipy_cblas_sgemm64_", ctypes.c_int64),
-    ("cblas_sgemm64_", ctypes.c_int64),
-    ("scipy_cblas_sgemm", ctypes.c_int),
-    ("cblas_sgemm", ctypes.c_int),
-)
+def sgemm_argtypes(itype) -> list:
+    """``cblas_sgemm``'s argument types, with sizes of ``itype`` (``c_int``/``c_int64``)."""
+    i, f, p = itype, ctypes.c_float, ctypes.c_void_p
+    return [ctypes.c_int, ctypes.c_int, ctypes.c_int, i, i, i, f, p, i, p, i, f, p, i]
+
+
+def saxpy_argtypes(itype) -> list:
+    """``cblas_saxpy``'s argument types, with sizes of ``itype``."""
+    return [itype, ctypes.c_float, ctypes.c_void_p, itype, ctypes.c_void_p, itype]
+
+
+def find_cblas(name: str, argtypes):
+    """numpy's OpenBLAS's ``cblas_<name>`` under any of its spellings (64-bit sizes
+    first), with its argument types set (``argtypes(itype)``), or False when absent."""
+    spellings = (
+        (f"scipy_cblas_{name}64_", ctypes.c_int64),
+        (f"cblas_{name}64_", ctypes.c_int64),
+        (f"scipy_cblas_{name}", ctypes.c_int),
+        (f"cblas_{name}", ctypes.c_int),
+    )
+    for lib in openblas_libraries():
+        for sym, itype in spellings:
+            fn = getattr(lib, sym, None)
+            if fn is not None:
+                fn.restype = None
+                fn.argtypes = argtypes(itype)
+                return fn
+    return False
 
 
 def find_sgemm():
     """numpy's OpenBLAS's ``cblas_sgemm`` (argtypes set), or False when absent."""
-    for lib in openblas_libraries():
-        for sym, itype in SGEMM_SYMBOLS:
-            fn = getattr(lib, sym, None)
-            if fn is not None:
-                fn.restype = None
-                i, f, p = itype, ctypes.c_float, ctypes.c_void_p
-                fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, i, i, i, f, p, i, p, i]
-                fn.argtypes += [f, p, i]
-                return fn
-    return False
+    return find_cblas("sgemm", sgemm_argtypes)
+
+
+def find_saxpy():
+    """numpy's OpenBLAS's ``cblas_saxpy`` (argtypes set), or False when absent."""
+    return find_cblas("saxpy", saxpy_argtypes)
 
 
 def openblas_threads() -> int | None:

@@ -27,6 +27,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from singa_core.contracts.openblas import find_sgemm, saxpy_argtypes, sgemm_argtypes
+
 #: the environment variable that forces a library
 ENV_VAR = "SINGA_SGEMM"
 CHOICES = ("openblas", "mkl")
@@ -49,15 +51,7 @@ _chosen: SgemmLibrary | None = None
 _why = ""
 
 
-def _cblas_argtypes(fn, itype) -> None:
-    i, f, p = itype, ctypes.c_float, ctypes.c_void_p
-    fn.restype = None
-    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, i, i, i, f, p, i, p, i, f, p, i]
-
-
 def _openblas() -> SgemmLibrary | None:
-    from singa_core.contracts.openblas import find_sgemm
-
     fn = find_sgemm()
     if not fn:
         return None
@@ -101,7 +95,8 @@ def _mkl() -> SgemmLibrary | None:
         fn = lib.cblas_sgemm
     except (OSError, AttributeError):
         return None
-    _cblas_argtypes(fn, ctypes.c_int)  # libmkl_rt's default interface is LP64 (32-bit ints)
+    # libmkl_rt's default interface is LP64 (32-bit sizes)
+    fn.restype, fn.argtypes = None, sgemm_argtypes(ctypes.c_int)
     version = "?"
     try:
         buf = ctypes.create_string_buffer(256)
@@ -115,9 +110,7 @@ def _mkl() -> SgemmLibrary | None:
     setter.argtypes = [ctypes.c_int]
     setter.restype = None
     saxpy = lib.cblas_saxpy
-    i = ctypes.c_int
-    saxpy.argtypes = [i, ctypes.c_float, ctypes.c_void_p, i, ctypes.c_void_p, i]
-    saxpy.restype = None
+    saxpy.restype, saxpy.argtypes = None, saxpy_argtypes(ctypes.c_int)
     return SgemmLibrary("mkl", version, fn, lambda n: setter(max(1, int(n))), saxpy)
 
 
