@@ -49,7 +49,7 @@ from singa_core.errors import SingaError
 from singa_core.layer import InputLayer, kDeploy
 from singa_core.memory import charge as charge_memory
 from singa_core.param import DTYPE
-from singa_core.store import KREAD
+from singa_core.store import KREAD, RecordBlock
 
 
 class StoreInputLayer(PrefetchingInput, InputLayer):
@@ -264,11 +264,17 @@ class StoreInputLayer(PrefetchingInput, InputLayer):
 
     # -- subclass hooks ----------------------------------------------------------------
     def parse_batch(
-        self, records: list[tuple[bytes, bytes]], with_label: bool, rows=None, aux=None
+        self,
+        records: list[tuple[bytes, bytes]] | RecordBlock,
+        with_label: bool,
+        rows=None,
+        aux=None,
     ) -> None:
-        """Decode the batch's ``(key, value)`` tuples into ``rows`` (default ``self._rows``;
-        one row per instance, ``rowlen`` values) and, ``with_label``, their labels into
-        ``aux`` (default ``self.aux``). May run in the prefetch thread: no other state."""
+        """Decode the batch's ``(key, value)`` tuples (a list, or a store's
+        :class:`~singa_core.store.RecordBlock` of fixed-size ones) into ``rows`` (default
+        ``self._rows``; one row per instance, ``rowlen`` values) and, ``with_label``, their
+        labels into ``aux`` (default ``self.aux``). May run in the prefetch thread: no
+        other state."""
         raise NotImplementedError
 
     def load_vector(self, value: bytes):
@@ -324,11 +330,16 @@ class StoreInputLayer(PrefetchingInput, InputLayer):
         self._forward_batch(phase)
 
     # -- producing batches (in forward, or ahead in the prefetch thread) ----------------
-    def _read_records(self, rng) -> list:
+    def _read_records(self, rng) -> list | RecordBlock:
         if not self._skipped:
             self._skipped = True
             if self.random_skip > 0:  # time bounded by the store's size, not the draw
                 skip_records(self, int(rng.integers(0, self.random_skip + 1)))
+        if not (self._skip_before or self._skip_after):
+            read_block = getattr(self.store, "read_block", None)  # optional (Store)
+            block = read_block(self.batchsize) if read_block is not None else None
+            if block is not None:  # fixed-size records: read at once
+                return block
         read = self.store.read
         records = [None] * self.batchsize
         for _ in range(self._skip_before):

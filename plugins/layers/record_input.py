@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import numpy as np
 from google.protobuf.message import DecodeError
+from singa_builtins.layers._record_layout import layout_of
 from singa_builtins.layers._records import key_text
 from singa_builtins.layers._store_input import StoreInputLayer
 
 from singa_core.errors import SingaError
 from singa_core.schema import common_pb2
+from singa_core.store import RecordBlock
 
 
 class RecordInputLayer(StoreInputLayer):
@@ -58,6 +60,8 @@ class RecordInputLayer(StoreInputLayer):
         aux = self.aux if aux is None else aux
         if self.encoded:
             self._parse_encoded(records, with_label, rows, aux)
+            return
+        if isinstance(records, RecordBlock) and self._decode_block(records, with_label, rows, aux):
             return
         rec = common_pb2.RecordProto()
         parse = rec.ParseFromString
@@ -100,6 +104,18 @@ class RecordInputLayer(StoreInputLayer):
                 rows[k] = np.frombuffer(pixel, dtype=np.uint8)
         if with_label:
             aux[...] = labels
+
+    def _decode_block(self, block: RecordBlock, with_label: bool, rows, aux) -> bool:
+        """Same-layout pixel records (``singa data``'s) decoded at once
+        (:mod:`~singa_builtins.layers._record_layout`); False: parse them one by one."""
+        labels = aux if with_label else None
+        layout = getattr(self, "_layout", None)
+        if layout is None or not layout.decode(block.values, rows, labels):
+            layout = layout_of(block.values[0].tobytes(), self.rowlen)
+            if layout is None or not layout.decode(block.values, rows, labels):
+                return False
+            self._layout = layout  # kept for the next blocks (one reference: thread-safe)
+        return True
 
     def no_label(self, key) -> SingaError:
         return self.error(

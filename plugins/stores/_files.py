@@ -8,7 +8,7 @@ import os
 
 from singa_core.errors import SingaError
 from singa_core.running.fileio import AtomicFile
-from singa_core.store import KAPPEND, KCREATE, KREAD, Store
+from singa_core.store import KAPPEND, KCREATE, KREAD, RecordBlock, Store
 
 
 def map_file(path: str, what: str) -> tuple[object, object | None]:
@@ -136,6 +136,31 @@ class _IndexedFileStore(Store):
         if nxt - self._kept >= READ_WINDOW:
             self._release_pages(self._kept, nxt)
         return key, value
+
+    def _block(self, off: int, n: int):  # pragma: no cover - a format without blocks
+        """The ``n`` tuples from byte offset ``off`` as ``(keys, values, tuple length)``
+        when they have equal lengths and are all in the file (checked as ``_record``
+        checks one), else None."""
+        return None
+
+    def read_block(self, n: int) -> RecordBlock | None:
+        if self._mode != KREAD:
+            raise self._wrong_mode("read from")
+        if n <= 0 or self._off >= self._size:
+            return None
+        found = self._block(self._off, int(n))
+        if found is None:
+            return None
+        keys, values, stride = found
+        start, first = self._off, self._index
+        self._off = start + n * stride
+        self._index = first + n
+        if len(self._offsets) < self._index + 1:  # offsets of the records seen for the first time
+            seen = len(self._offsets) - 1 - first  # of these n, already indexed
+            self._offsets.extend(range(start + (seen + 1) * stride, self._off + 1, stride))
+        if self._off - self._kept >= READ_WINDOW:
+            self._release_pages(self._kept, self._off)
+        return RecordBlock(keys, values)
 
     def resident_bytes(self) -> int:
         """The most memory of the mapped file that reading keeps resident: the pages of

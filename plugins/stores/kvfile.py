@@ -40,6 +40,8 @@ import struct
 import warnings
 import zlib
 
+import numpy as np
+
 from singa_core.errors import SingaError, SingaWarning
 from singa_core.running.fileio import AtomicFile
 
@@ -173,6 +175,30 @@ class KVFileStore(_IndexedFileStore):
             if zlib.crc32(buf[off:ve]) != stored:
                 raise self._checksum_error(off, buf[ks:ke])
         return buf[ks:ke], buf[vs:ve], end
+
+    def _block(self, off: int, n: int):
+        """``n`` tuples of the first one's lengths from ``off``: one view of the mapped
+        bytes, every tuple's lengths compared and checksum checked at once."""
+        ks, ke, vs, ve, end = self._parse(self._buf, self._size, off, self.path)
+        stride = end - off
+        if off + n * stride > self._size:
+            return None  # the end of the file comes first: read one by one (and rewind)
+        if end == ve:  # plain 0.3 tuples: _record warns about them (once) and reads them
+            return None
+        block = np.frombuffer(self._buf, np.uint8, n * stride, off).reshape(n, stride)
+        try:
+            lengths = np.concatenate((block[:, :8], block[:, ke - off : ke - off + 8]), axis=1)
+            if not (lengths == lengths[0]).all():
+                return None  # tuples of other lengths: one by one
+            stored = block[:, stride - _CRC.size :].copy().view("<u4").ravel()
+            for i in range(n):
+                if zlib.crc32(block[i, : stride - _CRC.size]) != stored[i]:
+                    return None  # read one by one, the damaged record's error raised there
+            keys = block[:, ks - off : ke - off].copy()
+            values = block[:, vs - off : ve - off].copy()
+        finally:
+            del block  # no view of the mapping outlives the call (close() unmaps it)
+        return keys, values, stride
 
     def _checksum_error(self, off: int, key: bytes) -> SingaError:
         shown = key[:200].decode("utf-8", "backslashreplace")

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
+
 KCREATE, KREAD, KAPPEND = 0, 1, 2
 
 
@@ -44,3 +48,23 @@ class Store:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+@dataclass(frozen=True)
+class RecordBlock:
+    """``n`` consecutive tuples of one store with equal key and value lengths: ``keys``
+    ``(n, key length)`` and ``values`` ``(n, value length)``, uint8 arrays of their own
+    (not views of the store's file). Iterating gives ``(key, value)`` bytes, as ``read``."""
+
+    keys: np.ndarray
+    values: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.values.shape[0])
+
+    def __iter__(self):
+        for k, v in zip(self.keys, self.values, strict=True):
+            yield k.tobytes(), v.tobytes()
+
+    def __getitem__(self, i: int) -> tuple[bytes, bytes]:
+        return self.keys[i].tobytes(), self.values[i].tobytes()
