@@ -8,16 +8,20 @@ With ``g`` the slice's summed gradient, ``s = 1/num_total`` from the server,
 2. if ``momentum > 0``: ``h <- momentum * h - lr * g``; ``w <- w + h``;
    else: ``w <- w - lr * g``.
 
-Everything is float32 and done in place with fused BLAS passes (``axpy``); nothing is
-allocated per step. On a GPU a step's slices are updated together by the kernel
-``sgd_update`` (:func:`singa_core.updater.define_update_kernel`): one launch for all of
-them.
+Everything is float32 and done in place; nothing is allocated per step. With momentum
+the steps after the clip run as the kernel ``sgd_momentum_step``: one
+pass on the host (:mod:`~singa_builtins.updaters._momentum_step`), which leaves ``g`` as
+it was sent; otherwise fused BLAS passes (``axpy``). On a GPU a step's slices are updated
+together by the kernel ``sgd_update`` (:func:`singa_core.updater.define_update_kernel`):
+one launch for all of them.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from singa_builtins.updaters._momentum_step import host_step, numpy_step
 
+from singa_core.kernels import define_kernel, kernels_for
 from singa_core.updater import Updater, axpy, define_update_kernel
 
 define_update_kernel(
@@ -35,6 +39,13 @@ if (momentum > 0.0f) {
     states=("history",),
     consts=("momentum",),
     doc="kSGD's step over many slices (one launch on a GPU)",
+)
+
+define_kernel(
+    "sgd_momentum_step",
+    host=host_step,
+    generic=numpy_step,
+    doc="h = m·h − lr·(s·g + wd·w); w += h (one slice; one pass on the host)",
 )
 
 
@@ -61,15 +72,17 @@ class SGDUpdater(Updater):
         lr_scale: float = 1.0,
         wd_scale: float = 1.0,
     ) -> None:
-        g = self.prologue(value, grad, scale, wd_scale)
         lr = np.float32(self.lr(step) * lr_scale)
         if self.momentum > 0:
-            h = state["history"]
-            h *= np.float32(self.momentum)
-            axpy(-lr, g, h)  # h <- momentum * h - lr * g
-            axpy(1.0, h, value)  # w <- w + h
-        else:
-            axpy(-lr, g, value)  # w <- w - lr * g
+            # the prologue's clip here; its scale and decay in the step's one pass
+            g = self.prologue(value, grad, 1.0, wd_scale, weight_decay=False)
+            kernels_for(value).sgd_momentum_step(
+                value, g, state["history"], scale, self.weight_decay * wd_scale, lr,
+                self.momentum,
+            )  # fmt: skip
+            return
+        g = self.prologue(value, grad, scale, wd_scale)
+        axpy(-lr, g, value)  # w <- w - lr * g
 
     def fold(self, step, *, scale=1.0, lr_scale=1.0, wd_scale=1.0):
         # plain SGD is w <- w - lr*(s*g + wd*w) = (1 - lr*wd)*w + (-lr*s)*g

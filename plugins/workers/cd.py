@@ -11,7 +11,9 @@ TrainOneBatch, in 0.3's order:
    ``forward(kNegative)``;
 4. the RBM layers: ``backward(kTrain)`` (the CD update direction into the Params' grads), then
    ``stub.update`` for each of their Params (the hidden layer's shared weight included: it
-   contributes a zero gradient).
+   contributes a zero gradient, handed over first). 0.3 updated each layer's Params after
+   its own backward; an RBM layer's backward reads no Param, so updating them all after
+   the last backward computes the same.
 
 TestOneBatch: every layer ``forward(phase | kPositive)``, then the visible RBM layers
 ``forward(kNegative | kTest)`` (reconstruction error only).
@@ -47,8 +49,11 @@ class CDWorker(Worker):
                 layer.forward(kNegative, net.srclayers(layer))
         for layer in rbms:
             layer.backward(kTrain, net.srclayers(layer))
-            for p in layer.params:
-                stub.update(step, p)
+        # zero contributions first (kRBMHid's share of the weight): the one that is not
+        # zero then arrives last and is used as it is, not copied to wait for the others
+        params = [p for layer in rbms for p in layer.params]
+        for p in sorted(params, key=lambda p: not p.grad_zero):
+            stub.update(step, p)
 
     def test_one_batch(self, phase: int, net) -> None:
         for layer in net.layers:

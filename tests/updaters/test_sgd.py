@@ -192,3 +192,32 @@ def test_a_rule_that_needs_the_gradient_is_not_folded():
     assert sgd(fixed_lr(0.1), momentum=0.9).fold(0) is None
     assert sgd(fixed_lr(0.1), clip_low=-1.0, clip_high=1.0).fold(0) is None
     assert sgd(step_lr(0.1, 0.5, 2)).fold(4) == pytest.approx((-0.025, 1.0))
+
+
+@pytest.mark.parametrize("numba_on", ["1", "0"])
+def test_the_momentum_step_in_one_pass_is_the_four_passes(monkeypatch, numba_on):
+    """kernel sgd_momentum_step on the host (compiled where numba is installed) computes
+    numpy's four passes, and leaves the gradient as the worker sent it."""
+    from singa_builtins.updaters import _momentum_step as ms
+
+    monkeypatch.setenv("SINGA_NUMBA", numba_on)
+    rng = np.random.default_rng(3)
+    w, g, h = (rng.standard_normal(10_001).astype(np.float32) for _ in range(3))
+    args = (0.5, 2e-3, np.float32(0.05), 0.9)  # scale, weight decay, lr, momentum
+    w1, g1, h1 = w.copy(), g.copy(), h.copy()
+    ms.host_step(w1, g1, h1, *args)
+    w2, g2, h2 = w.copy(), g.copy(), h.copy()
+    ms.numpy_step(w2, g2, h2, *args)
+    # closed form in float64
+    h_ref = 0.9 * h.astype(np.float64) - 0.05 * (0.5 * g + 2e-3 * w.astype(np.float64))
+    np.testing.assert_allclose(h1, h_ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(w1, w + h_ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(h1, h2, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(w1, w2, rtol=1e-6, atol=1e-7)
+    if numba_on == "1" and ms._compiled() is not None:
+        np.testing.assert_array_equal(g1, g)  # one pass: the gradient is only read
+    # a strided slice takes numpy's passes
+    w3 = np.zeros(20_002, np.float32)[::2]
+    w3[...] = w
+    ms.host_step(w3, g.copy(), h.copy(), *args)
+    np.testing.assert_allclose(w3, w2, rtol=1e-6, atol=1e-7)
