@@ -43,7 +43,6 @@ def _compiled():
         except ImportError:
             _JIT = False
         else:
-
             f32, f64 = numba.float32, numba.float64
 
             @numba.njit(cache=True, nogil=True, fastmath=False)
