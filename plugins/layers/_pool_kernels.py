@@ -34,8 +34,9 @@ _KERNELS: object = None  # not yet tried; then a namespace of functions, or Fals
 JIT_BYTES = 65 << 20
 JIT_NOTE = (
     f"{JIT_BYTES >> 20} MiB, measured, that the first call of compiled kernels (pooling's, "
-    "a GRU run's steps) takes once in a process (numba's compiler and LLVM start and load "
-    "them; numba 0.68, x86-64 Linux; SINGA_NUMBA=0 runs their numpy paths without it)"
+    "a GRU run's steps, kSGD's momentum step) takes once in a process (numba's compiler "
+    "and LLVM start and load them; numba 0.68, x86-64 Linux; SINGA_NUMBA=0 runs their "
+    "numpy paths without it)"
 )
 
 

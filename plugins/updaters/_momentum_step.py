@@ -13,6 +13,7 @@ passes (:func:`numpy_step`, also every other device's implementation: ``generic`
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 import numpy as np
@@ -31,6 +32,16 @@ def numpy_step(value, grad, history, scale, weight_decay, lr, momentum) -> None:
     history *= np.float32(momentum)
     axpy(-lr, grad, history)
     axpy(1.0, history, value)
+
+
+def compiles() -> bool:
+    """Whether the host step will be compiled (numba installed, ``SINGA_NUMBA`` not 0),
+    without loading numba now."""
+    if os.environ.get("SINGA_NUMBA", "1").strip() == "0":
+        return False
+    if _JIT is not None:
+        return bool(_JIT)
+    return importlib.util.find_spec("numba") is not None
 
 
 def _compiled():

@@ -206,6 +206,16 @@ class MemoryEstimate:
             row = self.rows[(phase, layer)] = LayerMemory(phase, layer)
         row.bytes[kind] += n
 
+    def charge_once(self, phase: str, key: str, n: int, *, row: str, note: str, where=None):
+        """:func:`charge_once` on this estimate: ``n`` bytes of scratch in a row ``(row)``
+        the first time ``key`` is charged, nothing later; ``note`` goes under the table."""
+        if n <= 0 or key in self.once:
+            return
+        self.once.add(key)
+        label = f"({row})"
+        self.charge(phase, label, "scratch", n, where=where, what=row)
+        self.notes.append(f"{label}: {note}")
+
     def charge(self, phase: str, layer: str, kind: str, n: int, *, where=None, what="") -> None:
         """Add ``n`` bytes of ``kind`` for ``layer``; a located error past the limit."""
         if self.limit is not None and self.total + n > self.limit:
@@ -357,12 +367,7 @@ def charge_once(layer, key: str, n: int, *, row: str, note: str) -> None:
     later asks of the same ``key`` charge nothing. ``note`` says under the table what the
     row is and where its number comes from."""
     active = _active.get()
-    if active is None or n <= 0:
+    if active is None:
         return
     estimate, phase = active
-    if key in estimate.once:
-        return
-    estimate.once.add(key)
-    label = f"({row})"
-    estimate.charge(phase, label, "scratch", n, where=layer.ctx.locate(None), what=row)
-    estimate.notes.append(f"{label}: {note}")
+    estimate.charge_once(phase, key, n, row=row, note=note, where=layer.ctx.locate(None))

@@ -175,6 +175,14 @@ class Updater:
         adaptive rate)."""
         return None
 
+    def host_compiler_memory(self) -> tuple[str, int, str, str] | None:
+        """``(key, bytes, row, note)`` of a compiler the rule loads once in a process on the
+        host (numba for a compiled pass), which the job's memory estimate charges once per
+        ``key`` in a row ``(row)`` with ``note`` under the table, as
+        :func:`singa_core.memory.charge_once` does for the layers' compiled kernels (the
+        same key: charged once for all); None, the default, when it loads none."""
+        return None
+
     #: the kernel (:func:`define_update_kernel`) that applies this rule to many slices in
     #: one launch on a GPU, or None
     update_kernel: str | None = None

@@ -78,3 +78,24 @@ def test_numba_kernels_charge_the_compiler_once_and_the_argmax_alone(mnist_store
     assert _scratch(memory, "kTest", "pool1") == 0
     lines = memory.table()
     assert any(line.strip().startswith("(numba's JIT compiler): ") for line in lines)
+
+
+@pytest.mark.parametrize("numba_on", ["1", "0"])
+def test_a_compiled_momentum_step_charges_the_compiler_once(mnist_stores, monkeypatch, numba_on):
+    """kSGD with momentum runs a compiled pass (numba) on the host: RBM1, with no pooling
+    layer, charges numba's compiler once, in the layers' row; SINGA_NUMBA=0 nothing."""
+    if numba_on == "1":
+        pytest.importorskip("numba")
+    monkeypatch.setenv("SINGA_NUMBA", numba_on)
+    overrides = [
+        f"neuralnet.layer[0].store_conf.path={mnist_stores / 'train_data.bin'}",
+        f"neuralnet.layer[1].store_conf.path={mnist_stores / 'test_data.bin'}",
+    ]
+    cfg = load_job(REPO / "examples" / "rbm" / "rbm1.conf", overrides)
+    memory = prepare_job(cfg, get_host()).memory
+    jit = [key for key in memory.rows if key[1] == "(numba's JIT compiler)"]
+    if numba_on == "1":
+        assert jit == [("kTrain", "(numba's JIT compiler)")]
+        assert memory.rows[jit[0]].bytes["scratch"] == JIT_BYTES
+    else:
+        assert jit == []
