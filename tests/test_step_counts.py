@@ -14,14 +14,14 @@ from singa_core.testing.launches import count_training_steps
 REPO = Path(__file__).resolve().parents[1]
 
 #: the most kernels per step each net may launch (docs/performance.md: counted today)
-KERNEL_BOUNDS = {"job.conf": 37, "conv.conf": 31}
-COPIES = {"job.conf": 2, "conv.conf": 3}
+KERNEL_BOUNDS = {"mnist/job.conf": 37, "mnist/conv.conf": 31, "rbm/rbm1.conf": 28}
+COPIES = {"mnist/job.conf": 2, "mnist/conv.conf": 3, "rbm/rbm1.conf": 2}
 
 
 @pytest.mark.parametrize("conf", sorted(KERNEL_BOUNDS))
 def test_a_training_step_reads_nothing_back_and_copies_each_input_once(mnist_stores, conf):
     c = count_training_steps(
-        REPO / "examples" / "mnist" / conf,
+        REPO / "examples" / conf,
         [
             f"neuralnet.layer[0].store_conf.path={mnist_stores / 'train_data.bin'}",
             f"neuralnet.layer[1].store_conf.path={mnist_stores / 'test_data.bin'}",

@@ -17,17 +17,6 @@ from __future__ import annotations
 import numpy as np
 
 from singa_core.layer import Layer
-from singa_core.param import DTYPE
-
-
-def sigmoid(x: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """out = 1 / (1 + exp(-x)), computed stably in place."""
-    np.negative(x, out=out)
-    np.clip(out, -80.0, 80.0, out=out)
-    np.exp(out, out=out)
-    out += DTYPE(1.0)
-    np.reciprocal(out, out=out)
-    return out
 
 
 class RBMLayer(Layer):

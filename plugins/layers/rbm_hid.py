@@ -20,7 +20,8 @@ asked for them); the same distribution, a different use of the random stream.
 from __future__ import annotations
 
 import numpy as np
-from singa_builtins.layers._rbm import RBMLayer, sigmoid
+from singa_builtins.layers import sigmoid as _sigmoid  # noqa: F401 - defines its kernels
+from singa_builtins.layers._rbm import RBMLayer
 
 from singa_core.blas import gemm
 from singa_core.layer import kNegative, kPositive
@@ -54,9 +55,10 @@ class RBMHidLayer(RBMLayer):
 
     def _hidden(self, v: np.ndarray, out: np.ndarray, sample: np.ndarray) -> None:
         gemm(v, self.weight.value.T, out)
-        out += self.bias.value
-        if not self.gaussian:
-            sigmoid(out, out)
+        if self.gaussian:
+            out += self.bias.value
+        else:  # the bias and σ in one pass (kernel bias_sigmoid_forward, kSigmoid's)
+            self.kernels.bias_sigmoid_forward(out, self.bias.value, out)
         self.sample(out, sample, self.gaussian)
 
     def forward(self, phase, srcs):

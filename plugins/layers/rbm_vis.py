@@ -26,7 +26,8 @@ gradients"), so the weight gradient is not halved by the hidden layer's zero con
 from __future__ import annotations
 
 import numpy as np
-from singa_builtins.layers._rbm import RBMLayer, sigmoid
+from singa_builtins.layers import sigmoid as _sigmoid  # noqa: F401 - defines its kernels
+from singa_builtins.layers._rbm import RBMLayer
 
 from singa_core.blas import gemm
 from singa_core.layer import kNegative, kPositive, kTest
@@ -82,8 +83,7 @@ class RBMVisLayer(RBMLayer):
             h = hid.pos_sample if self._first_gibbs else hid.neg_sample
             self._first_gibbs = False
             gemm(h, self.weight.value, self.neg_data)
-            self.neg_data += self.bias.value
-            sigmoid(self.neg_data, self.neg_data)
+            self.kernels.bias_sigmoid_forward(self.neg_data, self.bias.value, self.neg_data)
             if phase & kTest:
                 batch = self.pos_data.shape[0]
                 diff = self._v_stack[:batch]  # scratch until backward
