@@ -177,27 +177,27 @@ class KVFileStore(_IndexedFileStore):
         return buf[ks:ke], buf[vs:ve], end
 
     def _block(self, off: int, n: int):
-        """``n`` tuples of the first one's lengths from ``off``: one view of the mapped
-        bytes, every tuple's lengths compared and checksum checked at once."""
+        """``n`` tuples of the first one's lengths from ``off``: their bytes copied out of
+        the mapping at once, every tuple's lengths compared and checksum checked."""
         ks, ke, vs, ve, end = self._parse(self._buf, self._size, off, self.path)
         stride = end - off
         if off + n * stride > self._size:
             return None  # the end of the file comes first: read one by one (and rewind)
         if end == ve:  # plain 0.3 tuples: _record warns about them (once) and reads them
             return None
-        block = np.frombuffer(self._buf, np.uint8, n * stride, off).reshape(n, stride)
-        try:
-            lengths = np.concatenate((block[:, :8], block[:, ke - off : ke - off + 8]), axis=1)
-            if not (lengths == lengths[0]).all():
-                return None  # tuples of other lengths: one by one
-            stored = block[:, stride - _CRC.size :].copy().view("<u4").ravel()
-            for i in range(n):
-                if zlib.crc32(block[i, : stride - _CRC.size]) != stored[i]:
-                    return None  # read one by one, the damaged record's error raised there
-            keys = block[:, ks - off : ke - off].copy()
-            values = block[:, vs - off : ve - off].copy()
-        finally:
-            del block  # no view of the mapping outlives the call (close() unmaps it)
+        raw = self._buf[off : off + n * stride]  # the block's bytes, copied once
+        block = np.frombuffer(raw, np.uint8).reshape(n, stride)
+        lengths = np.concatenate((block[:, :8], block[:, ke - off : ke - off + 8]), axis=1)
+        if not (lengths == lengths[0]).all():
+            return None  # tuples of other lengths: one by one
+        stored = block[:, stride - _CRC.size :].copy().view("<u4").ravel().tolist()
+        view, checked = memoryview(raw), stride - _CRC.size
+        for i in range(n):
+            at = i * stride
+            if zlib.crc32(view[at : at + checked]) != stored[i]:
+                return None  # read one by one, the damaged record's error raised there
+        keys = block[:, ks - off : ke - off]  # read-only views of the copied bytes
+        values = block[:, vs - off : ve - off]
         return keys, values, stride
 
     def _checksum_error(self, off: int, key: bytes) -> SingaError:
