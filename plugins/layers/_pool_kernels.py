@@ -18,26 +18,14 @@ from __future__ import annotations
 
 import os
 
+from singa_core.memory import NUMBA_JIT_BYTES, NUMBA_JIT_NOTE
+
 _KERNELS: object = None  # not yet tried; then a namespace of functions, or False
 
-#: The memory the first call of the kernels takes in a process, which a pooling layer that
-#: runs them charges to the job's memory estimate once (``charge_once``): numba's compiler
-#: and LLVM start, load the kernels' machine code and import the modules that lower them
-#: (numba's typing and lowering registries, scipy.linalg, ...). Measured, not derived:
-#: ``benchmarks/memory_estimate.py`` prints it ("numba's JIT compiler alone": the peak of a
-#: process that imports what a run imports and calls each kernel once, minus that of the
-#: same process without the calls): 64.8 MiB for the max kernels, 65.2-65.4 MiB for max and
-#: average, with numba 0.68.1 and llvmlite 0.50 on x86-64 Linux (2026-11-27), the kernels
-#: loaded from numba's cache as every run after the first does. The first run after an
-#: install (or an edit of this file), which compiles them, takes up to about 20 MiB more
-#: (measured in the benchmark's runs with an empty cache: LeNet 14 MiB, CIFAR-10 19 MiB).
-JIT_BYTES = 65 << 20
-JIT_NOTE = (
-    f"{JIT_BYTES >> 20} MiB, measured, that the first call of compiled kernels (pooling's, "
-    "a GRU run's steps, kSGD's momentum step) takes once in a process (numba's compiler "
-    "and LLVM start and load them; numba 0.68, x86-64 Linux; SINGA_NUMBA=0 runs their "
-    "numpy paths without it)"
-)
+#: numba's compiler in a process, charged once to the memory estimate (measured: see
+#: :data:`singa_core.memory.NUMBA_JIT_BYTES`)
+JIT_BYTES = NUMBA_JIT_BYTES
+JIT_NOTE = NUMBA_JIT_NOTE
 
 
 def _compile():

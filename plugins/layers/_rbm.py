@@ -47,6 +47,7 @@ class RBMLayer(Layer):
         self.pos_sample = np.zeros_like(self.data)
         self.neg_sample = np.zeros_like(self.data)
         self._noise = np.zeros_like(self.data)  # scratch for the random draws
+        self.declare_draws()
 
     def sample(self, prob: np.ndarray, out: np.ndarray, gaussian: bool) -> np.ndarray:
         """Binary units: ``out ~ Bernoulli(prob)``; gaussian units: ``prob + N(0, 1)``.

@@ -44,6 +44,7 @@ class DropoutLayer(RowIndependent, NeuronLayer):
         charge_memory(self, "scratch", shape, what="uniform draws", training_only=True)
         self._u_base = self.xp.empty([shape[i] for i in perm], dtype=DTYPE)
         self._u = self._u_base.transpose(tuple(int(i) for i in np.argsort(perm)))
+        self.declare_draws()
         charge_memory(self, "scratch", shape, itemsize=1, what="keep mask", training_only=True)
         self._keepmask = np.empty_like(self.data, dtype=bool)
         self._masked = False  # whether the last forward applied a mask

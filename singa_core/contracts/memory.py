@@ -360,6 +360,34 @@ def charge(
     )
 
 
+#: The memory the first call of numba-compiled kernels takes in a process, which a layer (or
+#: updater) that runs them charges to the job's memory estimate once (:func:`charge_numba`):
+#: numba's compiler and LLVM start, load the kernels' machine code and import the modules
+#: that lower them (numba's typing and lowering registries, scipy.linalg, ...). Measured,
+#: not derived: ``benchmarks/memory_estimate.py`` prints it ("numba's JIT compiler alone":
+#: the peak of a process that imports what a run imports and calls each kernel once, minus
+#: that of the same process without the calls): 64.8 MiB for the max-pooling kernels,
+#: 65.2-65.4 MiB for max and average, with numba 0.68.1 and llvmlite 0.50 on x86-64 Linux
+#: (2026-11-27), the kernels loaded from numba's cache as every run after the first does.
+#: The first run after an install (or an edit of a kernel's file), which compiles them,
+#: takes up to about 20 MiB more (measured with an empty cache: LeNet 14 MiB, CIFAR-10
+#: 19 MiB).
+NUMBA_JIT_BYTES = 65 << 20
+NUMBA_JIT_NOTE = (
+    f"{NUMBA_JIT_BYTES >> 20} MiB, measured, that the first call of compiled kernels "
+    "(pooling's, a GRU run's steps, kSGD's momentum step, the random draws) takes once in "
+    "a process (numba's compiler and LLVM start and load them; numba 0.68, x86-64 Linux; "
+    "SINGA_NUMBA=0 runs their numpy paths without it)"
+)
+NUMBA_JIT_ROW = "numba's JIT compiler"
+
+
+def charge_numba(layer) -> None:
+    """Charge numba's compiler (:data:`NUMBA_JIT_BYTES`) once, for a layer whose host
+    kernels are compiled with it."""
+    charge_once(layer, "numba-jit", NUMBA_JIT_BYTES, row=NUMBA_JIT_ROW, note=NUMBA_JIT_NOTE)
+
+
 def charge_once(layer, key: str, n: int, *, row: str, note: str) -> None:
     """Charge ``n`` bytes of memory the process takes once however many layers need it
     (``key`` names it: numba's JIT compiler for the compiled pooling kernels) to the active
