@@ -31,7 +31,7 @@ import types
 import numpy as np
 from singa_builtins.layers.sigmoid import sigmoid_forward
 
-from singa_core.blas import gemm
+from singa_core.blas import FixedOperand, gemm
 from singa_core.cuda import BLOCK, CUPY, elementwise_source, grid_for
 from singa_core.kernels import define_kernel
 from singa_core.layer import kAggGrad
@@ -336,6 +336,9 @@ class GRURun(SequenceRun):
         self.hprod = xp.zeros((T, B, 3 * H), dtype=DTYPE)  # h_{t−1}·Uᵀ
         self.w = xp.empty((3 * H, V), dtype=DTYPE)  # [W_z; W_r; W_c]
         self.u = xp.empty((3 * H, H), dtype=DTYPE)  # [U_z; U_r; U_c]
+        # Uᵀ of the T forward products h_{t−1}·Uᵀ, and U of the backward's Dh_t·U: each
+        # packed once per pass where the host's BLAS can (blas.FixedOperand)
+        self.ut_fixed, self.u_fixed = FixedOperand(B), FixedOperand(B)
         self._back = None  # the backward's arrays, made on its first call
 
     def _hprev(self, t: int):
@@ -351,7 +354,8 @@ class GRURun(SequenceRun):
         gates2 = self.gates.reshape(self.T * self.B, 3 * H)
         gemm(x, self.w.T, gates2)
         step = first.kernels.gru_step_forward
-        ut = self.u.T
+        ut = self.ut_fixed
+        ut.set(self.u.T)
         for t in range(self.T):
             h = self._hprev(t)
             gemm(h, ut, self.hprod[t])
@@ -383,6 +387,8 @@ class GRURun(SequenceRun):
         ut = a["ut"]
         p = first.params
         np.concatenate((p[3].value.T, p[4].value.T, p[5].value.T), axis=1, out=ut)
+        u = self.u_fixed
+        u.set(ut.T)
         current = a["zero"]
         for t in range(T - 1, -1, -1):
             prev = rec[t % 2]
@@ -391,7 +397,7 @@ class GRURun(SequenceRun):
                 self._hprev(t), dx[t], dh[t], prev,
             )  # fmt: skip
             if t > 0:
-                gemm(dh[t], ut.T, prev, beta=1.0)  # h_{t−1}'s gradient: + Dh_t·U
+                gemm(dh[t], u, prev, beta=1.0)  # h_{t−1}'s gradient: + Dh_t·U
             current = prev
         dx2 = dx.reshape(T * B, 3 * H)
         params = first.params
