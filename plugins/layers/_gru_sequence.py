@@ -171,66 +171,79 @@ def _exp_scratch(rows: int, cols: int) -> np.ndarray:
 def _compile():
     import numba
 
-    jit = numba.njit(cache=True, nogil=True, fastmath=False)
+    # error_model="numpy": a float division by zero gives inf as numpy's does, instead of
+    # Python's check and exception, which kept the reciprocals below from vectorising
+    jit = numba.njit(cache=True, nogil=True, fastmath=False, error_model="numpy")
     one = np.float32(1.0)
+    # Each pass walks a step's rows and, within a row, contiguous 1-D slices: loops LLVM
+    # vectorises (indexing the 2-D arrays in the inner loop, as before 2026-11-29, left the
+    # backward pass scalar: 80 µs for 50 x 512 units alone, now 30; the reciprocals 40 → 10)
+
+    @jit
+    def neg_sum(a, b, bias, has_bias, out):
+        if has_bias:
+            for k in range(out.shape[0]):
+                out[k] = -((a[k] + b[k]) + bias[k])
+        else:
+            for k in range(out.shape[0]):
+                out[k] = -(a[k] + b[k])
 
     @jit
     def gates_in(g, p, bz, br, has_bias, e):
         """e = −(x·Wᵀ + h·Uᵀ + b) of the update and reset gates."""
         rows, hdim = e.shape[0], e.shape[1] // 2
         for row in range(rows):
-            for k in range(hdim):
-                zv = g[row, k] + p[row, k]
-                rv = g[row, hdim + k] + p[row, hdim + k]
-                if has_bias:
-                    zv = zv + bz[k]
-                    rv = rv + br[k]
-                e[row, k] = -zv
-                e[row, hdim + k] = -rv
+            gr, pr, er = g[row], p[row], e[row]
+            neg_sum(gr[:hdim], pr[:hdim], bz, has_bias, er[:hdim])
+            neg_sum(gr[hdim : 2 * hdim], pr[hdim : 2 * hdim], br, has_bias, er[hdim:])
 
     @jit
     def gates_mid(g, p, bc, has_bias, e):
         """z, r = 1/(e + 1) (e = exp(−…) now); c's argument r ⊙ h·U_cᵀ + x·W_cᵀ + b_c."""
         rows, hdim = e.shape[0], e.shape[1] // 2
         for row in range(rows):
-            for k in range(hdim):
-                zv = one / (e[row, k] + one)
-                rv = one / (e[row, hdim + k] + one)
-                g[row, k] = zv
-                g[row, hdim + k] = rv
-                cv = g[row, 2 * hdim + k] + rv * p[row, 2 * hdim + k]
-                if has_bias:
-                    cv = cv + bc[k]
-                g[row, 2 * hdim + k] = cv
+            gr, er = g[row], e[row]
+            zr = gr[: 2 * hdim]
+            for k in range(2 * hdim):
+                zr[k] = one / (er[k] + one)
+            r, c, hu = gr[hdim : 2 * hdim], gr[2 * hdim :], p[row, 2 * hdim :]
+            if has_bias:
+                for k in range(hdim):
+                    c[k] = (c[k] + r[k] * hu[k]) + bc[k]
+            else:
+                for k in range(hdim):
+                    c[k] = c[k] + r[k] * hu[k]
 
     @jit
     def gates_out(g, h, out):
         rows, hdim = out.shape
         for row in range(rows):
+            z, c, hr, o = g[row, :hdim], g[row, 2 * hdim :], h[row], out[row]
             for k in range(hdim):
-                zv = g[row, k]
-                cv = g[row, 2 * hdim + k]
-                out[row, k] = (h[row, k] - cv) * zv + cv
+                o[k] = (hr[k] - c[k]) * z[k] + c[k]
 
     @jit
     def backward(grad, grad2, rec, g, p, h, dx, dh, rec_prev):
         rows, hdim = rec.shape
         for row in range(rows):
+            gr, g2, rc, hr, rp = grad[row], grad2[row], rec[row], h[row], rec_prev[row]
+            z, r, c = g[row, :hdim], g[row, hdim : 2 * hdim], g[row, 2 * hdim :]
+            hu = p[row, 2 * hdim :]
+            dz, dr, dc = dx[row, :hdim], dx[row, hdim : 2 * hdim], dx[row, 2 * hdim :]
+            sz, sr, sc = dh[row, :hdim], dh[row, hdim : 2 * hdim], dh[row, 2 * hdim :]
             for k in range(hdim):
-                gv = (grad[row, k] + grad2[row, k]) + rec[row, k]
-                zv = g[row, k]
-                rv = g[row, hdim + k]
-                cv = g[row, 2 * hdim + k]
+                gv = (gr[k] + g2[k]) + rc[k]
+                zv, rv, cv = z[k], r[k], c[k]
                 dcv = ((one - cv * cv) * (one - zv)) * gv
-                dzv = ((h[row, k] - cv) * ((one - zv) * zv)) * gv
-                drv = (dcv * p[row, 2 * hdim + k]) * ((one - rv) * rv)
-                dx[row, k] = dzv
-                dx[row, hdim + k] = drv
-                dx[row, 2 * hdim + k] = dcv
-                dh[row, k] = dzv
-                dh[row, hdim + k] = drv
-                dh[row, 2 * hdim + k] = dcv * rv
-                rec_prev[row, k] = gv * zv
+                dzv = ((hr[k] - cv) * ((one - zv) * zv)) * gv
+                drv = (dcv * hu[k]) * ((one - rv) * rv)
+                dz[k] = dzv
+                dr[k] = drv
+                dc[k] = dcv
+                sz[k] = dzv
+                sr[k] = drv
+                sc[k] = dcv * rv
+                rp[k] = gv * zv
 
     return types.SimpleNamespace(
         gates_in=gates_in, gates_mid=gates_mid, gates_out=gates_out, backward=backward
