@@ -11,9 +11,12 @@ input rows of all steps and the weights stacked as ``W = [W_z; W_r; W_c]`` (``3H
 * backward, from the last step down: one kernel (``gru_step_backward``) gives the gate
   gradients ``Dx_t = [dz | dr | dc]`` and ``Dh_t = [dz | dr | dc ⊙ r]`` and the direct part
   ``g ⊙ z`` of ``h_{t−1}``'s gradient, then one GEMM adds ``Dh_t·U`` to it; the weight
-  gradients are then ``Dxᵀ·X``, ``Dhᵀ·[h_0 … h_{T−2}]`` and the column sums of ``Dx``: one
-  GEMM each over all ``T·B`` rows, added into the nine Param gradients; the input's gradient
-  is ``Dx·W`` in one GEMM.
+  gradients are then ``[X | 1]ᵀ·Dx`` (the input weights' transposed, and the biases' as
+  its last row) and ``Dhᵀ·[h_0 … h_{T−2}]``: one GEMM each over all ``T·B`` rows, added
+  into the nine Param gradients; the input's gradient is ``Dx·W`` in one GEMM.
+
+The per-step products all take the same ``Uᵀ`` (forward) or ``U`` (backward): each is a
+``blas.FixedOperand``, which MKL packs once per pass instead of at every product.
 
 The formulas are kGRU's (see plugins/layers/gru.py); the kernels keep its order of
 operations, so a step's gates are the copy's, and the sums over the steps differ only in
