@@ -11,9 +11,12 @@ input rows of all steps and the weights stacked as ``W = [W_z; W_r; W_c]`` (``3H
 * backward, from the last step down: one kernel (``gru_step_backward``) gives the gate
   gradients ``Dx_t = [dz | dr | dc]`` and ``Dh_t = [dz | dr | dc ⊙ r]`` and the direct part
   ``g ⊙ z`` of ``h_{t−1}``'s gradient, then one GEMM adds ``Dh_t·U`` to it; the weight
-  gradients are then ``Dxᵀ·X``, ``Dhᵀ·[h_0 … h_{T−2}]`` and the column sums of ``Dx``: one
-  GEMM each over all ``T·B`` rows, added into the nine Param gradients; the input's gradient
-  is ``Dx·W`` in one GEMM.
+  gradients are then ``[X | 1]ᵀ·Dx`` (the input weights' transposed, and the biases' as
+  its last row) and ``Dhᵀ·[h_0 … h_{T−2}]``: one GEMM each over all ``T·B`` rows, added
+  into the nine Param gradients; the input's gradient is ``Dx·W`` in one GEMM.
+
+The per-step products all take the same ``Uᵀ`` (forward) or ``U`` (backward): each is a
+``blas.FixedOperand``, which MKL packs once per pass instead of at every product.
 
 The formulas are kGRU's (see plugins/layers/gru.py); the kernels keep its order of
 operations, so a step's gates are the copy's, and the sums over the steps differ only in
@@ -31,7 +34,7 @@ import types
 import numpy as np
 from singa_builtins.layers.sigmoid import sigmoid_forward
 
-from singa_core.blas import gemm
+from singa_core.blas import FixedOperand, gemm
 from singa_core.cuda import BLOCK, CUPY, elementwise_source, grid_for
 from singa_core.kernels import define_kernel
 from singa_core.layer import kAggGrad
@@ -171,66 +174,79 @@ def _exp_scratch(rows: int, cols: int) -> np.ndarray:
 def _compile():
     import numba
 
-    jit = numba.njit(cache=True, nogil=True, fastmath=False)
+    # error_model="numpy": a float division by zero gives inf as numpy's does, instead of
+    # Python's check and exception, which kept the reciprocals below from vectorising
+    jit = numba.njit(cache=True, nogil=True, fastmath=False, error_model="numpy")
     one = np.float32(1.0)
+    # Each pass walks a step's rows and, within a row, contiguous 1-D slices: loops LLVM
+    # vectorises (indexing the 2-D arrays in the inner loop, as before 2026-11-29, left the
+    # backward pass scalar: 80 µs for 50 x 512 units alone, now 30; the reciprocals 40 → 10)
+
+    @jit
+    def neg_sum(a, b, bias, has_bias, out):
+        if has_bias:
+            for k in range(out.shape[0]):
+                out[k] = -((a[k] + b[k]) + bias[k])
+        else:
+            for k in range(out.shape[0]):
+                out[k] = -(a[k] + b[k])
 
     @jit
     def gates_in(g, p, bz, br, has_bias, e):
         """e = −(x·Wᵀ + h·Uᵀ + b) of the update and reset gates."""
         rows, hdim = e.shape[0], e.shape[1] // 2
         for row in range(rows):
-            for k in range(hdim):
-                zv = g[row, k] + p[row, k]
-                rv = g[row, hdim + k] + p[row, hdim + k]
-                if has_bias:
-                    zv = zv + bz[k]
-                    rv = rv + br[k]
-                e[row, k] = -zv
-                e[row, hdim + k] = -rv
+            gr, pr, er = g[row], p[row], e[row]
+            neg_sum(gr[:hdim], pr[:hdim], bz, has_bias, er[:hdim])
+            neg_sum(gr[hdim : 2 * hdim], pr[hdim : 2 * hdim], br, has_bias, er[hdim:])
 
     @jit
     def gates_mid(g, p, bc, has_bias, e):
         """z, r = 1/(e + 1) (e = exp(−…) now); c's argument r ⊙ h·U_cᵀ + x·W_cᵀ + b_c."""
         rows, hdim = e.shape[0], e.shape[1] // 2
         for row in range(rows):
-            for k in range(hdim):
-                zv = one / (e[row, k] + one)
-                rv = one / (e[row, hdim + k] + one)
-                g[row, k] = zv
-                g[row, hdim + k] = rv
-                cv = g[row, 2 * hdim + k] + rv * p[row, 2 * hdim + k]
-                if has_bias:
-                    cv = cv + bc[k]
-                g[row, 2 * hdim + k] = cv
+            gr, er = g[row], e[row]
+            zr = gr[: 2 * hdim]
+            for k in range(2 * hdim):
+                zr[k] = one / (er[k] + one)
+            r, c, hu = gr[hdim : 2 * hdim], gr[2 * hdim :], p[row, 2 * hdim :]
+            if has_bias:
+                for k in range(hdim):
+                    c[k] = (c[k] + r[k] * hu[k]) + bc[k]
+            else:
+                for k in range(hdim):
+                    c[k] = c[k] + r[k] * hu[k]
 
     @jit
     def gates_out(g, h, out):
         rows, hdim = out.shape
         for row in range(rows):
+            z, c, hr, o = g[row, :hdim], g[row, 2 * hdim :], h[row], out[row]
             for k in range(hdim):
-                zv = g[row, k]
-                cv = g[row, 2 * hdim + k]
-                out[row, k] = (h[row, k] - cv) * zv + cv
+                o[k] = (hr[k] - c[k]) * z[k] + c[k]
 
     @jit
     def backward(grad, grad2, rec, g, p, h, dx, dh, rec_prev):
         rows, hdim = rec.shape
         for row in range(rows):
+            gr, g2, rc, hr, rp = grad[row], grad2[row], rec[row], h[row], rec_prev[row]
+            z, r, c = g[row, :hdim], g[row, hdim : 2 * hdim], g[row, 2 * hdim :]
+            hu = p[row, 2 * hdim :]
+            dz, dr, dc = dx[row, :hdim], dx[row, hdim : 2 * hdim], dx[row, 2 * hdim :]
+            sz, sr, sc = dh[row, :hdim], dh[row, hdim : 2 * hdim], dh[row, 2 * hdim :]
             for k in range(hdim):
-                gv = (grad[row, k] + grad2[row, k]) + rec[row, k]
-                zv = g[row, k]
-                rv = g[row, hdim + k]
-                cv = g[row, 2 * hdim + k]
+                gv = (gr[k] + g2[k]) + rc[k]
+                zv, rv, cv = z[k], r[k], c[k]
                 dcv = ((one - cv * cv) * (one - zv)) * gv
-                dzv = ((h[row, k] - cv) * ((one - zv) * zv)) * gv
-                drv = (dcv * p[row, 2 * hdim + k]) * ((one - rv) * rv)
-                dx[row, k] = dzv
-                dx[row, hdim + k] = drv
-                dx[row, 2 * hdim + k] = dcv
-                dh[row, k] = dzv
-                dh[row, hdim + k] = drv
-                dh[row, 2 * hdim + k] = dcv * rv
-                rec_prev[row, k] = gv * zv
+                dzv = ((hr[k] - cv) * ((one - zv) * zv)) * gv
+                drv = (dcv * hu[k]) * ((one - rv) * rv)
+                dz[k] = dzv
+                dr[k] = drv
+                dc[k] = dcv
+                sz[k] = dzv
+                sr[k] = drv
+                sc[k] = dcv * rv
+                rp[k] = gv * zv
 
     return types.SimpleNamespace(
         gates_in=gates_in, gates_mid=gates_mid, gates_out=gates_out, backward=backward
@@ -330,12 +346,22 @@ class GRURun(SequenceRun):
         self.out = out  # (T, B, H): the copies' data
         self.grad = grad  # (T, B, H): the copies' grad (from their other consumers)
         self.outs = [c.data for c in copies]
+        # a copy's grad2 is written only by a GRU taking it as its previous state other than
+        # the next copy (whose gradient the run passes itself): where there is none, the
+        # steps read one small zero array instead of T arrays of zeros from memory
         self.grad2 = [c.grad2 for c in copies]
+        self._grad2_written = any(
+            c._state_consumers - {id(n) for n in copies[t + 1 : t + 2]}
+            for t, c in enumerate(copies)
+        )
         self.grads = [c.grad for c in copies]
         self.gates = xp.zeros((T, B, 3 * H), dtype=DTYPE)  # x·Wᵀ, then [z | r | c]
         self.hprod = xp.zeros((T, B, 3 * H), dtype=DTYPE)  # h_{t−1}·Uᵀ
         self.w = xp.empty((3 * H, V), dtype=DTYPE)  # [W_z; W_r; W_c]
         self.u = xp.empty((3 * H, H), dtype=DTYPE)  # [U_z; U_r; U_c]
+        # Uᵀ of the T forward products h_{t−1}·Uᵀ, and U of the backward's Dh_t·U: each
+        # packed once per pass where the host's BLAS can (blas.FixedOperand)
+        self.ut_fixed, self.u_fixed = FixedOperand(B), FixedOperand(B)
         self._back = None  # the backward's arrays, made on its first call
 
     def _hprev(self, t: int):
@@ -351,7 +377,8 @@ class GRURun(SequenceRun):
         gates2 = self.gates.reshape(self.T * self.B, 3 * H)
         gemm(x, self.w.T, gates2)
         step = first.kernels.gru_step_forward
-        ut = self.u.T
+        ut = self.ut_fixed
+        ut.set(self.u.T)
         for t in range(self.T):
             h = self._hprev(t)
             gemm(h, ut, self.hprod[t])
@@ -365,11 +392,11 @@ class GRURun(SequenceRun):
                 "dh": xp.empty((T, B, 3 * H), dtype=DTYPE),
                 "rec": [xp.empty((B, H), dtype=DTYPE), xp.empty((B, H), dtype=DTYPE)],
                 "zero": xp.zeros((B, H), dtype=DTYPE),
-                "gw": xp.empty((3 * H, V), dtype=DTYPE),
+                # [W_z | W_r | W_c]ᵀ's gradient over all steps, and the biases' as its row V
+                "gwt": xp.empty((V + 1, 3 * H), dtype=DTYPE),
                 "gu": xp.empty((3 * H, H), dtype=DTYPE),
                 "ut": xp.empty((H, 3 * H), dtype=DTYPE),  # [U_zᵀ | U_rᵀ | U_cᵀ]
-                "gb": xp.empty(3 * H, dtype=DTYPE),
-                "ones": xp.ones(T * B, dtype=DTYPE),
+                "x1": xp.ones((T * B, V + 1), dtype=DTYPE),  # [x | 1] of all steps
             }
         return self._back
 
@@ -383,23 +410,35 @@ class GRURun(SequenceRun):
         ut = a["ut"]
         p = first.params
         np.concatenate((p[3].value.T, p[4].value.T, p[5].value.T), axis=1, out=ut)
-        current = a["zero"]
+        u = self.u_fixed
+        u.set(ut.T)
+        current = zero = a["zero"]
+        grad2 = self.grad2 if self._grad2_written else [zero] * T
         for t in range(T - 1, -1, -1):
             prev = rec[t % 2]
             step(
-                self.grads[t], self.grad2[t], current, self.gates[t], self.hprod[t],
+                self.grads[t], grad2[t], current, self.gates[t], self.hprod[t],
                 self._hprev(t), dx[t], dh[t], prev,
             )  # fmt: skip
             if t > 0:
-                gemm(dh[t], ut.T, prev, beta=1.0)  # h_{t−1}'s gradient: + Dh_t·U
+                gemm(dh[t], u, prev, beta=1.0)  # h_{t−1}'s gradient: + Dh_t·U
             current = prev
         dx2 = dx.reshape(T * B, 3 * H)
         params = first.params
         agg = bool(phase & kAggGrad)
-        # the weight gradients over all steps, then into the nine Params
-        x = srcs[0].data.reshape(T * B, self.V)
-        gemm(dx2.T, x, a["gw"])
-        self._add(params[0:3], a["gw"], agg)
+        # the weight gradients over all steps, then into the nine Params. The input side's
+        # transposed, [x | 1]ᵀ·Dx: its long side is then the product's N (faster than
+        # Dxᵀ·x, an output of 65 columns for char-rnn: 2.3 against 3.7 ms at 2 threads),
+        # and the ones column gives the biases' gradient (the column sums of Dx) in the same
+        # product
+        x, V, gwt = srcs[0].data.reshape(T * B, self.V), self.V, a["gwt"]
+        if first.has_bias:
+            x1 = a["x1"]
+            x1[:, :V] = x
+            gemm(x1.T, dx2, gwt)
+        else:
+            gemm(x.T, dx2, gwt[:V])
+        self._add(params[0:3], gwt[:V].T, agg)
         gu = a["gu"]
         if T > 1:
             gemm(dh[1:].reshape((T - 1) * B, 3 * H).T, self.out[:-1].reshape((T - 1) * B, H), gu)
@@ -409,8 +448,7 @@ class GRURun(SequenceRun):
             gemm(dh[0].T, first._h0, gu)
         self._add(params[3:6], gu, agg)
         if first.has_bias:
-            gemm(a["ones"][None, :], dx2, a["gb"].reshape(1, -1))
-            self._add(params[6:9], a["gb"], agg)
+            self._add(params[6:9], gwt[V], agg)
         gx = srcs[0].grad_for(self)
         if gx is not None:
             gemm(dx2, self.w, gx.reshape(T * B, self.V))

@@ -43,6 +43,9 @@ class SgemmLibrary:
     sgemm: object  # the ctypes function, argtypes set
     set_threads: object | None = None  # callable(n) or None (numpy's pool is set elsewhere)
     saxpy: object | None = None  # its cblas_saxpy (argtypes set), or None
+    #: MKL's packed GEMM (``cblas_sgemm_pack_get_size``, ``cblas_sgemm_pack``,
+    #: ``cblas_sgemm_compute``, argtypes set), or None: see :class:`blas.FixedOperand`
+    packed: tuple | None = None
 
 
 _lock = threading.Lock()
@@ -111,7 +114,26 @@ def _mkl() -> SgemmLibrary | None:
     setter.restype = None
     saxpy = lib.cblas_saxpy
     saxpy.restype, saxpy.argtypes = None, saxpy_argtypes(ctypes.c_int)
-    return SgemmLibrary("mkl", version, fn, lambda n: setter(max(1, int(n))), saxpy)
+    return SgemmLibrary(
+        "mkl", version, fn, lambda n: setter(max(1, int(n))), saxpy, _mkl_packed(lib)
+    )
+
+
+def _mkl_packed(lib) -> tuple | None:
+    """MKL's packed-GEMM functions with their argument types, or None (an MKL without)."""
+    try:
+        size, pack, compute = (
+            lib.cblas_sgemm_pack_get_size,
+            lib.cblas_sgemm_pack,
+            lib.cblas_sgemm_compute,
+        )
+    except AttributeError:
+        return None
+    i, f, p = ctypes.c_int, ctypes.c_float, ctypes.c_void_p
+    size.restype, size.argtypes = ctypes.c_size_t, [i, i, i, i]
+    pack.restype, pack.argtypes = None, [i, i, i, i, i, i, f, p, i, p]
+    compute.restype, compute.argtypes = None, [i, i, i, i, i, i, p, i, p, i, f, p, i]
+    return size, pack, compute
 
 
 def library(name: str) -> SgemmLibrary | None:

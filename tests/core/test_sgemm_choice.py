@@ -115,3 +115,32 @@ def test_axpy_runs_on_the_chosen_library(use, name):
     want = y.astype(np.float64) - 0.375 * x
     axpy(-0.375, x, y)
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", LIBRARIES)
+def test_a_fixed_operand_multiplies_as_gemm_with_its_b(use, name):
+    """blas.FixedOperand: packed once by MKL (plain GEMMs elsewhere), its products equal
+    gemm's with the plain b; a different a, an alpha or a new b still come out right."""
+    from singa_core.blas import FixedOperand
+
+    lib = use(name)
+    rng = np.random.default_rng(2)
+    u = rng.standard_normal((96, 40), dtype=np.float32)
+    fixed = FixedOperand(7)
+    for b in (u.T, u[:, :33]):  # a transposed view, then a block of a wider matrix
+        fixed.set(b)
+        assert (fixed._dims is not None) == (lib.packed is not None)
+        for trans_a in (False, True):
+            a = rng.standard_normal((7, b.shape[0]), dtype=np.float32)
+            a = np.ascontiguousarray(a.T).T if trans_a else a
+            for alpha, beta in ((1.0, 0.0), (1.0, 1.0), (0.5, 1.0)):
+                c = rng.standard_normal((7, b.shape[1]), dtype=np.float32)
+                want = c.copy()
+                gemm(a, b, want, alpha=alpha, beta=beta)
+                gemm(a, fixed, c, alpha=alpha, beta=beta)
+                np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-5)
+    more = rng.standard_normal((9, 40), dtype=np.float32)  # other rows: a plain GEMM
+    c = np.empty((9, 96), np.float32)
+    fixed.set(u.T)
+    gemm(more, fixed, c)
+    np.testing.assert_allclose(c, more @ u.T, rtol=1e-5, atol=1e-5)

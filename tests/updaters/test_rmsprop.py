@@ -20,6 +20,16 @@ from singa_core.testing import (
 from tests.updaters.updater_checks import fixed_lr, step_lr
 
 
+@pytest.fixture(autouse=True, params=["compiled", "numpy"])
+def host_path(request, monkeypatch):
+    """Every check runs on both host paths: the compiled pass (numba) and numpy's passes
+    (``SINGA_NUMBA=0``, as without numba)."""
+    if request.param == "compiled":
+        pytest.importorskip("numba")
+    monkeypatch.setenv("SINGA_NUMBA", "1" if request.param == "compiled" else "0")
+    return request.param
+
+
 def rmsprop(lr, rho=0.9, **conf):
     proto = job_pb2.UpdaterProto(type=job_pb2.kRMSProp, **conf)
     if rho is not None:
@@ -159,3 +169,21 @@ def test_update_is_in_place_and_allocation_free():
     """The scratch array is allocated on the first update only."""
     up = rmsprop(fixed_lr(0.01), weight_decay=0.01, clip_low=-1, clip_high=1)
     check_in_place_allocation_free(up)
+
+
+def test_both_host_paths_agree_to_rounding(host_path, monkeypatch):
+    """The compiled pass and numpy's passes give the same update but for float32 rounding."""
+    pytest.importorskip("numba")
+    rng = np.random.default_rng(3)
+    w0 = rng.standard_normal(10_001).astype(np.float32)
+    grads = [rng.standard_normal(w0.size).astype(np.float32) * 3 for _ in range(4)]
+    out = {}
+    for flag in ("1", "0"):
+        monkeypatch.setenv("SINGA_NUMBA", flag)
+        up = rmsprop(fixed_lr(0.01), rho=0.9, clip_low=-2, clip_high=2)
+        w, state = w0.copy(), {"history": np.zeros_like(w0)}
+        for step, g in enumerate(grads):
+            up.apply(step, w, g.copy(), state)
+        out[flag] = w, state["history"]
+    for a, b in zip(out["1"], out["0"], strict=True):
+        np.testing.assert_allclose(a, b, rtol=2e-6, atol=1e-7)
