@@ -67,7 +67,7 @@ from singa_builtins.layers._gru_sequence import GRURun, add_stacked
 from singa_builtins.layers._gru_sequence import compiles as gru_passes_compile
 from singa_builtins.layers._pool_kernels import JIT_BYTES, JIT_NOTE
 
-from singa_core.blas import gemm
+from singa_core.blas import FixedOperand, gemm
 from singa_core.layer import Layer, NeuronLayer, kAggGrad
 from singa_core.memory import charge as charge_memory
 from singa_core.memory import charge_once
@@ -151,6 +151,8 @@ class GRULayer(NeuronLayer):
             if self.device.is_host and gru_passes_compile():
                 charge_once(self, "numba-jit", JIT_BYTES, row="numba's JIT compiler",
                             note=JIT_NOTE)  # fmt: skip
+            if self.device.is_host and FixedOperand.packs():  # U and Uᵀ packed by MKL
+                charge_memory(self, "scratch", (2, 3 * hdim, hdim), what="packed U, Uᵀ")
 
         # h_prev without a previous GRU: zeros, or a carried state
         self._h0 = self.xp.zeros((B, hdim), dtype=DTYPE)

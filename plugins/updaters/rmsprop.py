@@ -18,19 +18,23 @@ Deviations: a missing ``rho`` (or ``rmsprop_conf``) is a configuration error at
 construction; ``rho`` outside ``[0, 1)`` and ``delta <= 0`` are rejected.
 
 Float32, in place; one scratch array per distinct parameter size is kept by the updater
-(allocated on first use, not part of the checkpointed state). On the host, step 2 is one
-compiled pass over the arrays where numba is installed (``SINGA_NUMBA=0``: numpy's seven
-passes): the same float32 operations but for the rounding of ``rho * h + (1 - rho) * g^2``
-(one product and one sum, where the fallback's saxpy may fuse them).
+(allocated on first use, not part of the checkpointed state). Step 2 is the kernel
+``rmsprop_step``: on the host one compiled pass over the arrays where numba is installed
+(``SINGA_NUMBA=0``, or another device: numpy's seven passes): the same float32
+operations but for the rounding of ``rho * h + (1 - rho) * g^2`` (one product and one
+sum, where the fallback's saxpy may fuse them).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 import numpy as np
 
 from singa_core.errors import SingaError
+from singa_core.kernels import define_kernel, kernels_for
+from singa_core.memory import NUMBA_COMPILER
 from singa_core.updater import Updater, axpy, define_update_kernel
 
 define_update_kernel(
@@ -82,20 +86,41 @@ class RMSPropUpdater(Updater):
     ) -> None:
         g = self.prologue(value, grad, scale, wd_scale)
         lr = np.float32(self.lr(step) * lr_scale)
-        rho = np.float32(self.rho)
-        h = state["history"]
-        fused = _compiled() if _dense(value, g, h) else None
-        if fused is not None:
-            fused(value.reshape(-1), g.reshape(-1), h.reshape(-1), lr, rho, np.float32(self.delta))
-            return
-        tmp = self.scratch(g)
-        np.multiply(g, g, out=tmp)
-        h *= rho
-        axpy(1 - rho, tmp, h)  # h <- rho * h + (1 - rho) * g^2
-        np.add(h, np.float32(self.delta), out=tmp)
-        np.sqrt(tmp, out=tmp)
-        g /= tmp  # g / sqrt(h + delta)
-        axpy(-lr, g, value)
+        kernels_for(value).rmsprop_step(
+            value, g, state["history"], self.scratch(g), lr, np.float32(self.rho),
+            np.float32(self.delta),
+        )  # fmt: skip
+
+    def host_compiler_memory(self):
+        return NUMBA_COMPILER if compiles() else None
+
+
+def numpy_step(value, g, h, tmp, lr, rho, delta) -> None:
+    """Step 2 in numpy's seven passes (``tmp``: a scratch array shaped like ``g``)."""
+    np.multiply(g, g, out=tmp)
+    h *= rho
+    axpy(1 - rho, tmp, h)  # h <- rho * h + (1 - rho) * g^2
+    np.add(h, delta, out=tmp)
+    np.sqrt(tmp, out=tmp)
+    g /= tmp  # g / sqrt(h + delta)
+    axpy(-lr, g, value)
+
+
+def host_step(value, g, h, tmp, lr, rho, delta) -> None:
+    """Step 2 as one compiled pass over C-contiguous float32 arrays; numpy's else."""
+    fused = _compiled() if _dense(value, g, h) else None
+    if fused is None:
+        numpy_step(value, g, h, tmp, lr, rho, delta)
+        return
+    fused(value.reshape(-1), g.reshape(-1), h.reshape(-1), lr, rho, delta)
+
+
+define_kernel(
+    "rmsprop_step",
+    host=host_step,
+    generic=numpy_step,
+    doc="h = rho·h + (1 − rho)·g²; w −= lr·g/√(h + δ) (one slice; one pass on the host)",
+)
 
 
 def _dense(*arrays) -> bool:
@@ -105,6 +130,15 @@ def _dense(*arrays) -> bool:
 
 
 _JIT: object = None  # not yet tried; then the compiled pass, or False
+
+
+def compiles() -> bool:
+    """Whether the host pass will be compiled, without loading numba now."""
+    if os.environ.get("SINGA_NUMBA", "1").strip() == "0":
+        return False
+    if _JIT is not None:
+        return bool(_JIT)
+    return importlib.util.find_spec("numba") is not None
 
 
 def _compiled():

@@ -19,10 +19,10 @@ one launch for all of them.
 from __future__ import annotations
 
 import numpy as np
-from singa_builtins.layers._pool_kernels import JIT_BYTES, JIT_NOTE
 from singa_builtins.updaters._momentum_step import compiles, host_step, numpy_step
 
 from singa_core.kernels import define_kernel, kernels_for
+from singa_core.memory import NUMBA_COMPILER
 from singa_core.updater import Updater, axpy, define_update_kernel
 
 define_update_kernel(
@@ -87,7 +87,7 @@ class SGDUpdater(Updater):
 
     def host_compiler_memory(self):
         if self.momentum > 0 and compiles():  # the momentum step is compiled with numba
-            return "numba-jit", JIT_BYTES, "numba's JIT compiler", JIT_NOTE
+            return NUMBA_COMPILER
         return None
 
     def fold(self, step, *, scale=1.0, lr_scale=1.0, wd_scale=1.0):

@@ -415,6 +415,15 @@ class FixedOperand:
         self._buf = None  # MKL's packed copy of b (float32 words), kept between sets
         self._dims = None  # (n, k, compute) of the packed b, or None when b is not packed
 
+    @staticmethod
+    def packs() -> bool:
+        """Whether host operands are packed (the chosen library has MKL's packed GEMM):
+        each then keeps a packed copy about the size of ``b`` (for memory estimates)."""
+        from singa_core.contracts import sgemm as library
+
+        lib = library._chosen or library.chosen()
+        return lib is not None and lib.packed is not None
+
     def set(self, b) -> None:
         """``b`` (a 2-D view; kept, not copied) is the operand from now on."""
         import numpy as np

@@ -380,6 +380,9 @@ NUMBA_JIT_NOTE = (
     "SINGA_NUMBA=0 runs their numpy paths without it)"
 )
 NUMBA_JIT_ROW = "numba's JIT compiler"
+#: what an updater whose host pass numba compiles returns from
+#: :meth:`~singa_core.updater.Updater.host_compiler_memory`
+NUMBA_COMPILER = ("numba-jit", NUMBA_JIT_BYTES, NUMBA_JIT_ROW, NUMBA_JIT_NOTE)
 
 
 def charge_numba(layer) -> None:
