@@ -70,24 +70,39 @@ def _compile():
     @jit
     def max_backward(g, arg, kh, kw, sh, sw, tiles, covers, gxp):
         nc, oh, ow, nb = g.shape
-        if not covers:
-            gxp[...] = 0.0
-        for c in range(nc):
-            for y in range(oh):
-                for x in range(ow):
-                    h0, w0 = y * sh, x * sw
-                    if tiles:  # windows do not overlap: write every input once
+        zero = g.dtype.type(0.0)
+        if tiles:  # windows do not overlap: write every input once
+            if not covers:
+                gxp[...] = 0.0
+            for c in range(nc):
+                for y in range(oh):
+                    for x in range(ow):
+                        h0, w0 = y * sh, x * sw
                         k = 0
                         for i in range(kh):
                             for j in range(kw):
                                 for b in range(nb):
                                     hit = arg[c, y, x, b] == k
-                                    gxp[c, h0 + i, w0 + j, b] = g[c, y, x, b] if hit else 0.0
+                                    gxp[c, h0 + i, w0 + j, b] = g[c, y, x, b] if hit else zero
                                 k += 1
-                    else:
-                        for b in range(nb):
-                            k = arg[c, y, x, b]
-                            gxp[c, h0 + k // kw, w0 + k % kw, b] += g[c, y, x, b]
+            return
+        # overlapping windows: each input gathers, in output order, the gradients of the
+        # windows that cover it and chose it (the sums of a scatter in output order, each
+        # input written once and kept in cache; branchless, so the batch loop vectorises)
+        _, hp, wp, _ = gxp.shape
+        for c in range(nc):
+            for h in range(hp):
+                y0, y1 = max(0, (h - kh + sh) // sh), min(oh - 1, h // sh)
+                for w in range(wp):
+                    x0, x1 = max(0, (w - kw + sw) // sw), min(ow - 1, w // sw)
+                    for b in range(nb):
+                        gxp[c, h, w, b] = zero
+                    for y in range(y0, y1 + 1):
+                        for x in range(x0, x1 + 1):
+                            k = (h - y * sh) * kw + (w - x * sw)
+                            for b in range(nb):
+                                hit = arg[c, y, x, b] == k
+                                gxp[c, h, w, b] += g[c, y, x, b] if hit else zero
 
     @jit
     def avg_forward(xp, kh, kw, sh, sw, scale, out):
