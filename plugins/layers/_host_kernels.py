@@ -1,0 +1,172 @@
+"""Compiled host passes for ReLU's and LRN's kernels (optional: numba, the ``fast`` extra).
+
+The numpy host implementations of ``relu_backward``, ``lrn_forward`` and ``lrn_backward``
+make one pass over memory per ufunc (two for ReLU's backward, about ten for LRN's each
+way); these make one, computing every element with the same float32 operations in the
+same order (no fused multiply-adds, the window sums in ``lrn.window_sum``'s order), so
+their results are identical. They run on numpy arrays that share one dense memory layout
+(:func:`singa_core.cuda.dense_alike`: the NCHW views of batch-innermost buffers qualify),
+serially, the contiguous innermost axis in the innermost loop so that it vectorises. Other
+arguments (a device's arrays, mixed layouts) take the numpy path, as does everything when
+numba is missing or ``SINGA_NUMBA=0`` (:func:`kernels` returns None).
+
+The kernel ``host_jit`` (composite) tells a layer whether its host kernels run compiled
+code, so that it charges numba's compiler to the memory estimate once
+(``_pool_kernels.JIT_BYTES``); a GPU says no.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from singa_core.cuda import dense_alike
+from singa_core.kernels import define_kernel
+
+_KERNELS: object = None  # not yet tried; then a namespace of functions, or False
+
+
+def _compile():
+    import numba
+
+    # numpy's error model: a division by zero gives inf or NaN as numpy's does, with no
+    # test per element (which would stop the loops from vectorising)
+    jit = numba.njit(cache=True, nogil=True, fastmath=False, error_model="numpy")
+
+    @jit
+    def relu_backward(y, g, out):
+        # g·[y > 0] as numpy's g·mask computes it (a NaN or infinite g stays NaN)
+        zero, one = g.dtype.type(0.0), g.dtype.type(1.0)
+        for e in range(y.size):
+            out[e] = g[e] * (one if y[e] > zero else zero)
+
+    @jit
+    def add_row(rd, square, row):
+        if square:
+            for i in range(row.size):
+                row[i] = row[i] + rd[i] * rd[i]
+        else:
+            for i in range(row.size):
+                row[i] = row[i] + rd[i]
+
+    @jit
+    def window_sum_row(src, o, ch, half, square, row):
+        # row = the window sum of src[o, :, i] (squared where ``square``) around ch, in
+        # lrn.window_sum's order: the channel, the next one, the later ones, the earlier ones
+        nc, ni = src.shape[1], src.shape[2]
+        r0 = src[o, ch]
+        if half > 0 and ch + 1 < nc:
+            r1 = src[o, ch + 1]
+            if square:
+                for i in range(ni):
+                    row[i] = r0[i] * r0[i] + r1[i] * r1[i]
+            else:
+                for i in range(ni):
+                    row[i] = r0[i] + r1[i]
+        elif square:
+            for i in range(ni):
+                row[i] = r0[i] * r0[i]
+        else:
+            for i in range(ni):
+                row[i] = r0[i]
+        for d in range(2, half + 1):
+            if ch + d < nc:
+                add_row(src[o, ch + d], square, row)
+        for d in range(1, half + 1):
+            if ch - d >= 0:
+                add_row(src[o, ch - d], square, row)
+
+    @jit
+    def lrn_forward(x, y, norm, powb, half, a, k, mode):
+        # (outer, C, inner) views, one channel row at a time (rows stay in cache)
+        no, nc, ni = x.shape
+        for o in range(no):
+            for ch in range(nc):
+                nr, pr, yr, xr = norm[o, ch], powb[o, ch], y[o, ch], x[o, ch]
+                window_sum_row(x, o, ch, half, True, nr)
+                for i in range(ni):
+                    nr[i] = nr[i] * a + k  # two roundings: no fused multiply-add
+                if mode == 1:
+                    for i in range(ni):
+                        r = np.sqrt(nr[i])
+                        pr[i] = r * np.sqrt(r)
+                elif mode == 2:
+                    for i in range(ni):
+                        pr[i] = np.sqrt(nr[i])
+                else:  # mode 3 (beta 1); others take numpy's path
+                    for i in range(ni):
+                        pr[i] = nr[i]
+                for i in range(ni):
+                    yr[i] = xr[i] / pr[i]
+
+    @jit
+    def lrn_backward(x, y, g, norm, powb, out, tmp, half, c):
+        no, nc, ni = x.shape
+        for o in range(no):
+            # channel t's g·y/norm (= g·x·norm^(−beta−1)) into tmp, once per element, just
+            # before the window of channel t − half, the last to read it, needs it
+            for t in range(nc + half):
+                if t < nc:
+                    gr, yr, nr, tr = g[o, t], y[o, t], norm[o, t], tmp[o, t]
+                    for i in range(ni):
+                        tr[i] = (gr[i] * yr[i]) / nr[i]
+                ch = t - half
+                if ch < 0:
+                    continue
+                gr, pr, xr, outr = g[o, ch], powb[o, ch], x[o, ch], out[o, ch]
+                window_sum_row(tmp, o, ch, half, False, outr)
+                for i in range(ni):
+                    outr[i] = gr[i] / pr[i] - (outr[i] * xr[i]) * c
+
+    class Kernels:
+        pass
+
+    kn = Kernels()
+    kn.relu_backward, kn.lrn_forward, kn.lrn_backward = relu_backward, lrn_forward, lrn_backward
+    return kn
+
+
+def kernels():
+    """The compiled passes, or None (numba missing, or ``SINGA_NUMBA=0``)."""
+    global _KERNELS
+    if os.environ.get("SINGA_NUMBA", "1").strip() == "0":
+        return None
+    if _KERNELS is None:
+        try:
+            _KERNELS = _compile()
+        except ImportError:
+            _KERNELS = False
+    return _KERNELS or None
+
+
+def memory_order(arrays, axis: int | None = None):
+    """The arrays (numpy, one dense layout: :func:`dense_alike`) as views in memory order:
+    1-D, or with ``axis`` given, 3-D ``(outer, axis, inner)``; None where they do not
+    qualify."""
+    if not all(type(a) is np.ndarray for a in arrays) or not dense_alike(arrays):
+        return None
+    first = arrays[0]
+    order = sorted(range(first.ndim), key=lambda d: -abs(first.strides[d]))
+    if axis is None:
+        return [a.transpose(order).reshape(-1) for a in arrays]
+    at = order.index(axis)
+    shape = [first.shape[d] for d in order]
+    outer = int(np.prod(shape[:at], dtype=np.int64))
+    inner = int(np.prod(shape[at + 1 :], dtype=np.int64))
+    views = [a.transpose(order).reshape(outer, shape[at], inner) for a in arrays]
+    return views if all(v.flags.c_contiguous for v in views) else None
+
+
+def _host_jit() -> bool:
+    """The host: whether the compiled passes run (numba loaded once per process)."""
+    return kernels() is not None
+
+
+define_kernel(
+    "host_jit",
+    host=_host_jit,
+    cuda=lambda: False,
+    composite=True,
+    doc="whether the host's kernels run compiled (numba) code (charged once per process)",
+)
