@@ -37,6 +37,8 @@ efficient GEMMs (CIFAR-10's first convolution: C·kw = 15).
 from __future__ import annotations
 
 import numpy as np
+from singa_builtins.layers._host_kernels import kernels as compiled
+from singa_builtins.layers._pool_kernels import JIT_BYTES, JIT_NOTE
 from singa_builtins.layers._window import (
     Window,
     as_chwn,
@@ -54,6 +56,7 @@ from singa_core.cuda import BLOCK, CUPY, grid_for
 from singa_core.kernels import define_kernel
 from singa_core.layer import NeuronLayer, kAggGrad, partitioned_size
 from singa_core.memory import charge as charge_memory
+from singa_core.memory import charge_once
 from singa_core.param import DTYPE
 
 #: the row-column path needs GEMMs with K = C·kw; below this, the full im2col (K = C·kh·kw)
@@ -241,6 +244,14 @@ class ConvolutionBase(NeuronLayer):
             src = slice(first, first + win.sw * (hi - lo - 1) + 1, win.sw)
             self._colmap.append((j, slice(lo, hi), src))
         self._hrows = slice(win.ph, win.ph + h)
+        # the compiled pass summing the input gradient back (numba), or None: numpy's adds
+        self._compiled = compiled()
+        self._col_lo = np.zeros(win.kw, dtype=np.int64)  # per kernel column: ow read ...
+        self._col_hi = np.zeros(win.kw, dtype=np.int64)  # ... from lo to hi (none: lo = hi)
+        for j, outs, _ in self._colmap:
+            self._col_lo[j], self._col_hi[j] = outs.start, outs.stop
+        if self._compiled is not None:  # its first call loads numba's compiler
+            charge_once(self, "numba-jit", JIT_BYTES, row="numba's JIT compiler", note=JIT_NOTE)
 
     def _weight_rows(self) -> np.ndarray:
         """The weight as (kh, F, C·kw) (a copy, refreshed every step: values change)."""
@@ -284,6 +295,11 @@ class ConvolutionBase(NeuronLayer):
         for i, block in enumerate(self._blocks):
             gemm(wr[i].T, g, block, beta=0.0 if i == 0 else 1.0)
         target = as_chwn(buf, self.batchsize, self.channels, self.height, self.width)
+        if self._compiled is not None:  # the adds and the zeroing below in one pass
+            self._compiled.rows_to_input(
+                self._xcol, target, win.ph, win.pw, win.sw, self._col_lo, self._col_hi
+            )
+            return
         target.fill(0.0)
         col, hr = self._xcol, self._hrows
         for j, outs, src in self._colmap:

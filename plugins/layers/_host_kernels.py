@@ -119,11 +119,47 @@ def _compile():
                 for i in range(ni):
                     outr[i] = gr[i] / pr[i] - (outr[i] * xr[i]) * c
 
+    @jit
+    def rows_to_input(col, target, ph, pw, sw, lo, hi):
+        # the convolution's row columns col[c, j, hp, ow, b] (input gradients) summed back
+        # onto the inputs they were read from, target[c, h, w, b] = the sum over the kernel
+        # columns j, in increasing order from zero (as the numpy path's shifted adds), with
+        # w = j + sw·ow − pw for lo[j] <= ow < hi[j]; then every position of col that no
+        # input reads (padding rows, out-of-range columns) is zeroed for the next forward
+        nc, kw, hp_n, ow_n, nb = col.shape
+        _, h_n, w_n, _ = target.shape
+        zero = col.dtype.type(0.0)
+        for c in range(nc):
+            for h in range(h_n):
+                for w in range(w_n):
+                    t = target[c, h, w]
+                    for b in range(nb):
+                        t[b] = zero
+                    for j in range(kw):
+                        q = w + pw - j
+                        if q < 0 or q % sw != 0:
+                            continue
+                        ow = q // sw
+                        if ow < lo[j] or ow >= hi[j]:
+                            continue
+                        src = col[c, j, h + ph, ow]
+                        for b in range(nb):
+                            t[b] = t[b] + src[b]
+            for j in range(kw):
+                for hp in range(hp_n):
+                    pad_row = hp < ph or hp >= ph + h_n
+                    for ow in range(ow_n):
+                        if pad_row or ow < lo[j] or ow >= hi[j]:
+                            z = col[c, j, hp, ow]
+                            for b in range(nb):
+                                z[b] = zero
+
     class Kernels:
         pass
 
     kn = Kernels()
     kn.relu_backward, kn.lrn_forward, kn.lrn_backward = relu_backward, lrn_forward, lrn_backward
+    kn.rows_to_input = rows_to_input
     return kn
 
 
