@@ -20,6 +20,8 @@ from __future__ import annotations
 import os
 
 import numpy as np
+from singa_builtins.layers._pool_kernels import kernels as pool_kernels
+from singa_builtins.layers._pool_kernels import threaded
 
 from singa_core.cuda import dense_alike
 from singa_core.kernels import define_kernel
@@ -33,93 +35,111 @@ def _compile():
     # numpy's error model: a division by zero gives inf or NaN as numpy's does, with no
     # test per element (which would stop the loops from vectorising)
     jit = numba.njit(cache=True, nogil=True, fastmath=False, error_model="numpy")
+    pjit = numba.njit(cache=True, nogil=True, fastmath=False, error_model="numpy", parallel=True)
+    prange = numba.prange
 
-    @jit
+    @pjit
     def relu_backward(y, g, out):
         # g·[y > 0] as numpy's g·mask computes it (a NaN or infinite g stays NaN)
         zero, one = g.dtype.type(0.0), g.dtype.type(1.0)
-        for e in range(y.size):
-            out[e] = g[e] * (one if y[e] > zero else zero)
+        n = y.size
+        step = 16384
+        for blk in prange((n + step - 1) // step):
+            for e in range(blk * step, min(n, (blk + 1) * step)):
+                out[e] = g[e] * (one if y[e] > zero else zero)
 
     @jit
-    def add_row(rd, square, row):
+    def add_row(rd, square, row, i0, i1):
         if square:
-            for i in range(row.size):
+            for i in range(i0, i1):
                 row[i] = row[i] + rd[i] * rd[i]
         else:
-            for i in range(row.size):
+            for i in range(i0, i1):
                 row[i] = row[i] + rd[i]
 
     @jit
-    def window_sum_row(src, o, ch, half, square, row):
+    def window_sum_row(src, o, ch, half, square, row, i0, i1):
         # row = the window sum of src[o, :, i] (squared where ``square``) around ch, in
         # lrn.window_sum's order: the channel, the next one, the later ones, the earlier ones
-        nc, ni = src.shape[1], src.shape[2]
+        nc = src.shape[1]
         r0 = src[o, ch]
         if half > 0 and ch + 1 < nc:
             r1 = src[o, ch + 1]
             if square:
-                for i in range(ni):
+                for i in range(i0, i1):
                     row[i] = r0[i] * r0[i] + r1[i] * r1[i]
             else:
-                for i in range(ni):
+                for i in range(i0, i1):
                     row[i] = r0[i] + r1[i]
         elif square:
-            for i in range(ni):
+            for i in range(i0, i1):
                 row[i] = r0[i] * r0[i]
         else:
-            for i in range(ni):
+            for i in range(i0, i1):
                 row[i] = r0[i]
         for d in range(2, half + 1):
             if ch + d < nc:
-                add_row(src[o, ch + d], square, row)
+                add_row(src[o, ch + d], square, row, i0, i1)
         for d in range(1, half + 1):
             if ch - d >= 0:
-                add_row(src[o, ch - d], square, row)
+                add_row(src[o, ch - d], square, row, i0, i1)
 
     @jit
+    def blocks(no, ni):
+        # (outer, inner) work items: the inner axis cut in pieces of about 4096 elements
+        # (rows of a piece stay in cache), each piece a loop iteration a thread takes
+        nb = max(1, ni // 4096)
+        return nb, (ni + nb - 1) // nb
+
+    @pjit
     def lrn_forward(x, y, norm, powb, half, a, k, mode):
-        # (outer, C, inner) views, one channel row at a time (rows stay in cache)
+        # (outer, C, inner) views, one channel row (of one piece) at a time
         no, nc, ni = x.shape
-        for o in range(no):
+        nb, size = blocks(no, ni)
+        for item in prange(no * nb):
+            o, i0 = item // nb, (item % nb) * size
+            i1 = min(ni, i0 + size)
             for ch in range(nc):
                 nr, pr, yr, xr = norm[o, ch], powb[o, ch], y[o, ch], x[o, ch]
-                window_sum_row(x, o, ch, half, True, nr)
-                for i in range(ni):
+                window_sum_row(x, o, ch, half, True, nr, i0, i1)
+                for i in range(i0, i1):
                     nr[i] = nr[i] * a + k  # two roundings: no fused multiply-add
                 if mode == 1:
-                    for i in range(ni):
+                    for i in range(i0, i1):
                         r = np.sqrt(nr[i])
                         pr[i] = r * np.sqrt(r)
                 elif mode == 2:
-                    for i in range(ni):
+                    for i in range(i0, i1):
                         pr[i] = np.sqrt(nr[i])
                 else:  # mode 3 (beta 1); others take numpy's path
-                    for i in range(ni):
+                    for i in range(i0, i1):
                         pr[i] = nr[i]
-                for i in range(ni):
+                for i in range(i0, i1):
                     yr[i] = xr[i] / pr[i]
 
-    @jit
+    @pjit
     def lrn_backward(x, y, g, norm, powb, out, tmp, half, c):
         no, nc, ni = x.shape
-        for o in range(no):
+        nb, size = blocks(no, ni)
+        for item in prange(no * nb):
+            o, i0 = item // nb, (item % nb) * size
+            i1 = min(ni, i0 + size)
             # channel t's g·y/norm (= g·x·norm^(−beta−1)) into tmp, once per element, just
             # before the window of channel t − half, the last to read it, needs it
             for t in range(nc + half):
                 if t < nc:
                     gr, yr, nr, tr = g[o, t], y[o, t], norm[o, t], tmp[o, t]
-                    for i in range(ni):
+                    for i in range(i0, i1):
                         tr[i] = (gr[i] * yr[i]) / nr[i]
                 ch = t - half
                 if ch < 0:
                     continue
                 gr, pr, xr, outr = g[o, ch], powb[o, ch], x[o, ch], out[o, ch]
-                window_sum_row(tmp, o, ch, half, False, outr)
-                for i in range(ni):
+                window_sum_row(tmp, o, ch, half, False, outr, i0, i1)
+                for i in range(i0, i1):
                     outr[i] = gr[i] / pr[i] - (outr[i] * xr[i]) * c
 
-    @jit
+    @pjit
     def rows_to_input(col, target, ph, pw, sw, lo, hi):
         # the convolution's row columns col[c, j, hp, ow, b] (input gradients) summed back
         # onto the inputs they were read from, target[c, h, w, b] = the sum over the kernel
@@ -129,7 +149,7 @@ def _compile():
         nc, kw, hp_n, ow_n, nb = col.shape
         _, h_n, w_n, _ = target.shape
         zero = col.dtype.type(0.0)
-        for c in range(nc):
+        for c in prange(nc):
             for h in range(h_n):
                 for w in range(w_n):
                     t = target[c, h, w]
@@ -158,8 +178,9 @@ def _compile():
         pass
 
     kn = Kernels()
-    kn.relu_backward, kn.lrn_forward, kn.lrn_backward = relu_backward, lrn_forward, lrn_backward
-    kn.rows_to_input = rows_to_input
+    kn.relu_backward = threaded(relu_backward)
+    kn.lrn_forward, kn.lrn_backward = threaded(lrn_forward), threaded(lrn_backward)
+    kn.rows_to_input = threaded(rows_to_input)
     return kn
 
 
@@ -169,8 +190,9 @@ def kernels():
     if os.environ.get("SINGA_NUMBA", "1").strip() == "0":
         return None
     if _KERNELS is None:
+        # the pooling kernels' module chooses numba's thread pool (or finds none)
         try:
-            _KERNELS = _compile()
+            _KERNELS = _compile() if pool_kernels() is not None else False
         except ImportError:
             _KERNELS = False
     return _KERNELS or None

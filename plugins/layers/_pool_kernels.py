@@ -5,9 +5,13 @@ operation (four for a max with its argmax); these kernels make one pass over the
 reading each window once, on the same batch-innermost ``(C, H, W, B)`` arrays and with
 the same results: the running maximum with a strict ``>`` (the first maximum in row-major
 order wins, its offset recorded as a uint8), the window sum times ``1/(kh·kw)``, and
-backward adding each output's gradient to the input it came from. They loop serially
-(deterministic, no thread pool competing with OpenBLAS's), with the batch innermost so
-that the compiler vectorises the inner loop.
+backward adding each output's gradient to the input it came from. Their channels are
+spread over numba's thread pool, as many threads as the BLAS runs (:func:`threaded`; one
+where the user asked for one), each output computed by one thread with the same
+operations as a serial loop (deterministic); the batch is innermost so that the compiler
+vectorises the inner loop. The pool must be one that callers in several threads may share
+(OpenMP's or TBB's: ``THREADING_LAYER = "threadsafe"`` unless the user set
+``NUMBA_THREADING_LAYER``); where there is none, :func:`kernels` is None.
 
 :func:`kernels` returns the compiled functions, or None when numba is not installed or
 ``SINGA_NUMBA=0`` is set; the layers then run their pure-numpy path. Both paths are tested
@@ -17,6 +21,8 @@ against the same loop reference and gradient checks.
 from __future__ import annotations
 
 import os
+
+import numpy as np
 
 _KERNELS: object = None  # not yet tried; then a namespace of functions, or False
 
@@ -39,15 +45,30 @@ JIT_NOTE = (
 )
 
 
+def _probe(a):
+    return (a + a.dtype.type(1.0)).sum()  # an array expression: run on the thread pool
+
+
 def _compile():
     import numba
 
-    jit = numba.njit(cache=True, nogil=True, fastmath=False)
+    # the kernels' parallel loops need a thread pool that callers in several threads may
+    # share (OpenMP's or TBB's); a user's NUMBA_THREADING_LAYER is theirs to choose
+    if "NUMBA_THREADING_LAYER" not in os.environ:
+        numba.config.THREADING_LAYER = "threadsafe"
+    probe = numba.njit(cache=True, parallel=True)(_probe)
+    try:
+        probe(np.zeros(2, dtype=np.float32))
+    except (ValueError, ImportError):  # no such pool here: numpy's paths
+        return False
+
+    jit = numba.njit(cache=True, nogil=True, fastmath=False, parallel=True)
+    prange = numba.prange
 
     @jit
     def max_forward(xp, kh, kw, sh, sw, out, arg, record):
         nc, oh, ow, nb = out.shape
-        for c in range(nc):
+        for c in prange(nc):
             for y in range(oh):
                 for x in range(ow):
                     h0, w0 = y * sh, x * sw
@@ -74,7 +95,7 @@ def _compile():
         if tiles:  # windows do not overlap: write every input once
             if not covers:
                 gxp[...] = 0.0
-            for c in range(nc):
+            for c in prange(nc):
                 for y in range(oh):
                     for x in range(ow):
                         h0, w0 = y * sh, x * sw
@@ -90,7 +111,7 @@ def _compile():
         # windows that cover it and chose it (the sums of a scatter in output order, each
         # input written once and kept in cache; branchless, so the batch loop vectorises)
         _, hp, wp, _ = gxp.shape
-        for c in range(nc):
+        for c in prange(nc):
             for h in range(hp):
                 y0, y1 = max(0, (h - kh + sh) // sh), min(oh - 1, h // sh)
                 for w in range(wp):
@@ -107,7 +128,7 @@ def _compile():
     @jit
     def avg_forward(xp, kh, kw, sh, sw, scale, out):
         nc, oh, ow, nb = out.shape
-        for c in range(nc):
+        for c in prange(nc):
             for y in range(oh):
                 for x in range(ow):
                     h0, w0 = y * sh, x * sw
@@ -124,7 +145,7 @@ def _compile():
     def avg_backward(g, kh, kw, sh, sw, scale, gxp):
         nc, oh, ow, nb = g.shape
         gxp[...] = 0.0
-        for c in range(nc):
+        for c in prange(nc):
             for y in range(oh):
                 for x in range(ow):
                     h0, w0 = y * sh, x * sw
@@ -137,10 +158,21 @@ def _compile():
         pass
 
     k = Kernels()
-    k.max_forward, k.max_backward = max_forward, max_backward
-    k.avg_forward, k.avg_backward = avg_forward, avg_backward
+    k.max_forward, k.max_backward = threaded(max_forward), threaded(max_backward)
+    k.avg_forward, k.avg_backward = threaded(avg_forward), threaded(avg_backward)
     k.version = numba.__version__
     return k
+
+
+def threaded(fn):
+    """``fn`` (with parallel loops) run on the BLAS's thread count (:func:`use_blas_threads`)."""
+
+    def run(*args):
+        use_blas_threads()
+        return fn(*args)
+
+    run.compiled = fn
+    return run
 
 
 def kernels():
@@ -154,3 +186,16 @@ def kernels():
         except ImportError:
             _KERNELS = False
     return _KERNELS or None
+
+
+def use_blas_threads() -> None:
+    """numba's parallel loops on as many threads as the BLAS runs (``num_openblas_threads``
+    and the like), at most numba's pool: the host passes between two GEMMs use the cores
+    the GEMMs use, one thread where the user asked for one."""
+    import numba
+
+    from singa_core.blas import get_blas_threads
+
+    n = max(1, min(get_blas_threads() or 1, numba.config.NUMBA_NUM_THREADS))
+    if numba.get_num_threads() != n:
+        numba.set_num_threads(n)

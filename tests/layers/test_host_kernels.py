@@ -87,7 +87,7 @@ def test_conv_rows_input_gradient_equals_numpy(conv_conf, layout, monkeypatch):
     monkeypatch.setattr(_conv, "ROW_COLUMNS_MIN_K", 0)
     rng = np.random.default_rng(3)
     x = rng.standard_normal((3, 2, 6, 7)).astype(np.float32)
-    g = None
+    w = g = None
     got = {}
     for flag in ("0", "1"):
         monkeypatch.setenv("SINGA_NUMBA", flag)
@@ -99,10 +99,10 @@ def test_conv_rows_input_gradient_equals_numpy(conv_conf, layout, monkeypatch):
             [src],
         )
         assert layer._rows
-        layer.params[0].value[...] = rng.standard_normal(layer.params[0].shape) if g is None else w
-        w = layer.params[0].value.copy()
-        if g is None:
+        if w is None:
+            w = rng.standard_normal(layer.params[0].shape).astype(np.float32)
             g = rng.standard_normal(layer.grad.shape).astype(np.float32)
+        layer.params[0].value[...] = w
         for _ in range(2):  # a second step reads the column buffer the first left behind
             layer.forward(kTrain | kForward, [src])
             layer.grad[...] = g
