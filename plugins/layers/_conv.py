@@ -51,7 +51,7 @@ from singa_builtins.layers._window import (
     window_slice,
 )
 
-from singa_core.blas import gemm
+from singa_core.blas import gemm, get_blas_threads
 from singa_core.cuda import BLOCK, CUPY, grid_for
 from singa_core.kernels import define_kernel
 from singa_core.layer import NeuronLayer, kAggGrad, partitioned_size
@@ -345,6 +345,9 @@ class ConvolutionBase(NeuronLayer):
         self._col = self.xp.empty((c, win.kh, win.kw, oh, ow, b), dtype=DTYPE)
         self._col2d = self._col.reshape(c * win.kh * win.kw, oh * ow * b)
         self._slices = [(i, j, window_slice(win, i, j, oh, ow)) for i, j in win.positions]
+        self._compiled = compiled()  # im2col in one threaded pass (numba), or numpy's copies
+        if self._compiled is not None:  # its first call loads numba's compiler
+            charge_once(self, "numba-jit", JIT_BYTES, row="numba's JIT compiler", note=JIT_NOTE)
 
     def _input_chwn(self, x: np.ndarray) -> np.ndarray:
         """The input as a contiguous, padded CHWN array (copied unless the source is
@@ -360,6 +363,14 @@ class ConvolutionBase(NeuronLayer):
 
     def _im2col(self, xp: np.ndarray) -> None:
         col = self._col
+        # on several BLAS threads, one threaded pass (numba); on one, numpy's copies are
+        # faster (measured: CIFAR-10's conv1 forward 11.3 -> 9.7 ms at 2 threads, but
+        # 11.3 -> 12.3 at 1)
+        if self._compiled is not None and xp.flags.c_contiguous and (get_blas_threads() or 1) > 1:
+            win = self.win
+            args = (win.kh, win.kw, win.sh, win.sw, self.out_h, self.out_w)
+            self._compiled.im2col(xp, self._col2d, *args)
+            return
         for i, j, sl in self._slices:
             np.copyto(col[:, i, j], xp[sl])
 

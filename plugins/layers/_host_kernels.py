@@ -174,6 +174,27 @@ def _compile():
                             for b in range(nb):
                                 z[b] = zero
 
+    @pjit
+    def im2col(xp, col, kh, kw, sh, sw, oh, ow):
+        # col[(c, i, j), (y, x, b)] = xp[c, y·sh + i, x·sw + j, b] for the contiguous padded
+        # CHWN xp and the contiguous 2-D col: one row of col per loop iteration
+        nc, _, _, nb = xp.shape
+        for r in prange(nc * kh * kw):
+            c, i, j = r // (kh * kw), (r // kw) % kh, r % kw
+            cr = col[r]
+            for y in range(oh):
+                src = xp[c, y * sh + i]
+                o = y * ow * nb
+                if sw == 1:  # one run of ow·b elements
+                    s = src.reshape(-1)
+                    for t in range(ow * nb):
+                        cr[o + t] = s[j * nb + t]
+                else:
+                    for x in range(ow):
+                        sr = src[j + x * sw]
+                        for b in range(nb):
+                            cr[o + x * nb + b] = sr[b]
+
     class Kernels:
         pass
 
@@ -181,6 +202,7 @@ def _compile():
     kn.relu_backward = threaded(relu_backward)
     kn.lrn_forward, kn.lrn_backward = threaded(lrn_forward), threaded(lrn_backward)
     kn.rows_to_input = threaded(rows_to_input)
+    kn.im2col = threaded(im2col)
     return kn
 
 
