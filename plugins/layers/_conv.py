@@ -349,6 +349,11 @@ class ConvolutionBase(NeuronLayer):
         if self._compiled is not None:  # its first call loads numba's compiler
             charge_once(self, "numba-jit", JIT_BYTES, row="numba's JIT compiler", note=JIT_NOTE)
 
+    def _threaded(self) -> bool:
+        """Whether the im2col path's compiled passes run: numba there and more than one
+        BLAS thread (on one, numpy's passes are as fast or faster)."""
+        return self._compiled is not None and (get_blas_threads() or 1) > 1
+
     def _input_chwn(self, x: np.ndarray) -> np.ndarray:
         """The input as a contiguous, padded CHWN array (copied unless the source is
         already batch-innermost and no padding is needed)."""
@@ -366,7 +371,7 @@ class ConvolutionBase(NeuronLayer):
         # on several BLAS threads, one threaded pass (numba); on one, numpy's copies are
         # faster (measured: CIFAR-10's conv1 forward 11.3 -> 9.7 ms at 2 threads, but
         # 11.3 -> 12.3 at 1)
-        if self._compiled is not None and xp.flags.c_contiguous and (get_blas_threads() or 1) > 1:
+        if self._threaded() and xp.flags.c_contiguous:
             win = self.win
             args = (win.kh, win.kw, win.sh, win.sw, self.out_h, self.out_w)
             self._compiled.im2col(xp, self._col2d, *args)
@@ -419,7 +424,10 @@ class ConvolutionBase(NeuronLayer):
         else:
             self._im2col(self._input_chwn(srcs[0].data))
         gemm(self.weight.value, self._col2d, self._out2d)
-        self._out2d += self.bias.value[:, None]
+        if self._one_launch or not self._threaded():
+            self._out2d += self.bias.value[:, None]
+        else:  # the same additions, over the BLAS's threads
+            self._compiled.add_bias(self._out2d, self.bias.value)
 
     def backward(self, phase, srcs):
         wp, bp = self.weight, self.bias

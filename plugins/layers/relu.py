@@ -11,6 +11,7 @@ from singa_builtins.layers._host_kernels import kernels as compiled
 from singa_builtins.layers._host_kernels import memory_order
 from singa_builtins.layers._pool_kernels import JIT_BYTES, JIT_NOTE
 
+from singa_core.blas import get_blas_threads
 from singa_core.cuda import elementwise_kernel
 from singa_core.kernels import define_kernel
 from singa_core.layer import AbsorbsBias, NeuronLayer
@@ -29,6 +30,17 @@ def relu_backward(y: np.ndarray, g: np.ndarray, out: np.ndarray, mask: np.ndarra
     np.multiply(g, mask, out=out)
 
 
+def relu_forward_host(x: np.ndarray, out: np.ndarray) -> None:
+    """:func:`relu_forward` in one compiled pass on the BLAS's threads where there are
+    several (on one, ``np.maximum`` is faster: 0.73 against 0.95 ms for CIFAR-10's relu1)."""
+    fast = compiled() if (get_blas_threads() or 1) > 1 else None
+    flat = memory_order([x, out]) if fast is not None else None
+    if flat is None:
+        relu_forward(x, out)
+    else:
+        fast.relu_forward(*flat)
+
+
 def relu_backward_host(y, g, out, mask) -> None:
     """:func:`relu_backward` in one compiled pass where it can run (``_host_kernels``)."""
     fast = compiled()
@@ -41,7 +53,7 @@ def relu_backward_host(y, g, out, mask) -> None:
 
 define_kernel(
     "relu_forward",
-    host=relu_forward,
+    host=relu_forward_host,
     generic=relu_forward,
     cuda=elementwise_kernel(
         "singa_relu_forward",

@@ -55,6 +55,19 @@ def test_relu_backward_equals_numpy(layout):
     assert np.array_equal(np.signbit(got), np.signbit(want))
 
 
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_relu_forward_equals_numpy(layout, monkeypatch):
+    monkeypatch.setattr(relu, "get_blas_threads", lambda: 2)  # where it runs compiled
+    memory, view = LAYOUTS[layout]
+    x = view(np.random.default_rng(2).standard_normal(memory((5, 4, 3, 6))).astype(np.float32))
+    x[0, 0, 0, :4] = [np.nan, -0.0, -np.inf, np.inf]
+    want, got = np.empty_like(x), np.empty_like(x)
+    relu.relu_forward(x, want)
+    relu.relu_forward_host(x, got)
+    np.testing.assert_array_equal(got, want)
+    assert np.array_equal(np.signbit(got), np.signbit(want))
+
+
 def test_memory_order_needs_one_dense_layout():
     a = np.zeros((2, 3, 4, 5), np.float32)
     assert memory_order([a, a[:, :, :, ::-1].copy()], axis=1)[0].shape == (2, 3, 20)
