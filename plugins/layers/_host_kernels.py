@@ -104,17 +104,20 @@ def _compile():
                 add_row(src[o, ch - d], square, row, i0, i1)
 
     @jit
-    def blocks(no, ni):
+    def blocks(no, ni, t):
         # (outer, inner) work items: the inner axis cut in pieces of about 4096 elements
-        # (rows of a piece stay in cache), each piece a loop iteration a thread takes
+        # (rows of a piece stay in cache), each piece a loop iteration a thread takes; as
+        # many pieces per outer index as makes the items a multiple of the t threads
         nb = max(1, ni // 4096)
+        while (no * nb) % t != 0 and nb < ni:
+            nb += 1
         return nb, (ni + nb - 1) // nb
 
     @pjit
-    def lrn_forward(x, y, norm, powb, half, a, k, mode):
+    def lrn_forward(x, y, norm, powb, half, a, k, mode, threads):
         # (outer, C, inner) views, one channel row (of one piece) at a time
         no, nc, ni = x.shape
-        nb, size = blocks(no, ni)
+        nb, size = blocks(no, ni, threads)
         for item in prange(no * nb):
             o, i0 = item // nb, (item % nb) * size
             i1 = min(ni, i0 + size)
@@ -137,9 +140,9 @@ def _compile():
                     yr[i] = xr[i] / pr[i]
 
     @pjit
-    def lrn_backward(x, y, g, norm, powb, out, tmp, half, c):
+    def lrn_backward(x, y, g, norm, powb, out, tmp, half, c, threads):
         no, nc, ni = x.shape
-        nb, size = blocks(no, ni)
+        nb, size = blocks(no, ni, threads)
         for item in prange(no * nb):
             o, i0 = item // nb, (item % nb) * size
             i1 = min(ni, i0 + size)

@@ -188,7 +188,7 @@ def kernels():
     return _KERNELS or None
 
 
-def use_blas_threads() -> None:
+def use_blas_threads() -> int:
     """numba's parallel loops on as many threads as the BLAS runs (``num_openblas_threads``
     and the like), at most numba's pool: the host passes between two GEMMs use the cores
     the GEMMs use, one thread where the user asked for one."""
@@ -199,3 +199,4 @@ def use_blas_threads() -> None:
     n = max(1, min(get_blas_threads() or 1, numba.config.NUMBA_NUM_THREADS))
     if numba.get_num_threads() != n:
         numba.set_num_threads(n)
+    return n
