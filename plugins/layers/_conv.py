@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import numpy as np
 from singa_builtins.layers._host_kernels import kernels as compiled
-from singa_builtins.layers._pool_kernels import JIT_BYTES, JIT_NOTE
+from singa_builtins.layers._pool_kernels import JIT_BYTES, JIT_NOTE, host_threads
 from singa_builtins.layers._window import (
     Window,
     as_chwn,
@@ -51,7 +51,7 @@ from singa_builtins.layers._window import (
     window_slice,
 )
 
-from singa_core.blas import gemm, get_blas_threads
+from singa_core.blas import gemm
 from singa_core.cuda import BLOCK, CUPY, grid_for
 from singa_core.kernels import define_kernel
 from singa_core.layer import NeuronLayer, kAggGrad, partitioned_size
@@ -351,8 +351,8 @@ class ConvolutionBase(NeuronLayer):
 
     def _threaded(self) -> bool:
         """Whether the im2col path's compiled passes run: numba there and more than one
-        BLAS thread (on one, numpy's passes are as fast or faster)."""
-        return self._compiled is not None and (get_blas_threads() or 1) > 1
+        thread for them (on one, numpy's passes are as fast or faster)."""
+        return self._compiled is not None and host_threads() > 1
 
     def _input_chwn(self, x: np.ndarray) -> np.ndarray:
         """The input as a contiguous, padded CHWN array (copied unless the source is

@@ -188,15 +188,28 @@ def kernels():
     return _KERNELS or None
 
 
+def host_threads() -> int:
+    """The threads the compiled host passes run on: as many as the BLAS runs
+    (``num_openblas_threads`` and the like; one where the user asked for one), at most
+    numba's pool, but one where the host's SGEMM is OpenBLAS, whose workers keep spinning
+    after each GEMM: a second thread of ours then only competes with them (measured,
+    CIFAR-10 at 2 threads on OpenBLAS: 136-157 ms/step against 76-83 with one)."""
+    from singa_core.blas import get_blas_threads, host_sgemm
+
+    if host_sgemm().startswith("openblas"):
+        return 1
+    try:
+        import numba
+    except ImportError:
+        return 1
+    return max(1, min(get_blas_threads() or 1, numba.config.NUMBA_NUM_THREADS))
+
+
 def use_blas_threads() -> int:
-    """numba's parallel loops on as many threads as the BLAS runs (``num_openblas_threads``
-    and the like), at most numba's pool: the host passes between two GEMMs use the cores
-    the GEMMs use, one thread where the user asked for one."""
+    """numba's parallel loops on :func:`host_threads` threads (returned)."""
     import numba
 
-    from singa_core.blas import get_blas_threads
-
-    n = max(1, min(get_blas_threads() or 1, numba.config.NUMBA_NUM_THREADS))
+    n = host_threads()
     if numba.get_num_threads() != n:
         numba.set_num_threads(n)
     return n

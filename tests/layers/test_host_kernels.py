@@ -57,7 +57,7 @@ def test_relu_backward_equals_numpy(layout):
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_relu_forward_equals_numpy(layout, monkeypatch):
-    monkeypatch.setattr(relu, "get_blas_threads", lambda: 2)  # where it runs compiled
+    monkeypatch.setattr(relu, "host_threads", lambda: 2)  # where it runs compiled
     memory, view = LAYOUTS[layout]
     x = view(np.random.default_rng(2).standard_normal(memory((5, 4, 3, 6))).astype(np.float32))
     x[0, 0, 0, :4] = [np.nan, -0.0, -np.inf, np.inf]
@@ -101,7 +101,7 @@ def test_conv_compiled_passes_equal_numpy(conv_conf, layout, path, monkeypatch):
     from tests.layers.spatial_reference import strided_source
 
     monkeypatch.setattr(_conv, "ROW_COLUMNS_MIN_K", 0 if path == "rows" else 10**9)
-    monkeypatch.setattr(_conv, "get_blas_threads", lambda: 2)
+    monkeypatch.setattr(_conv, "host_threads", lambda: 2)
     rng = np.random.default_rng(3)
     x = rng.standard_normal((3, 2, 6, 7)).astype(np.float32)
     w = g = None
