@@ -5,9 +5,13 @@ operation (four for a max with its argmax); these kernels make one pass over the
 reading each window once, on the same batch-innermost ``(C, H, W, B)`` arrays and with
 the same results: the running maximum with a strict ``>`` (the first maximum in row-major
 order wins, its offset recorded as a uint8), the window sum times ``1/(kh·kw)``, and
-backward adding each output's gradient to the input it came from. They loop serially
-(deterministic, no thread pool competing with OpenBLAS's), with the batch innermost so
-that the compiler vectorises the inner loop.
+backward adding each output's gradient to the input it came from. Their channels are
+spread over numba's thread pool, as many threads as the BLAS runs (:func:`threaded`; one
+where the user asked for one), each output computed by one thread with the same
+operations as a serial loop (deterministic); the batch is innermost so that the compiler
+vectorises the inner loop. The pool must be one that callers in several threads may share
+(OpenMP's or TBB's: ``THREADING_LAYER = "threadsafe"`` unless the user set
+``NUMBA_THREADING_LAYER``); where there is none, :func:`kernels` is None.
 
 :func:`kernels` returns the compiled functions, or None when numba is not installed or
 ``SINGA_NUMBA=0`` is set; the layers then run their pure-numpy path. Both paths are tested
@@ -17,6 +21,8 @@ against the same loop reference and gradient checks.
 from __future__ import annotations
 
 import os
+
+import numpy as np
 
 from singa_core.memory import NUMBA_JIT_BYTES, NUMBA_JIT_NOTE
 
@@ -28,15 +34,30 @@ JIT_BYTES = NUMBA_JIT_BYTES
 JIT_NOTE = NUMBA_JIT_NOTE
 
 
+def _probe(a):
+    return (a + a.dtype.type(1.0)).sum()  # an array expression: run on the thread pool
+
+
 def _compile():
     import numba
 
-    jit = numba.njit(cache=True, nogil=True, fastmath=False)
+    # the kernels' parallel loops need a thread pool that callers in several threads may
+    # share (OpenMP's or TBB's); a user's NUMBA_THREADING_LAYER is theirs to choose
+    if "NUMBA_THREADING_LAYER" not in os.environ:
+        numba.config.THREADING_LAYER = "threadsafe"
+    probe = numba.njit(cache=True, parallel=True)(_probe)
+    try:
+        probe(np.zeros(2, dtype=np.float32))
+    except (ValueError, ImportError):  # no such pool here: numpy's paths
+        return False
+
+    jit = numba.njit(cache=True, nogil=True, fastmath=False, parallel=True)
+    prange = numba.prange
 
     @jit
     def max_forward(xp, kh, kw, sh, sw, out, arg, record):
         nc, oh, ow, nb = out.shape
-        for c in range(nc):
+        for c in prange(nc):
             for y in range(oh):
                 for x in range(ow):
                     h0, w0 = y * sh, x * sw
@@ -59,29 +80,44 @@ def _compile():
     @jit
     def max_backward(g, arg, kh, kw, sh, sw, tiles, covers, gxp):
         nc, oh, ow, nb = g.shape
-        if not covers:
-            gxp[...] = 0.0
-        for c in range(nc):
-            for y in range(oh):
-                for x in range(ow):
-                    h0, w0 = y * sh, x * sw
-                    if tiles:  # windows do not overlap: write every input once
+        zero = g.dtype.type(0.0)
+        if tiles:  # windows do not overlap: write every input once
+            if not covers:
+                gxp[...] = 0.0
+            for c in prange(nc):
+                for y in range(oh):
+                    for x in range(ow):
+                        h0, w0 = y * sh, x * sw
                         k = 0
                         for i in range(kh):
                             for j in range(kw):
                                 for b in range(nb):
                                     hit = arg[c, y, x, b] == k
-                                    gxp[c, h0 + i, w0 + j, b] = g[c, y, x, b] if hit else 0.0
+                                    gxp[c, h0 + i, w0 + j, b] = g[c, y, x, b] if hit else zero
                                 k += 1
-                    else:
-                        for b in range(nb):
-                            k = arg[c, y, x, b]
-                            gxp[c, h0 + k // kw, w0 + k % kw, b] += g[c, y, x, b]
+            return
+        # overlapping windows: each input gathers, in output order, the gradients of the
+        # windows that cover it and chose it (the sums of a scatter in output order, each
+        # input written once and kept in cache; branchless, so the batch loop vectorises)
+        _, hp, wp, _ = gxp.shape
+        for c in prange(nc):
+            for h in range(hp):
+                y0, y1 = max(0, (h - kh + sh) // sh), min(oh - 1, h // sh)
+                for w in range(wp):
+                    x0, x1 = max(0, (w - kw + sw) // sw), min(ow - 1, w // sw)
+                    for b in range(nb):
+                        gxp[c, h, w, b] = zero
+                    for y in range(y0, y1 + 1):
+                        for x in range(x0, x1 + 1):
+                            k = (h - y * sh) * kw + (w - x * sw)
+                            for b in range(nb):
+                                hit = arg[c, y, x, b] == k
+                                gxp[c, h, w, b] += g[c, y, x, b] if hit else zero
 
     @jit
     def avg_forward(xp, kh, kw, sh, sw, scale, out):
         nc, oh, ow, nb = out.shape
-        for c in range(nc):
+        for c in prange(nc):
             for y in range(oh):
                 for x in range(ow):
                     h0, w0 = y * sh, x * sw
@@ -98,7 +134,7 @@ def _compile():
     def avg_backward(g, kh, kw, sh, sw, scale, gxp):
         nc, oh, ow, nb = g.shape
         gxp[...] = 0.0
-        for c in range(nc):
+        for c in prange(nc):
             for y in range(oh):
                 for x in range(ow):
                     h0, w0 = y * sh, x * sw
@@ -111,10 +147,21 @@ def _compile():
         pass
 
     k = Kernels()
-    k.max_forward, k.max_backward = max_forward, max_backward
-    k.avg_forward, k.avg_backward = avg_forward, avg_backward
+    k.max_forward, k.max_backward = threaded(max_forward), threaded(max_backward)
+    k.avg_forward, k.avg_backward = threaded(avg_forward), threaded(avg_backward)
     k.version = numba.__version__
     return k
+
+
+def threaded(fn):
+    """``fn`` (with parallel loops) run on the BLAS's thread count (:func:`use_blas_threads`)."""
+
+    def run(*args):
+        use_blas_threads()
+        return fn(*args)
+
+    run.compiled = fn
+    return run
 
 
 def kernels():
@@ -128,3 +175,30 @@ def kernels():
         except ImportError:
             _KERNELS = False
     return _KERNELS or None
+
+
+def host_threads() -> int:
+    """The threads the compiled host passes run on: as many as the BLAS runs
+    (``num_openblas_threads`` and the like; one where the user asked for one), at most
+    numba's pool, but one where the host's SGEMM is OpenBLAS, whose workers keep spinning
+    after each GEMM: a second thread of ours then only competes with them (measured,
+    CIFAR-10 at 2 threads on OpenBLAS: 136-157 ms/step against 76-83 with one)."""
+    from singa_core.blas import get_blas_threads, host_sgemm
+
+    if host_sgemm().startswith("openblas"):
+        return 1
+    try:
+        import numba
+    except ImportError:
+        return 1
+    return max(1, min(get_blas_threads() or 1, numba.config.NUMBA_NUM_THREADS))
+
+
+def use_blas_threads() -> int:
+    """numba's parallel loops on :func:`host_threads` threads (returned)."""
+    import numba
+
+    n = host_threads()
+    if numba.get_num_threads() != n:
+        numba.set_num_threads(n)
+    return n

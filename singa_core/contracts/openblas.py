@@ -87,12 +87,19 @@ def find_saxpy():
     return find_cblas("saxpy", saxpy_argtypes)
 
 
+_getter = None  # not yet looked up; then the getter function, or False
+
+
 def openblas_threads() -> int | None:
-    """numpy's OpenBLAS's thread count, or None when it cannot be read."""
-    for lib in openblas_libraries():
-        for sym in GETTERS:
-            fn = getattr(lib, sym, None)
+    """numpy's OpenBLAS's thread count, or None when it cannot be read (its getter looked
+    up once: the host passes read the count at every call)."""
+    global _getter
+    if _getter is None:
+        _getter = False
+        for lib in openblas_libraries():
+            fn = next((getattr(lib, s) for s in GETTERS if getattr(lib, s, None)), None)
             if fn is not None:
                 fn.restype = ctypes.c_int
-                return int(fn())
-    return None
+                _getter = fn
+                break
+    return int(_getter()) if _getter else None
