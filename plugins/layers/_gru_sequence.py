@@ -26,8 +26,6 @@ the next step, e.g. a stacked GRU) is added as the copy-by-copy path adds it.
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import threading
 import types
 
@@ -36,6 +34,7 @@ from singa_builtins.layers.sigmoid import sigmoid_forward
 
 from singa_core.blas import FixedOperand, gemm
 from singa_core.cuda import BLOCK, CUPY, elementwise_source, grid_for
+from singa_core.jit import Compiled
 from singa_core.kernels import define_kernel
 from singa_core.layer import kAggGrad
 from singa_core.param import DTYPE
@@ -135,30 +134,17 @@ def gru_step_backward_numpy(grad, grad2, rec, g, p, h, dx, dh, rec_prev) -> None
 # forward (three compiled, numpy's vectorised exp and tanh between them) and one backward,
 # with the same float32 operations in the same order: the results are bit for bit the
 # numpy path's. Serial loops, as the pooling kernels' (no thread pool beside OpenBLAS's).
-_JIT: object = None  # not yet tried; then a namespace of the compiled functions, or False
 _SCRATCH = threading.local()
 
 
 def compiled():
     """The compiled passes, or None (numba missing, or ``SINGA_NUMBA=0``)."""
-    global _JIT
-    if os.environ.get("SINGA_NUMBA", "1").strip() == "0":
-        return None
-    if _JIT is None:
-        try:
-            _JIT = _compile()
-        except ImportError:
-            _JIT = False
-    return _JIT or None
+    return _PASSES.get()
 
 
 def compiles() -> bool:
     """Whether :func:`compiled` will give the passes (without compiling them now)."""
-    if _JIT is not None:
-        return bool(_JIT) and os.environ.get("SINGA_NUMBA", "1").strip() != "0"
-    return os.environ.get("SINGA_NUMBA", "1").strip() != "0" and (
-        importlib.util.find_spec("numba") is not None
-    )
+    return _PASSES.available()
 
 
 def _exp_scratch(rows: int, cols: int) -> np.ndarray:
@@ -251,6 +237,9 @@ def _compile():
     return types.SimpleNamespace(
         gates_in=gates_in, gates_mid=gates_mid, gates_out=gates_out, backward=backward
     )
+
+
+_PASSES = Compiled(_compile)
 
 
 _FORWARD = elementwise_source(

@@ -17,16 +17,13 @@ code, so that it charges numba's compiler to the memory estimate once
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 from singa_builtins.layers._pool_kernels import kernels as pool_kernels
 from singa_builtins.layers._pool_kernels import threaded
 
 from singa_core.cuda import dense_alike
+from singa_core.jit import Compiled
 from singa_core.kernels import define_kernel
-
-_KERNELS: object = None  # not yet tried; then a namespace of functions, or False
 
 
 def _compile():
@@ -231,16 +228,15 @@ def _compile():
 
 def kernels():
     """The compiled passes, or None (numba missing, or ``SINGA_NUMBA=0``)."""
-    global _KERNELS
-    if os.environ.get("SINGA_NUMBA", "1").strip() == "0":
-        return None
-    if _KERNELS is None:
-        # the pooling kernels' module chooses numba's thread pool (or finds none)
-        try:
-            _KERNELS = _compile() if pool_kernels() is not None else False
-        except ImportError:
-            _KERNELS = False
-    return _KERNELS or None
+    return _KERNELS.get()
+
+
+def _compile_after_pool():
+    # the pooling kernels' module chooses numba's thread pool (or finds none)
+    return _compile() if pool_kernels() is not None else False
+
+
+_KERNELS = Compiled(_compile_after_pool)
 
 
 def memory_order(arrays, axis: int | None = None):

@@ -24,9 +24,8 @@ import os
 
 import numpy as np
 
+from singa_core.jit import Compiled
 from singa_core.memory import NUMBA_JIT_BYTES, NUMBA_JIT_NOTE
-
-_KERNELS: object = None  # not yet tried; then a namespace of functions, or False
 
 #: numba's compiler in a process, charged once to the memory estimate (measured: see
 #: :data:`singa_core.memory.NUMBA_JIT_BYTES`)
@@ -166,15 +165,10 @@ def threaded(fn):
 
 def kernels():
     """The compiled kernels, or None (numba missing, or ``SINGA_NUMBA=0``)."""
-    global _KERNELS
-    if os.environ.get("SINGA_NUMBA", "1").strip() == "0":
-        return None
-    if _KERNELS is None:
-        try:
-            _KERNELS = _compile()
-        except ImportError:
-            _KERNELS = False
-    return _KERNELS or None
+    return _KERNELS.get()
+
+
+_KERNELS = Compiled(_compile)
 
 
 def host_threads() -> int:

@@ -13,14 +13,10 @@ passes (:func:`numpy_step`, also every other device's implementation: ``generic`
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import numpy as np
 
 from singa_core.blas import axpy
-
-_JIT: object = None  # not yet tried; then the compiled function, or False
+from singa_core.jit import Compiled
 
 
 def numpy_step(value, grad, history, scale, weight_decay, lr, momentum) -> None:
@@ -34,48 +30,38 @@ def numpy_step(value, grad, history, scale, weight_decay, lr, momentum) -> None:
     axpy(1.0, history, value)
 
 
+def _compile():
+    import numba
+
+    f32, f64 = numba.float32, numba.float64
+
+    @numba.njit(cache=True, nogil=True, fastmath=False)
+    def step(w, g, h, s, wd, lr, m):
+        # a·x + y as BLAS's axpy rounds it (a fused multiply-add: once), through
+        # float64, where the float32 product is exact
+        wd64, rate64 = f64(wd), -f64(lr)
+        for i in range(w.size):
+            gi = g[i] * s if s != 1 else g[i]
+            if wd > 0:
+                gi = f32(wd64 * f64(w[i]) + f64(gi))
+            hi = f32(rate64 * f64(gi) + f64(h[i] * m))
+            h[i] = hi
+            w[i] = w[i] + hi
+
+    return step
+
+
+_STEP = Compiled(_compile)
+
+
 def compiles() -> bool:
-    """Whether the host step will be compiled (numba installed, ``SINGA_NUMBA`` not 0),
-    without loading numba now."""
-    if os.environ.get("SINGA_NUMBA", "1").strip() == "0":
-        return False
-    if _JIT is not None:
-        return bool(_JIT)
-    return importlib.util.find_spec("numba") is not None
-
-
-def _compiled():
-    global _JIT
-    if os.environ.get("SINGA_NUMBA", "1").strip() == "0":
-        return None
-    if _JIT is None:
-        try:
-            import numba
-        except ImportError:
-            _JIT = False
-        else:
-            f32, f64 = numba.float32, numba.float64
-
-            @numba.njit(cache=True, nogil=True, fastmath=False)
-            def step(w, g, h, s, wd, lr, m):
-                # a·x + y as BLAS's axpy rounds it (a fused multiply-add: once), through
-                # float64, where the float32 product is exact
-                wd64, rate64 = f64(wd), -f64(lr)
-                for i in range(w.size):
-                    gi = g[i] * s if s != 1 else g[i]
-                    if wd > 0:
-                        gi = f32(wd64 * f64(w[i]) + f64(gi))
-                    hi = f32(rate64 * f64(gi) + f64(h[i] * m))
-                    h[i] = hi
-                    w[i] = w[i] + hi
-
-            _JIT = step
-    return _JIT or None
+    """Whether the host step will be compiled, without loading numba now."""
+    return _STEP.available()
 
 
 def host_step(value, grad, history, scale, weight_decay, lr, momentum) -> None:
     """One compiled pass over C-contiguous float32 arrays; numpy's passes otherwise."""
-    fused = _compiled()
+    fused = _STEP.get()
     if fused is None or not (
         value.flags.c_contiguous and grad.flags.c_contiguous and history.flags.c_contiguous
     ):

@@ -27,12 +27,10 @@ sum, where the fallback's saxpy may fuse them).
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import numpy as np
 
 from singa_core.errors import SingaError
+from singa_core.jit import Compiled
 from singa_core.kernels import define_kernel, kernels_for
 from singa_core.memory import NUMBA_COMPILER
 from singa_core.updater import Updater, axpy, define_update_kernel
@@ -92,7 +90,7 @@ class RMSPropUpdater(Updater):
         )  # fmt: skip
 
     def host_compiler_memory(self):
-        return NUMBA_COMPILER if compiles() else None
+        return NUMBA_COMPILER if _PASS.available() else None
 
 
 def numpy_step(value, g, h, tmp, lr, rho, delta) -> None:
@@ -108,7 +106,7 @@ def numpy_step(value, g, h, tmp, lr, rho, delta) -> None:
 
 def host_step(value, g, h, tmp, lr, rho, delta) -> None:
     """Step 2 as one compiled pass over C-contiguous float32 arrays; numpy's else."""
-    fused = _compiled() if _dense(value, g, h) else None
+    fused = _PASS.get() if _dense(value, g, h) else None
     if fused is None:
         numpy_step(value, g, h, tmp, lr, rho, delta)
         return
@@ -129,31 +127,6 @@ def _dense(*arrays) -> bool:
     )
 
 
-_JIT: object = None  # not yet tried; then the compiled pass, or False
-
-
-def compiles() -> bool:
-    """Whether the host pass will be compiled, without loading numba now."""
-    if os.environ.get("SINGA_NUMBA", "1").strip() == "0":
-        return False
-    if _JIT is not None:
-        return bool(_JIT)
-    return importlib.util.find_spec("numba") is not None
-
-
-def _compiled():
-    """The compiled update pass, or None (numba missing, or ``SINGA_NUMBA=0``)."""
-    global _JIT
-    if os.environ.get("SINGA_NUMBA", "1").strip() == "0":
-        return None
-    if _JIT is None:
-        try:
-            _JIT = _compile()
-        except ImportError:
-            _JIT = False
-    return _JIT or None
-
-
 def _compile():
     import numba
 
@@ -170,3 +143,6 @@ def _compile():
             value[j] = value[j] - lr * (gv / np.sqrt(hv + delta))
 
     return rmsprop_pass
+
+
+_PASS = Compiled(_compile)

@@ -22,12 +22,10 @@ uniforms.
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import numpy as np
 
 from singa_core.contracts.cuda import CUPY
+from singa_core.contracts.jit import Compiled
 from singa_core.contracts.kernels import define_kernel
 
 #: the second word of the counter: which kind of pass draws
@@ -85,17 +83,10 @@ def _uniform_host(out, key0, key1, draw, phase, step_at) -> None:
     gen.random(dtype=np.float32, out=out.reshape(-1))  # into out: nothing allocated
 
 
-_COMPILED: object = None  # not yet tried; then the compiled fill, or False
-
-
 def compiles() -> bool:
     """Whether the host's draws will be compiled (numba installed, ``SINGA_NUMBA`` not
     0), without loading numba now."""
-    if os.environ.get("SINGA_NUMBA", "1").strip() == "0":
-        return False
-    if _COMPILED is not None:
-        return bool(_COMPILED)
-    return importlib.util.find_spec("numba") is not None
+    return _FILL.available()
 
 
 def compiled_uniform():
@@ -103,15 +94,7 @@ def compiled_uniform():
     missing, ``SINGA_NUMBA=0``). numpy computes one block of the generator at a time;
     this runs the ten rounds over 64 blocks at once (64-bit products from 32-bit halves,
     which the compiler vectorises) and gives numpy's numbers bit for bit (tested)."""
-    global _COMPILED
-    if not compiles():
-        return None
-    if _COMPILED is None:
-        try:
-            _COMPILED = _compile_uniform()
-        except ImportError:
-            _COMPILED = False
-    return _COMPILED or None
+    return _FILL.get()
 
 
 def _compile_uniform():
@@ -169,6 +152,9 @@ def _compile_uniform():
                 out[base + i] = np.float32(halves[i] >> s8) * scale
 
     return fill
+
+
+_FILL = Compiled(_compile_uniform)
 
 
 def _uniform_cuda(out, key0, key1, draw, phase, step_at, rt=CUPY) -> None:

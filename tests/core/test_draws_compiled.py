@@ -22,8 +22,9 @@ def numpys(n, key0, key1, draw, phase, step):
 
 
 @pytest.mark.parametrize("n", [1, 7, 8, 9, 511, 512, 513, 4096, 100_003])
-def test_the_compiled_draws_are_numpys_bit_for_bit(n):
+def test_the_compiled_draws_are_numpys_bit_for_bit(n, monkeypatch):
     pytest.importorskip("numba")
+    monkeypatch.setenv("SINGA_NUMBA", "1")
     assert draws.compiled_uniform() is not None
     for key0, key1, draw, phase, step in [
         (1, 2, 0, 0, 0),
