@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from singa_core.layer import Layer
+from singa_core.memory import charge_draws
 
 
 class RBMLayer(Layer):
@@ -47,7 +48,7 @@ class RBMLayer(Layer):
         self.pos_sample = np.zeros_like(self.data)
         self.neg_sample = np.zeros_like(self.data)
         self._noise = np.zeros_like(self.data)  # scratch for the random draws
-        self.declare_draws()
+        charge_draws(self)  # its draws: numba's compiler on the host
 
     def sample(self, prob: np.ndarray, out: np.ndarray, gaussian: bool) -> np.ndarray:
         """Binary units: ``out ~ Bernoulli(prob)``; gaussian units: ``prob + N(0, 1)``.

@@ -13,6 +13,7 @@ import numpy as np
 
 from singa_core.layer import NeuronLayer, kTrain, zeros_laid_out_like
 from singa_core.memory import charge as charge_memory
+from singa_core.memory import charge_draws
 from singa_core.param import DTYPE
 from singa_core.sequences import RowIndependent
 
@@ -44,7 +45,7 @@ class DropoutLayer(RowIndependent, NeuronLayer):
         charge_memory(self, "scratch", shape, what="uniform draws", training_only=True)
         self._u_base = self.xp.empty([shape[i] for i in perm], dtype=DTYPE)
         self._u = self._u_base.transpose(tuple(int(i) for i in np.argsort(perm)))
-        self.declare_draws()
+        charge_draws(self)  # its draws: numba's compiler on the host
         charge_memory(self, "scratch", shape, itemsize=1, what="keep mask", training_only=True)
         self._keepmask = np.empty_like(self.data, dtype=bool)
         self._masked = False  # whether the last forward applied a mask

@@ -24,7 +24,6 @@ from singa_core.contracts import capture, draws
 from singa_core.contracts.device import CPU, Device, array_module, default_device
 from singa_core.contracts.errors import Location, SingaError
 from singa_core.contracts.memory import charge as charge_memory
-from singa_core.contracts.memory import charge_numba
 from singa_core.contracts.names import split_replica_name
 from singa_core.contracts.param import DTYPE, Param
 from singa_core.contracts.sequences import SequenceRun, SequenceSlot
@@ -296,13 +295,6 @@ class Layer:
             return
         self.data = zeros_laid_out_like(src, xp=self.xp)
         self.grad = zeros_laid_out_like(src, xp=self.xp) if grad else None
-
-    def declare_draws(self) -> None:
-        """Say in ``setup`` that this layer calls :meth:`draw` when it runs: on the host,
-        where the draws are compiled (numba), the job's memory estimate is charged for
-        the compiler once (:func:`singa_core.memory.charge_numba`)."""
-        if self.device.is_host and draws.compiles():
-            charge_numba(self)
 
     def draw(self, out, method: str = "random") -> None:
         """Fill ``out`` (float32, on the layer's device) with random draws: ``"random"``

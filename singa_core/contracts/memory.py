@@ -391,6 +391,15 @@ def charge_numba(layer) -> None:
     charge_once(layer, "numba-jit", NUMBA_JIT_BYTES, row=NUMBA_JIT_ROW, note=NUMBA_JIT_NOTE)
 
 
+def charge_draws(layer) -> None:
+    """For a layer that calls ``Layer.draw`` when it runs (call it in ``setup``): on the
+    host, where the draws are compiled (numba), numba's compiler is charged once."""
+    from singa_core.contracts import draws
+
+    if layer.device.is_host and draws.compiles():
+        charge_numba(layer)
+
+
 def charge_once(layer, key: str, n: int, *, row: str, note: str) -> None:
     """Charge ``n`` bytes of memory the process takes once however many layers need it
     (``key`` names it: numba's JIT compiler for the compiled pooling kernels) to the active

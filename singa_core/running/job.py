@@ -354,15 +354,15 @@ def prepare_job(
     prepared.memory = MemoryEstimate(
         limit, source, updater_slots=len(getattr(updater, "state_names", ()))
     )
+    files = found[1] if found else list(job.checkpoint_path)
+    train = prepared.build_net(kTrain, init=not files)
+    prepared.nets[kTrain] = train
     compiler = updater.host_compiler_memory() if hasattr(updater, "host_compiler_memory") else None
-    if compiler is not None and not test_only:  # charged once, with the layers' compilers
+    if compiler is not None and not test_only:  # once, with the layers' compilers (after them)
         key, n, row, note = compiler
         prepared.memory.charge_once(
             PHASE_NAMES[kTrain], key, n, row=row, note=note, where=cfg.locate("updater")
         )
-    files = found[1] if found else list(job.checkpoint_path)
-    train = prepared.build_net(kTrain, init=not files)
-    prepared.nets[kTrain] = train
     if not test_only:  # what writing a checkpoint costs beyond the Params (streamed)
         prepared.memory.charge(
             "train",
