@@ -54,6 +54,7 @@ ALIASES = {
     "memory",
     "names",
     "resources",
+    "jit",
 }
 
 
