@@ -11,15 +11,12 @@ import pytest
 from singa_builtins.stores.kvfile import KVFileStore
 
 from singa_core.errors import SingaError
-from singa_core.store import KCREATE, KREAD, RecordBlock
+from singa_core.store import KREAD, RecordBlock
+from tests.stores.test_kvfile_checksums import write as write_store
 
 
 def write(path, tuples):
-    s = KVFileStore()
-    s.open(str(path), KCREATE)
-    for k, v in tuples:
-        assert s.write(k, v)
-    s.close()
+    write_store(path, tuples)  # the checksum tests' writer: through KVFileStore, kCreate
     return path
 
 
