@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import shlex
 import shutil
 import signal
@@ -382,7 +383,11 @@ class EmulatedCluster:
     def run(self, i: int, cmd, *, env: dict | None = None, cwd=None, timeout: float = 120,
             check: bool = False) -> subprocess.CompletedProcess:  # fmt: skip
         """Run ``cmd`` on machine ``i`` to its end (killed, with its process group, after
-        ``timeout`` seconds: then the return code is the kill's, and ``timed_out`` is set)."""
+        ``timeout`` seconds: then the return code is the kill's, and ``timed_out`` is set).
+        ``cpu`` is the CPU seconds (user + system) the command and the children it waited
+        for used: unlike its wall time, barely moved by the load of other processes (while
+        no other thread of this process waits for a child at the same time)."""
+        before = _children_cpu()
         p = self.popen(i, cmd, env=env, cwd=cwd)
         timed_out = False
         try:
@@ -396,6 +401,7 @@ class EmulatedCluster:
                 self.machines[i].started.remove(p)
         res = subprocess.CompletedProcess(p.args, p.returncode, out, err)
         res.timed_out = timed_out
+        res.cpu = _children_cpu() - before
         if check and res.returncode != 0:
             raise RuntimeError(
                 f"on machine {i}: {cmd!r} failed ({res.returncode}):\n{out[-3000:]}\n{err[-3000:]}"
@@ -615,9 +621,15 @@ def segments_left(before: set[str], nodes: set[str] | None = None, grace: float 
         time.sleep(0.25)
 
 
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def singa_runner(cluster: EmulatedCluster, recipe: Recipe, cwd: Path, timeout: float = 180):
     """``singa(i, *args, env=None, timeout=...)``: the ``singa`` command on machine ``i`` with
-    the recipe's environment (plus ``env``); its result carries ``took`` (seconds), the tail
+    the recipe's environment (plus ``env``); its result carries ``took`` (wall seconds) and
+    ``cpu`` (CPU seconds, see :meth:`EmulatedCluster.run`), the tail
     of its output is printed, and it must not end in a traceback."""
 
     def singa(i: int, *args: str, env: dict | None = None, timeout: float = timeout):
@@ -625,7 +637,8 @@ def singa_runner(cluster: EmulatedCluster, recipe: Recipe, cwd: Path, timeout: f
         res = cluster.run(i, ["singa", *args], env={**recipe.env, **(env or {})}, cwd=cwd,
                           timeout=timeout)  # fmt: skip
         res.took = time.monotonic() - t0
-        print(f"machine {i}: singa {' '.join(args)} -> {res.returncode} in {res.took:.1f} s\n"
+        print(f"machine {i}: singa {' '.join(args)} -> {res.returncode} in {res.took:.1f} s "
+              f"({res.cpu:.1f} s CPU)\n"
               f"{res.stdout[-1200:]}{res.stderr[-1200:]}")  # fmt: skip
         assert "Traceback" not in res.stdout + res.stderr
         return res
