@@ -151,3 +151,28 @@ def test_rbm_pretraining_then_autoencoder(mnist_stores, data_dir, tmp_path):
     loss = float(re.search(r"loss = (\S+)", out).group(1).rstrip(","))
     baseline = mean_image_loss(data_dir)
     assert loss < 0.6 * baseline, (loss, baseline)
+
+
+def test_time_and_test_of_a_cd_job_choose_threads_on_what_they_run(mnist_stores, monkeypatch):
+    """A CD net computes nothing in a plain forward pass: `singa time` chooses its BLAS
+    threads by timing its own training steps and `singa test` by timing the worker's test
+    passes (both once timed 0.0 ms at each count and kept 1 thread by default)."""
+    from singa_core.contracts.layer import kTest
+    from singa_core.plugin_host.host import get_host
+    from singa_core.resources import usable_cpus
+    from singa_core.running.job import prepare_job
+    from singa_core.running.thread_trial import choose_for_net
+
+    if usable_cpus() < 2:
+        pytest.skip("one usable CPU: no thread count to choose")
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    conf = EXAMPLE / "rbm1.conf"
+    data = mnist_example_args(mnist_stores)
+    medians = r"median step ([0-9.]+) ms at 1 thread, ([0-9.]+) ms at"
+    out = cli("time", conf, "--iterations", 1, "--warmup", 0, *data)
+    assert min(float(v) for v in re.search(medians, out).groups()) > 0.5, out
+
+    prepared = prepare_job(load_job(conf, data[1::2]), get_host(), test_only=True, seed=0)
+    n, why = choose_for_net(prepared.nets[kTest], kTest, worker=prepared.make_worker())
+    assert min(float(v) for v in re.search(medians, why).groups()) > 0.5, why

@@ -757,8 +757,8 @@ class Job:
 
     # -- testing -----------------------------------------------------------------------
     def _choose_test_threads(self, prepared) -> None:
-        """BLAS threads for a test pass as `singa train` chooses them: timed (forward passes
-        of the test net at 1 and at every CPU), unless job.conf or the environment sets
+        """BLAS threads for a test pass as `singa train` chooses them: timed (the worker's
+        test passes of the test net at 1 and at every CPU), unless job.conf or the environment sets
         them; the engine then runs with the count chosen (as num_openblas_threads)."""
         from singa_core.contracts.layer import kTest
         from singa_core.running.thread_trial import choose_for_net, needs_choice
@@ -766,7 +766,7 @@ class Job:
         net = prepared.nets.get(kTest) if hasattr(prepared, "nets") else None
         if net is None or not needs_choice(prepared.job):
             return
-        n, why = choose_for_net(net, kTest)
+        n, why = choose_for_net(net, kTest, worker=prepared.make_worker())
         prepared.job.num_openblas_threads = n
         print(f"BLAS threads: {n} ({why})", file=self.err)
 

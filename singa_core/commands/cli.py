@@ -977,11 +977,10 @@ def time_command(
 
     from singa_core.commands.timing import time_training_step
     from singa_core.contracts.blas import blas_threads_for, set_blas_threads
-    from singa_core.contracts.layer import kTrain
     from singa_core.contracts.resources import usable_cpus
     from singa_core.jobconf.parse import load_job
     from singa_core.running.job import prepare_job
-    from singa_core.running.thread_trial import choose_for_net, needs_choice
+    from singa_core.running.thread_trial import needs_choice
 
     try:
         if iterations < 1 or warmup < 0:
@@ -997,13 +996,15 @@ def time_command(
         if any(d.kind != "cpu" for d in prepared.devices):  # on stderr: --json stays JSON
             for line in prepared.device_lines():
                 print(line, file=sys.stderr)
-        # as `singa train` chooses: job.conf, else the environment, else timed (1 or all)
-        if needs_choice(prepared.job) and kTrain in prepared.nets:
-            n, why = choose_for_net(prepared.nets[kTrain], kTrain)
-            print(f"BLAS threads: {n} ({why})", file=sys.stderr)  # stdout may be --json
-        else:
+        # as `singa train` chooses: job.conf, else the environment, else timed training
+        # steps at 1 thread and at all
+        choose = needs_choice(prepared.job)
+        if not choose:
             set_blas_threads(blas_threads_for(prepared.job, usable_cpus()))
-        timing = time_training_step(prepared, iterations, warmup)
+        timing = time_training_step(prepared, iterations, warmup, choose_threads=choose)
+        if timing.threads is not None:
+            n, why = timing.threads
+            print(f"BLAS threads: {n} ({why})", file=sys.stderr)  # stdout may be --json
     except SingaError as err:
         _fail(err)
     if as_json:

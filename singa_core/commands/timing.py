@@ -54,6 +54,8 @@ class StepTiming:
     step: list[float]
     iterations: int
     warmup: int
+    #: (count, why) when the BLAS thread count was chosen by timing training steps
+    threads: tuple[int, str] | None = None
 
     @staticmethod
     def _mean(xs: list[float]) -> float:
@@ -210,15 +212,40 @@ def _timed(fn, sink: list[float], sync=lambda: None):
     return call
 
 
-def time_training_step(prepared, iterations: int, warmup: int = 2) -> StepTiming:
+def time_training_step(
+    prepared, iterations: int, warmup: int = 2, choose_threads: bool = False
+) -> StepTiming:
     """Time ``iterations`` training steps of ``prepared``'s train net (see the module
-    docstring); ``prepared`` comes from :func:`singa_core.running.job.prepare_job`."""
+    docstring); ``prepared`` comes from :func:`singa_core.running.job.prepare_job`.
+
+    With ``choose_threads`` the BLAS thread count is chosen first as `singa train` chooses
+    it, by timing training steps at 1 thread and at every usable CPU
+    (:func:`singa_core.running.thread_trial.timed_choice`): what the command times, whatever
+    the worker's algorithm (a forward pass alone computes nothing in a contrastive-divergence
+    net). The trial's steps count as warm-up (nothing is written either way);
+    :attr:`StepTiming.threads` says what was chosen and why."""
     net = prepared.nets.get(kTrain) or prepared.build_net(kTrain)
     worker = prepared.make_worker()
     shard = ParamShard(prepared.make_updater())
     shard.put_net(net)
     stub = _TimedStub(shard, net.params)
     folds = fold_updates(shard, net.params)  # as training folds plain SGD (into backward)
+
+    def one_step(step: int) -> None:
+        for f in folds:
+            f.arm(step)
+        worker.train_one_batch(step, net, stub)
+        for f in folds:
+            f.disarm()
+        for device in set(prepared.devices):
+            device.synchronize()
+
+    threads = None
+    if choose_threads:
+        from singa_core.contracts.resources import usable_cpus
+        from singa_core.running.thread_trial import timed_choice
+
+        threads = timed_choice(lambda: one_step(int(prepared.start_step)), usable_cpus())
 
     rows: dict[str, LayerTime] = {}
     sinks: list[tuple[LayerTime, list[float], list[float]]] = []
@@ -258,15 +285,8 @@ def time_training_step(prepared, iterations: int, warmup: int = 2) -> StepTiming
             for _, fsink, bsink in sinks:
                 fsink[0] = bsink[0] = 0.0
             stub.seconds = 0.0
-            step = int(prepared.start_step) + it
-            for f in folds:
-                f.arm(step)
             t0 = time.perf_counter()
-            worker.train_one_batch(step, net, stub)
-            for f in folds:
-                f.disarm()
-            for device in set(prepared.devices):
-                device.synchronize()
+            one_step(int(prepared.start_step) + it)
             total = time.perf_counter() - t0
             if it < warmup:
                 continue
@@ -285,4 +305,4 @@ def time_training_step(prepared, iterations: int, warmup: int = 2) -> StepTiming
         for obj in [*net.layers, *runs]:  # back to the class's methods
             obj.__dict__.pop("forward", None)
             obj.__dict__.pop("backward", None)
-    return StepTiming(list(rows.values()), updater_s, step_s, iterations, warmup)
+    return StepTiming(list(rows.values()), updater_s, step_s, iterations, warmup, threads)

@@ -3,11 +3,12 @@
 `singa train` times its first training steps at 1 thread and at every usable CPU and keeps
 the faster (:func:`singa_core.blas.faster_thread_count`; on a machine shared with other
 work, 1 thread is often much faster). `singa test`, `singa time` and `singa predict` choose
-the same way, timing what they run: forward passes of the net (the test net, the train net,
-the deploy net). The passes change nothing: the input layers (those without sources) are
-not run, so no record is read and the passes compute on what their buffers hold; the other
-layers' states, random states and metrics and the values of the Params layers write
-themselves are put back afterwards.
+the same way, timing what they run: `singa time` its own training steps (before its
+warm-up: :func:`singa_core.commands.timing.time_training_step`), `singa test` its worker's
+test passes (:func:`choose_for_net`), `singa predict` the trained model's forward pass on
+its input (:func:`choose_for_model`). The test passes change nothing: the input layers'
+cursors are rewound, and the other layers' states, random states and metrics and the
+values of the Params layers write themselves are put back afterwards.
 
 The choice is made only when nothing sets the count (job.conf's ``num_openblas_threads``,
 ``OPENBLAS_NUM_THREADS``, ``OMP_NUM_THREADS``) and more than one CPU is usable.
@@ -87,10 +88,14 @@ def needs_choice(job, cpus: int | None = None) -> bool:
     return blas_threads_set_by(job) is None and (cpus or usable_cpus()) > 1
 
 
-def choose_for_net(net, phase: int) -> tuple[int, str]:
-    """Time forward passes of ``net`` (as a test pass runs it, ``phase | kForward``, the input
-    layers left out: nothing is read) and pin the faster thread count; the net is left as it
-    was (layer states, random states, metrics, Params written by layers)."""
+def choose_for_net(net, phase: int, worker=None) -> tuple[int, str]:
+    """Time test passes of ``net`` and pin the faster thread count; the net is left as it
+    was (layer states and cursors, random states, metrics, Params written by layers).
+
+    With ``worker`` a pass is the worker's own ``test_one_batch`` (what the command runs,
+    whatever the algorithm: a contrastive-divergence net computes nothing in a plain forward
+    pass); its batches are read again afterwards (the cursors are rewound). Without, a pass
+    is every layer's ``forward(phase | kForward)``, the input layers left out (nothing read)."""
     from singa_core.running.checkpoint import layer_states, restore_layer_states
     from singa_core.running.training import pop_net_metrics
 
@@ -100,6 +105,9 @@ def choose_for_net(net, phase: int) -> tuple[int, str]:
     computing = [layer for layer in net.layers if net.srclayers(layer)]
 
     def once() -> None:
+        if worker is not None:
+            worker.test_one_batch(phase, net)
+            return
         for layer in computing:
             layer.forward(phase | kForward, net.srclayers(layer))
 
