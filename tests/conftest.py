@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -240,6 +241,15 @@ def shared_data_dir() -> Path:
     """$SINGA_DATA, else ../shared/data next to the checkout (as CI sets it)."""
     env = os.environ.get("SINGA_DATA")
     return Path(env) if env else REPO.parent / "shared" / "data"
+
+
+@pytest.fixture
+def big_tmp_path(tmp_path):
+    """``tmp_path``, emptied when the test ends, passed or failed: for the tests that write
+    gigabytes (pytest keeps the temporary folders of the last three runs, and two 610 MB
+    checkpoint tests kept 3.5 GB each; with leftovers of earlier runs they filled a disk)."""
+    yield tmp_path
+    shutil.rmtree(tmp_path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

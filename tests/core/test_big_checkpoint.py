@@ -62,7 +62,8 @@ def _singa(*args, timeout=300, wrap=None):
 
 
 @pytest.mark.slow
-def test_a_600_mb_checkpoint_round_trip(tmp_path):
+def test_a_600_mb_checkpoint_round_trip(big_tmp_path):
+    tmp_path = big_tmp_path
     from singa_core.memory import available_memory
 
     need = 5 * D * H * 4

@@ -15,7 +15,8 @@ from tests.engines.test_ray_engine import run_in_private_network
 pytestmark = pytest.mark.slow
 
 
-def test_the_ray_driver_writes_and_resumes_a_610_mb_checkpoint(tmp_path):
+def test_the_ray_driver_writes_and_resumes_a_610_mb_checkpoint(big_tmp_path):
+    tmp_path = big_tmp_path
     data = _records(tmp_path / "data.bin")
     ws = tmp_path / "ws"
     conf = tmp_path / "job.conf"
