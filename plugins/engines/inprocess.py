@@ -267,7 +267,7 @@ class InProcessEngine(Engine):
 
     def _threads_rule(self) -> tuple[int | None, str]:
         """(BLAS threads, why), or (None, why) when a trial on the first steps decides:
-        SINGA's num_openblas_threads when set, else the user's OPENBLAS_NUM_THREADS /
+        SINGA's num_openblas_threads when set, else the user's OPENBLAS_, MKL_ or
         OMP_NUM_THREADS; else a resumed run's recorded count (its results depend on it);
         else, with one usable CPU (affinity mask, cgroup quota), 1."""
         cpus = usable_cpus()

@@ -18,8 +18,9 @@ from singa_core.contracts.openblas import SETTERS as _SETTERS
 from singa_core.contracts.openblas import find_saxpy, openblas_threads
 from singa_core.contracts.openblas import openblas_libraries as _openblas_libs
 
-#: environment variables that set the BLAS thread count, in the order they are honoured
-THREAD_ENV_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")
+#: environment variables that set the BLAS thread count, in the order they are honoured:
+#: OpenBLAS's, MKL's (singa's SGEMM on Intel CPUs with the ``mkl`` extra), then OpenMP's
+THREAD_ENV_VARS = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
 
 
 def blas_threads_for(job, default: int, environ=None) -> int:

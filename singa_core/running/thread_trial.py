@@ -11,7 +11,8 @@ cursors are rewound, and the other layers' states, random states and metrics and
 values of the Params layers write themselves are put back afterwards.
 
 The choice is made only when nothing sets the count (job.conf's ``num_openblas_threads``,
-``OPENBLAS_NUM_THREADS``, ``OMP_NUM_THREADS``) and more than one CPU is usable.
+``OPENBLAS_NUM_THREADS``, ``MKL_NUM_THREADS``, ``OMP_NUM_THREADS``) and more than one CPU
+is usable.
 """
 
 from __future__ import annotations

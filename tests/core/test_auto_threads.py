@@ -36,6 +36,7 @@ def test_what_sets_the_threads():
     j = job_pb2.JobProto()
     assert blas_threads_set_by(j, {}) is None
     assert blas_threads_set_by(j, {"OMP_NUM_THREADS": "2"}) == "OMP_NUM_THREADS"
+    assert blas_threads_set_by(j, {"MKL_NUM_THREADS": "1"}) == "MKL_NUM_THREADS"
     assert blas_threads_set_by(j, {"OPENBLAS_NUM_THREADS": "0"}) is None  # not usable
     j.num_openblas_threads = 1
     assert blas_threads_set_by(j, {"OPENBLAS_NUM_THREADS": "3"}) == "num_openblas_threads"

@@ -29,6 +29,8 @@ def job(threads=None):
         (None, {}, 7),  # nothing set: the engine's default
         (None, {"OPENBLAS_NUM_THREADS": "3"}, 3),
         (None, {"OMP_NUM_THREADS": "2"}, 2),
+        (None, {"MKL_NUM_THREADS": "1"}, 1),  # MKL's, singa's SGEMM with the mkl extra
+        (None, {"MKL_NUM_THREADS": "3", "OMP_NUM_THREADS": "4"}, 3),  # before OpenMP's
         (None, {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "4"}, 1),  # OpenBLAS first
         (5, {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "4"}, 5),  # job.conf wins
         (1, {}, 1),  # set to its own default value: still set

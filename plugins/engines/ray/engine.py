@@ -186,7 +186,7 @@ class RayEngine(SharedMemoryEngine):
 
     def process_blas_threads(self, request) -> int:
         """BLAS threads of one SINGA process: num_openblas_threads, else the driver's
-        OPENBLAS_NUM_THREADS / OMP_NUM_THREADS, else its CPUs."""
+        OPENBLAS_, MKL_ or OMP_NUM_THREADS, else its CPUs."""
         return blas_threads_for(self.prepared.job, int(request.cpus))
 
     def describe(self) -> list[str]:

@@ -91,7 +91,7 @@ class SharedMemoryEngine(Engine):
         return net
 
     def blas_threads(self) -> int:
-        # num_openblas_threads, else OPENBLAS_NUM_THREADS / OMP_NUM_THREADS, else the
+        # num_openblas_threads, else OPENBLAS_NUM_THREADS / MKL_ / OMP_NUM_THREADS, else the
         # cores shared out among the processes
         share = usable_cpus() // len(self.topology.procs)
         return blas_threads_for(self.prepared.job, share)
