@@ -157,7 +157,7 @@ def test_time_and_test_of_a_cd_job_choose_threads_on_what_they_run(mnist_stores,
     """A CD net computes nothing in a plain forward pass: `singa time` chooses its BLAS
     threads by timing its own training steps and `singa test` by timing the worker's test
     passes (both once timed 0.0 ms at each count and kept 1 thread by default)."""
-    from singa_core.contracts.layer import kTest
+    from singa_core.layer import kTest
     from singa_core.plugin_host.host import get_host
     from singa_core.resources import usable_cpus
     from singa_core.running.job import prepare_job
