@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import numpy as np
 from singa_builtins.layers._host_kernels import kernels as compiled
-from singa_builtins.layers._pool_kernels import JIT_BYTES, JIT_NOTE, host_threads
+from singa_builtins.layers._pool_kernels import host_threads
 from singa_builtins.layers._window import (
     Window,
     as_chwn,
@@ -56,7 +56,7 @@ from singa_core.cuda import BLOCK, CUPY, grid_for
 from singa_core.kernels import define_kernel
 from singa_core.layer import NeuronLayer, kAggGrad, partitioned_size
 from singa_core.memory import charge as charge_memory
-from singa_core.memory import charge_once
+from singa_core.memory import charge_numba
 from singa_core.param import DTYPE
 
 #: the row-column path needs GEMMs with K = C·kw; below this, the full im2col (K = C·kh·kw)
@@ -251,7 +251,7 @@ class ConvolutionBase(NeuronLayer):
         for j, outs, _ in self._colmap:
             self._col_lo[j], self._col_hi[j] = outs.start, outs.stop
         if self._compiled is not None:  # its first call loads numba's compiler
-            charge_once(self, "numba-jit", JIT_BYTES, row="numba's JIT compiler", note=JIT_NOTE)
+            charge_numba(self)
 
     def _weight_rows(self) -> np.ndarray:
         """The weight as (kh, F, C·kw) (a copy, refreshed every step: values change)."""
@@ -347,7 +347,7 @@ class ConvolutionBase(NeuronLayer):
         self._slices = [(i, j, window_slice(win, i, j, oh, ow)) for i, j in win.positions]
         self._compiled = compiled()  # im2col in one threaded pass (numba), or numpy's copies
         if self._compiled is not None:  # its first call loads numba's compiler
-            charge_once(self, "numba-jit", JIT_BYTES, row="numba's JIT compiler", note=JIT_NOTE)
+            charge_numba(self)
 
     def _threaded(self) -> bool:
         """Whether the im2col path's compiled passes run: numba there and more than one

@@ -23,7 +23,6 @@ extra) the same computation runs as compiled one-pass kernels (``_pool_kernels.p
 from __future__ import annotations
 
 import numpy as np
-from singa_builtins.layers._pool_kernels import JIT_BYTES, JIT_NOTE
 from singa_builtins.layers._pool_kernels import kernels as pool_kernels
 from singa_builtins.layers._window import (
     Window,
@@ -41,7 +40,7 @@ from singa_core.cuda import BLOCK, CUPY, grid_for
 from singa_core.kernels import define_kernel
 from singa_core.layer import NeuronLayer, kTrain
 from singa_core.memory import charge as charge_memory
-from singa_core.memory import charge_once
+from singa_core.memory import charge_numba
 from singa_core.param import DTYPE
 from singa_core.schema import job_pb2
 
@@ -239,7 +238,7 @@ class PoolingBase(NeuronLayer):
             return
         self._kernels = pool_kernels()
         if self._kernels is not None:  # their first call loads numba's compiler
-            charge_once(self, "numba-jit", JIT_BYTES, row="numba's JIT compiler", note=JIT_NOTE)
+            charge_numba(self)
         # non-overlapping windows (stride >= kernel), and whether they cover the input
         self._tiles = win.sh >= win.kh and win.sw >= win.kw
         self._covers = self._tiles and oh * win.sh == hp and ow * win.sw == wp

@@ -25,12 +25,12 @@ import os
 import numpy as np
 
 from singa_core.jit import Compiled
-from singa_core.memory import NUMBA_JIT_BYTES, NUMBA_JIT_NOTE
+from singa_core.memory import NUMBA_JIT_BYTES
 
-#: numba's compiler in a process, charged once to the memory estimate (measured: see
+#: numba's compiler in a process, which the layers with compiled kernels charge once to the
+#: memory estimate (:func:`singa_core.memory.charge_numba`; measured: see
 #: :data:`singa_core.memory.NUMBA_JIT_BYTES`)
 JIT_BYTES = NUMBA_JIT_BYTES
-JIT_NOTE = NUMBA_JIT_NOTE
 
 
 def _probe(a):

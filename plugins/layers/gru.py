@@ -65,12 +65,11 @@ from types import SimpleNamespace
 import numpy as np
 from singa_builtins.layers._gru_sequence import GRURun, add_stacked
 from singa_builtins.layers._gru_sequence import compiles as gru_passes_compile
-from singa_builtins.layers._pool_kernels import JIT_BYTES, JIT_NOTE
 
 from singa_core.blas import FixedOperand, gemm
 from singa_core.layer import Layer, NeuronLayer, kAggGrad
 from singa_core.memory import charge as charge_memory
-from singa_core.memory import charge_once
+from singa_core.memory import charge_numba
 from singa_core.param import DTYPE
 from singa_core.sequences import stacked
 
@@ -149,8 +148,7 @@ class GRULayer(NeuronLayer):
             for what in ("run input-side gate gradients", "run hidden-side gate gradients"):
                 charge_memory(self, "scratch", steps, what=what, training_only=True)
             if self.device.is_host and gru_passes_compile():
-                charge_once(self, "numba-jit", JIT_BYTES, row="numba's JIT compiler",
-                            note=JIT_NOTE)  # fmt: skip
+                charge_numba(self)
             if self.device.is_host and FixedOperand.packs():  # U and Uᵀ packed by MKL
                 charge_memory(self, "scratch", (2, 3 * hdim, hdim), what="packed U, Uᵀ")
 

@@ -27,13 +27,13 @@ from __future__ import annotations
 import numpy as np
 from singa_builtins.layers._host_kernels import kernels as compiled
 from singa_builtins.layers._host_kernels import memory_order
-from singa_builtins.layers._pool_kernels import JIT_BYTES, JIT_NOTE, use_blas_threads
+from singa_builtins.layers._pool_kernels import use_blas_threads
 
 from singa_core.cuda import BLOCK, CUPY, dense_alike, grid_for
 from singa_core.kernels import define_kernel
 from singa_core.layer import NeuronLayer
 from singa_core.memory import charge as charge_memory
-from singa_core.memory import charge_once
+from singa_core.memory import charge_numba
 from singa_core.param import DTYPE
 
 
@@ -258,7 +258,7 @@ class LRNLayer(NeuronLayer):
         self._tmp = np.empty_like(self.data)  # scratch
         self._out: np.ndarray | None = None  # scratch for a source grad laid out differently
         if self.kernels.host_jit():  # its first call loads numba's compiler
-            charge_once(self, "numba-jit", JIT_BYTES, row="numba's JIT compiler", note=JIT_NOTE)
+            charge_numba(self)
 
     def to_onnx(self, g, inputs):
         # ONNX LRN: x / (bias + alpha/size · Σ x²)^beta over the clipped channel window

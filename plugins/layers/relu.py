@@ -9,13 +9,13 @@ import numpy as np
 from singa_builtins.layers._bias import define_bias_activation
 from singa_builtins.layers._host_kernels import kernels as compiled
 from singa_builtins.layers._host_kernels import memory_order
-from singa_builtins.layers._pool_kernels import JIT_BYTES, JIT_NOTE, host_threads
+from singa_builtins.layers._pool_kernels import host_threads
 
 from singa_core.cuda import elementwise_kernel
 from singa_core.kernels import define_kernel
 from singa_core.layer import AbsorbsBias, NeuronLayer
 from singa_core.memory import charge as charge_memory
-from singa_core.memory import charge_once
+from singa_core.memory import charge_numba
 from singa_core.sequences import RowIndependent
 
 
@@ -89,7 +89,7 @@ class ReLULayer(RowIndependent, AbsorbsBias, NeuronLayer):
         charge_memory(self, "scratch", self.data.shape, itemsize=1, what="mask", training_only=True)
         self._mask = np.empty_like(self.data, dtype=bool)
         if self.kernels.host_jit():  # its first call loads numba's compiler
-            charge_once(self, "numba-jit", JIT_BYTES, row="numba's JIT compiler", note=JIT_NOTE)
+            charge_numba(self)
 
     def to_onnx(self, g, inputs):
         return g.add("Relu", inputs, name=self.name)

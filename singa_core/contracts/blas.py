@@ -396,6 +396,14 @@ def gemm_acc(a, b, c) -> None:
 _CBLAS_A_MATRIX, _CBLAS_B_MATRIX, _CBLAS_PACKED = 161, 162, 151
 
 
+def _packed_gemm():
+    """The chosen SGEMM library's packed-GEMM functions (MKL's), or None."""
+    from singa_core.contracts import sgemm as library
+
+    lib = library._chosen or library.chosen()
+    return None if lib is None else lib.packed
+
+
 class FixedOperand:
     """The right-hand operand ``b`` of a run of products ``a·b`` (each ``a`` of ``rows``
     rows) that all take the same ``b``: a recurrent weight over the time steps of a
@@ -420,10 +428,7 @@ class FixedOperand:
     def packs() -> bool:
         """Whether host operands are packed (the chosen library has MKL's packed GEMM):
         each then keeps a packed copy about the size of ``b`` (for memory estimates)."""
-        from singa_core.contracts import sgemm as library
-
-        lib = library._chosen or library.chosen()
-        return lib is not None and lib.packed is not None
+        return _packed_gemm() is not None
 
     def set(self, b) -> None:
         """``b`` (a 2-D view; kept, not copied) is the operand from now on."""
@@ -432,13 +437,10 @@ class FixedOperand:
         self.b, self._dims = b, None
         if not (_host(b) and b.ndim == 2 and b.dtype == np.float32 and self.rows > 0):
             return
-        from singa_core.contracts import sgemm as library
-
-        lib = library._chosen or library.chosen()
-        layout = _blas_operand(b)
-        if lib is None or lib.packed is None or layout is None or 0 in b.shape:
+        packed, layout = _packed_gemm(), _blas_operand(b)
+        if packed is None or layout is None or 0 in b.shape:
             return
-        size, pack, compute = lib.packed
+        size, pack, compute = packed
         k, n = b.shape
         words = -(-int(size(_CBLAS_B_MATRIX, self.rows, n, k)) // 4)
         if self._buf is None or self._buf.size < words:
