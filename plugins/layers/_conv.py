@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import numpy as np
 from singa_builtins.layers._host_kernels import kernels as compiled
-from singa_builtins.layers._pool_kernels import host_threads
 from singa_builtins.layers._window import (
     Window,
     as_chwn,
@@ -53,6 +52,7 @@ from singa_builtins.layers._window import (
 
 from singa_core.blas import gemm
 from singa_core.cuda import BLOCK, CUPY, grid_for
+from singa_core.jit import host_threads
 from singa_core.kernels import define_kernel
 from singa_core.layer import NeuronLayer, kAggGrad, partitioned_size
 from singa_core.memory import charge as charge_memory

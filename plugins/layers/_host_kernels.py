@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import numpy as np
 from singa_builtins.layers._pool_kernels import kernels as pool_kernels
-from singa_builtins.layers._pool_kernels import threaded
 
 from singa_core.cuda import dense_alike
-from singa_core.jit import Compiled
+from singa_core.jit import Compiled, threaded
 from singa_core.kernels import define_kernel
 
 

@@ -6,12 +6,12 @@ reading each window once, on the same batch-innermost ``(C, H, W, B)`` arrays an
 the same results: the running maximum with a strict ``>`` (the first maximum in row-major
 order wins, its offset recorded as a uint8), the window sum times ``1/(kh·kw)``, and
 backward adding each output's gradient to the input it came from. Their channels are
-spread over numba's thread pool, as many threads as the BLAS runs (:func:`threaded`; one
-where the user asked for one), each output computed by one thread with the same
-operations as a serial loop (deterministic); the batch is innermost so that the compiler
-vectorises the inner loop. The pool must be one that callers in several threads may share
-(OpenMP's or TBB's: ``THREADING_LAYER = "threadsafe"`` unless the user set
-``NUMBA_THREADING_LAYER``); where there is none, :func:`kernels` is None.
+spread over numba's thread pool, as many threads as the BLAS runs
+(:func:`singa_core.jit.threaded`; one where the user asked for one), each output computed
+by one thread with the same operations as a serial loop (deterministic); the batch is
+innermost so that the compiler vectorises the inner loop. The pool must be one that
+callers in several threads may share (:func:`singa_core.jit.parallel_ready`); where there
+is none, :func:`kernels` is None.
 
 :func:`kernels` returns the compiled functions, or None when numba is not installed or
 ``SINGA_NUMBA=0`` is set; the layers then run their pure-numpy path. Both paths are tested
@@ -20,11 +20,7 @@ against the same loop reference and gradient checks.
 
 from __future__ import annotations
 
-import os
-
-import numpy as np
-
-from singa_core.jit import Compiled
+from singa_core.jit import Compiled, parallel_ready, threaded
 from singa_core.memory import NUMBA_JIT_BYTES
 
 #: numba's compiler in a process, which the layers with compiled kernels charge once to the
@@ -33,21 +29,10 @@ from singa_core.memory import NUMBA_JIT_BYTES
 JIT_BYTES = NUMBA_JIT_BYTES
 
 
-def _probe(a):
-    return (a + a.dtype.type(1.0)).sum()  # an array expression: run on the thread pool
-
-
 def _compile():
     import numba
 
-    # the kernels' parallel loops need a thread pool that callers in several threads may
-    # share (OpenMP's or TBB's); a user's NUMBA_THREADING_LAYER is theirs to choose
-    if "NUMBA_THREADING_LAYER" not in os.environ:
-        numba.config.THREADING_LAYER = "threadsafe"
-    probe = numba.njit(cache=True, parallel=True)(_probe)
-    try:
-        probe(np.zeros(2, dtype=np.float32))
-    except (ValueError, ImportError):  # no such pool here: numpy's paths
+    if not parallel_ready():  # no thread pool that several callers may share: numpy's
         return False
 
     jit = numba.njit(cache=True, nogil=True, fastmath=False, parallel=True)
@@ -152,47 +137,9 @@ def _compile():
     return k
 
 
-def threaded(fn):
-    """``fn`` (with parallel loops) run on the BLAS's thread count (:func:`use_blas_threads`)."""
-
-    def run(*args):
-        use_blas_threads()
-        return fn(*args)
-
-    run.compiled = fn
-    return run
-
-
 def kernels():
     """The compiled kernels, or None (numba missing, or ``SINGA_NUMBA=0``)."""
     return _KERNELS.get()
 
 
 _KERNELS = Compiled(_compile)
-
-
-def host_threads() -> int:
-    """The threads the compiled host passes run on: as many as the BLAS runs
-    (``num_openblas_threads`` and the like; one where the user asked for one), at most
-    numba's pool, but one where the host's SGEMM is OpenBLAS, whose workers keep spinning
-    after each GEMM: a second thread of ours then only competes with them (measured,
-    CIFAR-10 at 2 threads on OpenBLAS: 136-157 ms/step against 76-83 with one)."""
-    from singa_core.blas import get_blas_threads, host_sgemm
-
-    if host_sgemm().startswith("openblas"):
-        return 1
-    try:
-        import numba
-    except ImportError:
-        return 1
-    return max(1, min(get_blas_threads() or 1, numba.config.NUMBA_NUM_THREADS))
-
-
-def use_blas_threads() -> int:
-    """numba's parallel loops on :func:`host_threads` threads (returned)."""
-    import numba
-
-    n = host_threads()
-    if numba.get_num_threads() != n:
-        numba.set_num_threads(n)
-    return n

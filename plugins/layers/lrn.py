@@ -27,9 +27,9 @@ from __future__ import annotations
 import numpy as np
 from singa_builtins.layers._host_kernels import kernels as compiled
 from singa_builtins.layers._host_kernels import memory_order
-from singa_builtins.layers._pool_kernels import use_blas_threads
 
 from singa_core.cuda import BLOCK, CUPY, dense_alike, grid_for
+from singa_core.jit import use_host_threads
 from singa_core.kernels import define_kernel
 from singa_core.layer import NeuronLayer
 from singa_core.memory import charge as charge_memory
@@ -100,7 +100,7 @@ def lrn_forward_cpu(x, y, norm, powb, tmp, half, a, k, beta) -> None:
     if views is None:
         lrn_forward_host(x, y, norm, powb, tmp, half, a, k, beta)
         return
-    fast.lrn_forward(*views, half, DTYPE(a), DTYPE(k), mode, use_blas_threads())
+    fast.lrn_forward(*views, half, DTYPE(a), DTYPE(k), mode, use_host_threads())
 
 
 def lrn_backward_cpu(x, y, g, norm, powb, out, tmp, half, c) -> None:
@@ -111,7 +111,7 @@ def lrn_backward_cpu(x, y, g, norm, powb, out, tmp, half, c) -> None:
     if views is None:
         lrn_backward_host(x, y, g, norm, powb, out, tmp, half, c)
         return
-    fast.lrn_backward(*views, half, DTYPE(c), use_blas_threads())
+    fast.lrn_backward(*views, half, DTYPE(c), use_host_threads())
 
 
 def _window_sum_source(term: str) -> str:

@@ -10,11 +10,17 @@ Params: 0 ``weight`` W ``(hdim, vdim)`` (normally ``share_from`` the visible lay
   probabilities (not samples), ``neg_sample`` drawn from it.
 
 Samples: binary units ``~ Bernoulli(prob)``; gaussian units ``prob + N(0, 1)``.
+``neg_sample`` is drawn when it is first read after its negative phase (the visible layer's
+next Gibbs step reads it), as 0.3 drew a sample when the visible layer asked for it: CD-1
+reads no negative sample, so its steps draw none (100,000 draws and a compare a step in
+RBM1). The numbers are those an eager draw would give: the layer's draws of a step are
+numbered in the order it makes them, and only negative samples come after the positive
+one, read in the order they were computed.
 ``backward`` (``kTrain``): ``gb_h = (Σ h_neg − Σ h_pos)/B``; the weight's gradient is 0 (the
 visible layer computes the weight gradient of the shared tensor).
 
-Deviation from 0.3: the samples are drawn in ``forward`` (0.3 drew them when the visible layer
-asked for them); the same distribution, a different use of the random stream.
+Deviation from 0.3: the positive sample is drawn in ``forward`` (0.3 drew it when the
+visible layer asked for it); the same distribution, a different use of the random stream.
 """
 
 from __future__ import annotations
@@ -48,25 +54,40 @@ class RBMHidLayer(RBMLayer):
         self.vdim = int(vdim)
         self.weight = self.create_param(0, (self.hdim, self.vdim), "weight")
         self.bias = self.create_param(1, (self.hdim,), "bias")
+        self._neg_pending = False
         self.alloc_blobs(int(batch), self.hdim)
         self._pos_sum = self.xp.zeros(self.hdim, dtype=DTYPE)
         if getattr(vis, "hid_layer", None) is None:
             vis.hid_layer = self  # the visible layer may list only its input as source
 
-    def _hidden(self, v: np.ndarray, out: np.ndarray, sample: np.ndarray) -> None:
+    @property
+    def neg_sample(self) -> np.ndarray:
+        """The sample of the last negative phase, drawn on first read."""
+        if self._neg_pending:
+            self._neg_pending = False
+            self.sample(self.neg_data, self._neg_sample, self.gaussian)
+        return self._neg_sample
+
+    @neg_sample.setter
+    def neg_sample(self, buf: np.ndarray) -> None:
+        self._neg_sample = buf
+
+    def _hidden(self, v: np.ndarray, out: np.ndarray) -> None:
         gemm(v, self.weight.value.T, out)
         if self.gaussian:
             out += self.bias.value
         else:  # the bias and σ in one pass (kernel bias_sigmoid_forward, kSigmoid's)
             self.kernels.bias_sigmoid_forward(out, self.bias.value, out)
-        self.sample(out, sample, self.gaussian)
 
     def forward(self, phase, srcs):
         vis = srcs[0]
         if phase & kPositive:
-            self._hidden(vis.pos_data, self.pos_data, self.pos_sample)
+            self._neg_pending = False  # a new chain: an unread negative sample is not drawn
+            self._hidden(vis.pos_data, self.pos_data)
+            self.sample(self.pos_data, self.pos_sample, self.gaussian)
         if phase & kNegative:
-            self._hidden(vis.neg_data, self.neg_data, self.neg_sample)
+            self._hidden(vis.neg_data, self.neg_data)
+            self._neg_pending = True
 
     def backward(self, phase, srcs):
         inv_b = DTYPE(1.0 / self.pos_data.shape[0])

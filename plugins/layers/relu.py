@@ -9,9 +9,9 @@ import numpy as np
 from singa_builtins.layers._bias import define_bias_activation
 from singa_builtins.layers._host_kernels import kernels as compiled
 from singa_builtins.layers._host_kernels import memory_order
-from singa_builtins.layers._pool_kernels import host_threads
 
 from singa_core.cuda import elementwise_kernel
+from singa_core.jit import host_threads
 from singa_core.kernels import define_kernel
 from singa_core.layer import AbsorbsBias, NeuronLayer
 from singa_core.memory import charge as charge_memory

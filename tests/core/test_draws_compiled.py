@@ -42,3 +42,24 @@ def test_without_numba_the_draws_are_numpys_generator(monkeypatch):
     out = np.empty((3, 5), np.float32)
     draws._uniform_host(out, 9, 8, 7, 1, np.array([5.0]))
     np.testing.assert_array_equal(out.reshape(-1), numpys(15, 9, 8, 7, 1, 5))
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3, 7])
+@pytest.mark.parametrize("n", [1, 513, 100_003])
+def test_the_draws_split_over_threads_are_numpys_bit_for_bit(n, parts, monkeypatch):
+    """Whole 64-block groups a thread (as beside a BLAS on several threads): the same
+    numbers as one thread computes, every tail included, however many parts."""
+    pytest.importorskip("numba")
+    monkeypatch.setenv("SINGA_NUMBA", "1")
+    made = draws.compiled_uniform()
+    if made[1] is None:
+        pytest.skip("numba has no thread pool that several callers may share here")
+    out = np.full(n, -1.0, np.float32)
+    u64 = np.uint64
+    made[1](out, u64(2**63 + 5), u64(77), u64(3), u64(1), u64(2**40 + 7), parts)
+    np.testing.assert_array_equal(out, numpys(n, 2**63 + 5, 77, 3, 1, 2**40 + 7))
+    # the host kernel takes the split where the BLAS runs on several threads
+    monkeypatch.setattr(draws, "host_threads", lambda: 2)
+    out[...] = -1.0
+    draws._uniform_host(out, 2**63 + 5, 77, 3, 1, np.array([float(2**40 + 7)]))
+    np.testing.assert_array_equal(out, numpys(n, 2**63 + 5, 77, 3, 1, 2**40 + 7))

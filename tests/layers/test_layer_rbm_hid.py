@@ -65,6 +65,38 @@ def test_sampling_uses_the_layer_rng():
     np.testing.assert_array_equal(a[2].neg_sample, b[2].neg_sample)
 
 
+def test_a_negative_sample_is_drawn_when_read_with_the_eager_numbers(monkeypatch):
+    """CD-1 reads no negative sample and draws none; a later Gibbs step reads it and gets
+    the numbers an eager draw at the end of the negative phase would have given."""
+    x = np.random.default_rng(8).random((B, VDIM)).astype(np.float32)
+    drawn = []  # (layer, whether the draw was a negative sample)
+    real = RBMHidLayer.sample
+
+    def sample(self, prob, *rest):
+        drawn.append((self, prob is self.neg_data))
+        return real(self, prob, *rest)
+
+    monkeypatch.setattr(RBMHidLayer, "sample", sample)
+    src, vis, hid = make_pair(x, seed=6)
+    eager = make_pair(x, seed=6)
+
+    def negatives(layer):
+        return [neg for who, neg in drawn if who is layer]
+
+    cd_step(src, vis, hid)  # CD-1's forward phases: the positive sample only
+    assert negatives(hid) == [False]
+    cd_step(*eager)
+    want = eager[2].neg_sample.copy()  # read at once: drawn now
+    vis.forward(kNegative, [src, hid])  # the second Gibbs step reads (draws) it
+    assert negatives(hid) == [False, True]
+    np.testing.assert_array_equal(hid.neg_sample, want)
+    assert set(np.unique(want)) <= {0.0, 1.0}
+    # a new positive phase drops an unread negative sample: nothing more is drawn for it
+    hid.forward(kNegative, [vis])
+    cd_step(src, vis, hid)
+    assert negatives(hid) == [False, True, False]
+
+
 def test_source_must_be_a_visible_layer():
     hid = RBMHidLayer(layer_conf('name: "h" rbm_conf { hdim: 3 } param {} param {}'), make_ctx())
     with pytest.raises(SingaError, match="kRBMVis"):

@@ -221,3 +221,33 @@ def test_the_momentum_step_in_one_pass_is_the_four_passes(monkeypatch, numba_on)
     w3[...] = w
     ms.host_step(w3, g.copy(), h.copy(), *args)
     np.testing.assert_allclose(w3, w2, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("parts", [2, 3])
+def test_the_threaded_momentum_step_is_the_serial_one_bit_for_bit(monkeypatch, parts):
+    """Split over threads (as beside a BLAS on several), each part runs the serial loop's
+    operations: the same bits as one thread, the gradient only read."""
+    from singa_builtins.updaters import _momentum_step as ms
+
+    monkeypatch.setenv("SINGA_NUMBA", "1")
+    made = ms._STEP.get()
+    if made is None or made[1] is None:
+        pytest.skip("numba (the fast extra) with a shareable thread pool is not installed")
+    serial, split = made
+    rng = np.random.default_rng(4)
+    n = ms.PARALLEL_MIN + 12_345
+    w, g, h = (rng.standard_normal(n).astype(np.float32) for _ in range(3))
+    args = (np.float32(0.5), np.float32(2e-3), np.float32(0.05), np.float32(0.9))
+    w1, h1 = w.copy(), h.copy()
+    serial(w1, g, h1, *args)
+    w2, g2, h2 = w.copy(), g.copy(), h.copy()
+    split(w2, g2, h2, *args, parts)
+    np.testing.assert_array_equal(w2, w1)
+    np.testing.assert_array_equal(h2, h1)
+    np.testing.assert_array_equal(g2, g)
+    # host_step takes the split where the BLAS runs on several threads
+    monkeypatch.setattr(ms, "host_threads", lambda: 2)
+    w3, h3 = w.copy(), h.copy()
+    ms.host_step(w3, g.copy(), h3, *(float(a) for a in args))
+    np.testing.assert_array_equal(w3, w1)
+    np.testing.assert_array_equal(h3, h1)
