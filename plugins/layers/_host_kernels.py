@@ -1,14 +1,18 @@
-"""Compiled host passes for ReLU's and LRN's kernels (optional: numba, the ``fast`` extra).
+"""Compiled host passes for ReLU's, LRN's and the sigmoid's kernels (optional: numba, the
+``fast`` extra).
 
 The numpy host implementations of ``relu_backward``, ``lrn_forward`` and ``lrn_backward``
 make one pass over memory per ufunc (two for ReLU's backward, about ten for LRN's each
-way); these make one, computing every element with the same float32 operations in the
-same order (no fused multiply-adds, the window sums in ``lrn.window_sum``'s order), so
-their results are identical. They run on numpy arrays that share one dense memory layout
-(:func:`singa_core.cuda.dense_alike`: the NCHW views of batch-innermost buffers qualify),
-serially, the contiguous innermost axis in the innermost loop so that it vectorises. Other
-arguments (a device's arrays, mixed layouts) take the numpy path, as does everything when
-numba is missing or ``SINGA_NUMBA=0`` (:func:`kernels` returns None).
+way; the sigmoid's five with a bias, four without, around numpy's ``exp``, which stays);
+these make one (the sigmoid: one before the ``exp`` and one after), computing every
+element with the same float32 operations in the same order (no fused multiply-adds, the
+window sums in ``lrn.window_sum``'s order), so their results are identical. They run on
+numpy arrays that share one dense memory layout (:func:`singa_core.cuda.dense_alike`: the
+NCHW views of batch-innermost buffers qualify), the contiguous innermost axis in the
+innermost loop so that it vectorises, over as many threads as the BLAS runs
+(:func:`singa_core.jit.threaded`). Other arguments (a device's arrays, mixed layouts) take
+the numpy path, as does everything when numba is missing or ``SINGA_NUMBA=0``
+(:func:`kernels` returns None).
 
 The kernel ``host_jit`` (composite) tells a layer whether its host kernels run compiled
 code, so that it charges numba's compiler to the memory estimate once
@@ -52,6 +56,26 @@ def _compile():
             r, v = out[f], bias[f]
             for n in range(r.size):
                 r[n] = r[n] + v
+
+    @pjit
+    def bias_negate(x, bias, out):
+        # x[r, c] += bias[c]; out = −x (numpy's x += b, then np.negative; out may be x)
+        for r in prange(x.shape[0]):
+            xr, orow = x[r], out[r]
+            for c in range(xr.size):
+                v = xr[c] + bias[c]
+                xr[c] = v
+                orow[c] = -v
+
+    @pjit
+    def reciprocal_plus_one(e):
+        # e = 1/(e + 1) in float32 (numpy's e += 1.0, then np.reciprocal)
+        one = e.dtype.type(1.0)
+        n = e.size
+        step = 16384
+        for blk in prange((n + step - 1) // step):
+            for i in range(blk * step, min(n, (blk + 1) * step)):
+                e[i] = one / (e[i] + one)
 
     @pjit
     def relu_backward(y, g, out):
@@ -219,6 +243,7 @@ def _compile():
     kn = Kernels()
     kn.relu_forward, kn.relu_backward = threaded(relu_forward), threaded(relu_backward)
     kn.add_bias = threaded(add_bias)
+    kn.bias_negate, kn.reciprocal_plus_one = threaded(bias_negate), threaded(reciprocal_plus_one)
     kn.lrn_forward, kn.lrn_backward = threaded(lrn_forward), threaded(lrn_backward)
     kn.rows_to_input = threaded(rows_to_input)
     kn.im2col = threaded(im2col)

@@ -27,6 +27,7 @@ from singa_core.cuda import elementwise_kernel
 from singa_core.kernels import define_kernel
 from singa_core.layer import AbsorbsBias, NeuronLayer
 from singa_core.memory import charge as charge_memory
+from singa_core.memory import charge_numba
 from singa_core.param import DTYPE
 from singa_core.schema import job_pb2
 from singa_core.sequences import RowIndependent
@@ -106,6 +107,9 @@ class ActivationLayer(RowIndependent, AbsorbsBias, NeuronLayer):
             training_only=True,
         )
         self._scratch = np.empty_like(self.data, dtype=scratch_dtype)
+        # ReLU's and the sigmoid's host kernels run compiled passes: numba's compiler
+        if kind in (job_pb2.RELU, job_pb2.SIGMOID) and self.kernels.host_jit():
+            charge_numba(self)
 
     def to_onnx(self, g, inputs):
         kind = self.conf.activation_conf.type
