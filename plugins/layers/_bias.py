@@ -16,23 +16,21 @@ from singa_core.cuda import elementwise_kernel
 from singa_core.kernels import define_kernel
 
 
-def define_bias_activation(act: str, forward_host, expr: str, doc: str, host=None) -> None:
+def define_bias_activation(act: str, forward_host, expr: str, doc: str) -> None:
     """Define ``bias_{act}_forward`` from the activation's host forward ``forward_host(x,
-    out)`` and ``expr``, its CUDA C expression of ``v`` (the biased element). ``host``, if
-    given, is the host implementation (computing what the two steps compute); the two
-    numpy steps stay the implementation of every other device (``generic``)."""
+    out)`` and ``expr``, its CUDA C expression of ``v`` (the biased element)."""
 
-    def two_steps(x: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    def host(x: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         x += b
         forward_host(x, out)
 
-    two_steps.__module__ = forward_host.__module__  # the kernel's provider: the activation's
-    two_steps.__name__ = two_steps.__qualname__ = f"bias_{act}_forward"
+    host.__module__ = forward_host.__module__  # the kernel's provider: the activation's module
+    host.__name__ = host.__qualname__ = f"bias_{act}_forward"
     launch = elementwise_kernel(
         f"singa_bias_{act}_forward",
         "float* x, float* y, const float* b",
         f"const float v = x[i] + b[i % hdim];\nx[i] = v;\ny[i] = {expr};",
-        two_steps,
+        host,
         scalars="long long hdim",
         pick=lambda x, b, out: (x, out),
         extra=lambda x, b, out: ((b,), (np.int64(b.size),)),
@@ -44,7 +42,6 @@ def define_bias_activation(act: str, forward_host, expr: str, doc: str, host=Non
         return x.flags.c_contiguous and out.flags.c_contiguous and b.size == x.shape[-1]
 
     define_kernel(
-        f"bias_{act}_forward", host=host or two_steps, generic=two_steps, cuda=launch,
-        fits=fits,
+        f"bias_{act}_forward", host=host, generic=host, cuda=launch, fits=fits,
         doc=f"x += b; {doc}",
     )  # fmt: skip

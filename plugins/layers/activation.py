@@ -107,8 +107,8 @@ class ActivationLayer(RowIndependent, AbsorbsBias, NeuronLayer):
             training_only=True,
         )
         self._scratch = np.empty_like(self.data, dtype=scratch_dtype)
-        # ReLU's and the sigmoid's host kernels run compiled passes: numba's compiler
-        if kind in (job_pb2.RELU, job_pb2.SIGMOID) and self.kernels.host_jit():
+        # ReLU's host kernels run compiled passes (as kReLU's): numba's compiler
+        if kind == job_pb2.RELU and self.kernels.host_jit():
             charge_numba(self)
 
     def to_onnx(self, g, inputs):

@@ -163,8 +163,9 @@ def _compile_uniform():
                 words[4 * j + 2] = c2s[j]
                 words[4 * j + 3] = c3s[j]
             base = first * 8
-            for i in range(min(8 * min(lanes, stop - first), n - base)):
-                out[base + i] = np.float32(halves[i] >> s8) * scale
+            dst = out[base : base + min(8 * min(lanes, stop - first), n - base)]
+            for i in range(dst.size):  # from 0: no negative-index test, so it vectorises
+                dst[i] = np.float32(halves[i] >> s8) * scale
 
     @numba.njit(cache=True, nogil=True)
     def fill(out, key0, key1, draw, phase, step):

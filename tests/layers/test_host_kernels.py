@@ -1,9 +1,9 @@
-"""The compiled host passes of ReLU's, LRN's and the sigmoid's kernels (``_host_kernels``,
-numba) give exactly the arrays of the numpy passes they replace, in every memory layout."""
+"""The compiled host passes of ReLU's and LRN's kernels (``_host_kernels``, numba) give
+exactly the arrays of the numpy passes they replace, in every memory layout."""
 
 import numpy as np
 import pytest
-from singa_builtins.layers import lrn, relu, sigmoid
+from singa_builtins.layers import lrn, relu
 from singa_builtins.layers._host_kernels import kernels, memory_order
 
 pytestmark = pytest.mark.skipif(
@@ -128,36 +128,3 @@ def test_conv_compiled_passes_equal_numpy(conv_conf, layout, path, monkeypatch):
         got[flag] = (layer.data.copy(), src.grad.copy(), col.copy())
     for mine, theirs in zip(got["1"], got["0"], strict=True):
         np.testing.assert_array_equal(mine, theirs)
-
-
-@pytest.mark.parametrize("aliased", [False, True])
-@pytest.mark.parametrize("shape", [(100, 1000), (3, 5), (2, 40_000)])
-def test_bias_sigmoid_equals_numpys_two_steps(shape, aliased):
-    """kernel bias_sigmoid_forward on the host (RBM layers, a kSigmoid absorbing a bias):
-    three passes, two compiled, the numpy steps' bits; ``out`` may be ``x``."""
-    rng = np.random.default_rng(sum(shape))
-    x = (rng.standard_normal(shape) * 40).astype(np.float32)
-    x.flat[:6] = [np.nan, np.inf, -np.inf, 100.0, -100.0, -0.0]  # saturations and NaN
-    b = rng.standard_normal(shape[-1]).astype(np.float32)
-    want_x, want = x.copy(), np.empty_like(x)
-    want_x += b
-    with np.errstate(invalid="ignore"):
-        sigmoid.sigmoid_forward(want_x, want)
-    got_x = x.copy()
-    got = got_x if aliased else np.empty_like(x)
-    sigmoid.bias_sigmoid_forward_host(got_x, b, got)
-    np.testing.assert_array_equal(got, want)
-    if not aliased:
-        np.testing.assert_array_equal(got_x, want_x)  # x holds the biased values
-
-
-@pytest.mark.parametrize("layout", list(LAYOUTS))
-def test_sigmoid_forward_equals_numpy(layout):
-    memory, view = LAYOUTS[layout]
-    x = view(np.random.default_rng(3).standard_normal(memory((5, 4, 3, 6))).astype(np.float32))
-    x *= 50.0
-    x[0, 0, 0, :4] = [np.nan, -0.0, -np.inf, np.inf]
-    want, got = np.empty_like(x), np.empty_like(x)
-    sigmoid.sigmoid_forward(x, want)
-    sigmoid.sigmoid_forward_host(x, got)
-    np.testing.assert_array_equal(got, want)

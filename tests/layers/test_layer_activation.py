@@ -103,3 +103,19 @@ def _cases(tmp_path):
 
 
 GRADIENT_CASES = {"kActivation": _cases}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_relu_charges_numbas_compiler_as_krelu_does(kind, monkeypatch):
+    """kActivation's RELU runs kReLU's compiled host kernels: numba's compiler is charged
+    to the memory estimate once (the other kinds compile nothing)."""
+    from singa_builtins.layers._host_kernels import kernels
+
+    from singa_core.memory import NUMBA_JIT_ROW, MemoryEstimate, estimating
+
+    monkeypatch.setenv("SINGA_NUMBA", "1")
+    estimate = MemoryEstimate(None)
+    with estimating(estimate, "kTrain"):
+        build(ActivationLayer, conf(kind), [SourceLayer(np.ones((4, 3)))])
+    charged = any(NUMBA_JIT_ROW in layer for _, layer in estimate.rows)
+    assert charged == (kind == "RELU" and kernels() is not None)
