@@ -107,8 +107,8 @@ def compiled_uniform():
     numbers computed in ``parts`` runs of whole 64-block groups, one a thread (None where
     numba has no thread pool that several callers may share). The host's draws take the
     split where the BLAS runs on several threads (:func:`singa_core.jit.host_threads`)
-    and there are at least :data:`PARALLEL_MIN` values (100,000 draws beside MKL at 2
-    threads: 0.17 -> 0.09 ms, measured alone)."""
+    and there are at least :data:`PARALLEL_MIN` values (RBM1's 100,000 draws beside MKL
+    at 2 threads, in its step's profile: 0.19 -> 0.12 ms)."""
     return _FILL.get()
 
 
