@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from singa_core.blas import axpy
-from singa_core.jit import Compiled, host_threads, parallel_ready, use_host_threads
+from singa_core.jit import Compiled, parallel_ready, serial_or_split
 
 #: below this many values a pass runs on one thread (handing work to a second thread costs
 #: more than it saves)
@@ -89,8 +89,4 @@ def host_step(value, grad, history, scale, weight_decay, lr, momentum) -> None:
     f32 = np.float32
     args = (value.reshape(-1), grad.reshape(-1), history.reshape(-1), f32(scale),
             f32(weight_decay), f32(lr), f32(momentum))  # fmt: skip
-    serial, split = made
-    if split is not None and value.size >= PARALLEL_MIN and host_threads() > 1:
-        split(*args, use_host_threads())
-    else:
-        serial(*args)
+    serial_or_split(*made, value.size, PARALLEL_MIN, *args)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from singa_core.contracts.cuda import CUPY
-from singa_core.contracts.jit import Compiled, host_threads, parallel_ready, use_host_threads
+from singa_core.contracts.jit import Compiled, parallel_ready, serial_or_split
 from singa_core.contracts.kernels import define_kernel
 
 #: the second word of the counter: which kind of pass draws
@@ -79,11 +79,7 @@ def _uniform_host(out, key0, key1, draw, phase, step_at) -> None:
         u64 = np.uint64
         args = (out.reshape(-1), u64(key0), u64(key1), u64(draw), u64(phase),
                 u64(int(step_at[0])))  # fmt: skip
-        serial, split = made
-        if split is not None and out.size >= PARALLEL_MIN and host_threads() > 1:
-            split(*args, use_host_threads())
-        else:
-            serial(*args)
+        serial_or_split(*made, out.size, PARALLEL_MIN, *args)
         return
     # as uint64 arrays: a list of Python ints would pass through float64 and lose bits
     counter = np.array([0, int(draw), int(phase), int(step_at[0])], dtype=np.uint64)

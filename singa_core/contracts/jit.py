@@ -27,6 +27,7 @@ __all__ = [
     "enabled",
     "host_threads",
     "parallel_ready",
+    "serial_or_split",
     "threaded",
     "use_host_threads",
 ]
@@ -129,3 +130,14 @@ def threaded(fn):
 
     run.compiled = fn
     return run
+
+
+def serial_or_split(serial, split, size: int, minimum: int, *args) -> None:
+    """Run a pass given in two forms: ``split(*args, parts)``, its work cut into ``parts``
+    runs of the serial loop, one a thread, where there is a split form, at least
+    ``minimum`` values (``size``) and more than one host thread; else ``serial(*args)``.
+    Both give the same values, so the choice is speed alone."""
+    if split is not None and size >= minimum and host_threads() > 1:
+        split(*args, use_host_threads())
+    else:
+        serial(*args)

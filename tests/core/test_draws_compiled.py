@@ -59,7 +59,9 @@ def test_the_draws_split_over_threads_are_numpys_bit_for_bit(n, parts, monkeypat
     made[1](out, u64(2**63 + 5), u64(77), u64(3), u64(1), u64(2**40 + 7), parts)
     np.testing.assert_array_equal(out, numpys(n, 2**63 + 5, 77, 3, 1, 2**40 + 7))
     # the host kernel takes the split where the BLAS runs on several threads
-    monkeypatch.setattr(draws, "host_threads", lambda: 2)
+    from singa_core import jit
+
+    monkeypatch.setattr(jit, "host_threads", lambda: 2)
     out[...] = -1.0
     draws._uniform_host(out, 2**63 + 5, 77, 3, 1, np.array([float(2**40 + 7)]))
     np.testing.assert_array_equal(out, numpys(n, 2**63 + 5, 77, 3, 1, 2**40 + 7))

@@ -246,7 +246,9 @@ def test_the_threaded_momentum_step_is_the_serial_one_bit_for_bit(monkeypatch, p
     np.testing.assert_array_equal(h2, h1)
     np.testing.assert_array_equal(g2, g)
     # host_step takes the split where the BLAS runs on several threads
-    monkeypatch.setattr(ms, "host_threads", lambda: 2)
+    from singa_core import jit
+
+    monkeypatch.setattr(jit, "host_threads", lambda: 2)
     w3, h3 = w.copy(), h.copy()
     ms.host_step(w3, g.copy(), h3, *(float(a) for a in args))
     np.testing.assert_array_equal(w3, w1)
