@@ -4,13 +4,12 @@ The numpy host implementations of ``relu_backward``, ``lrn_forward`` and ``lrn_b
 make one pass over memory per ufunc (two for ReLU's backward, about ten for LRN's each
 way); these make one, computing every element with the same float32 operations in the
 same order (no fused multiply-adds, the window sums in ``lrn.window_sum``'s order), so
-their results are identical. They run on
-numpy arrays that share one dense memory layout (:func:`singa_core.cuda.dense_alike`: the
-NCHW views of batch-innermost buffers qualify), the contiguous innermost axis in the
-innermost loop so that it vectorises, over as many threads as the BLAS runs
-(:func:`singa_core.jit.threaded`). Other arguments (a device's arrays, mixed layouts) take
-the numpy path, as does everything when numba is missing or ``SINGA_NUMBA=0``
-(:func:`kernels` returns None).
+their results are identical. They run on numpy arrays that share one dense memory layout
+(:func:`singa_core.cuda.dense_alike`: the NCHW views of batch-innermost buffers qualify),
+the contiguous innermost axis in the innermost loop, a 0-based slice, so that it
+vectorises, over as many threads as the BLAS runs (:func:`singa_core.jit.threaded`).
+Other arguments (a device's arrays, mixed layouts) take the numpy path, as does
+everything when numba is missing or ``SINGA_NUMBA=0`` (:func:`kernels` returns None).
 
 The kernel ``host_jit`` (composite) tells a layer whether its host kernels run compiled
 code, so that it charges numba's compiler to the memory estimate once
