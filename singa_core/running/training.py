@@ -188,8 +188,14 @@ class TrainingLoop:
         step = start_step
         last_ckpt = None
         skip = set(done_evaluations) if resumed else set()
-        self.reporter.start(start_step, job.train_steps, seed=int(job.seed), resumed=resumed)
+        # the handlers before the start record: whoever sees the run started (a console
+        # reading the metrics file) may stop it at once, and gets its step and checkpoint
         prev_handler = self._install_sigint()
+        try:
+            self.reporter.start(start_step, job.train_steps, seed=int(job.seed), resumed=resumed)
+        except BaseException:
+            self._restore_sigint(prev_handler)
+            raise
         try:
             if step < job.train_steps:
                 self.guard.check_start(step)

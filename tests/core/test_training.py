@@ -176,6 +176,41 @@ def test_sigterm_checkpoints_and_exits_143(small_job):
     assert step > 10
 
 
+# a SIGTERM delivered the moment the run's start record is written: the first moment a
+# console (`singa jobs`) can see the job started and stop it
+SIGTERM_AT_START = """
+import os, signal, sys
+from singa_core.running.reporting import Reporter
+
+append = Reporter._append
+
+def append_then_sigterm(self, rec):
+    append(self, rec)
+    if rec.get("event") == "start":
+        os.kill(os.getpid(), signal.SIGTERM)
+
+Reporter._append = append_then_sigterm
+from singa_core.commands.cli import main
+sys.argv[0] = "singa"
+main()
+"""
+
+
+def test_sigterm_as_the_start_record_appears_checkpoints_and_exits_143(small_job):
+    """The stop handlers are in place before the start record (a regression: they were
+    installed just after it, and a stop sent by a console in between killed the run
+    without its checkpoint or its last line)."""
+    conf, ws = small_job(steps=10**6, hidden=16)
+    res = subprocess.run(
+        [sys.executable, "-c", SIGTERM_AT_START, "train", str(conf)],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert res.returncode == 143, res.stderr
+    step, _ = ck.latest_checkpoint(ws)
+    assert step in (0, 1)  # stopped in step 0's test pass, or after step 0's training
+    assert f"interrupted at step {step} " in res.stderr and "Traceback" not in res.stderr
+
+
 def test_new_run_over_old_checkpoints_moves_them_aside(small_job):
     conf, ws = small_job(steps=5)
     singa("train", conf)

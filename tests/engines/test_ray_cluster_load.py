@@ -19,7 +19,8 @@ In order, one set of machines:
    kept; Ray not started on it): ``singa jobs --address HEAD`` there lists its job from the
    cluster's registry, ``singa jobs`` lists its own pointer to the cluster, and neither
    says the cluster does not answer; ``singa submit`` and ``singa train`` there say in one
-   line that it is not a node and must ``ray start --address`` first.
+   line that it is not a node and must ``ray start --address`` first, within a start-up
+   plus the margin (``emulated_machines.prompt``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from tests.engines.emulated_machines import (
     EmulatedCluster,
     job_record,
     namespace_problem,
+    prompt,
     readme_recipe,
     singa_runner,
     start_ray,
@@ -69,7 +71,8 @@ def test_a_refusal_under_load_is_as_fast_as_its_dry_run_and_a_rebooted_submitter
 
 
 def _scenario(c, recipe, conf, tmp_path) -> None:
-    start_ray(c, recipe, head=HEAD, others=(MEMBER,))
+    # Ray's own start under four busy processes (and whatever else shares the machine)
+    start_ray(c, recipe, head=HEAD, others=(MEMBER,), timeout=300)
     head = f"{c.address(HEAD)}:{recipe.port()}"
 
     singa = singa_runner(c, recipe, tmp_path, timeout=240)
@@ -131,9 +134,9 @@ def _scenario(c, recipe, conf, tmp_path) -> None:
     assert f"runs on the cluster at {head}" in res.stdout
     assert "does not answer" not in res.stdout + res.stderr
     for command in ("submit", "train"):
-        res = singa(MEMBER, command, str(conf), "--engine", "ray", "--address", head)
+        res = prompt(singa, MEMBER, command, str(conf), "--engine", "ray", "--address", head,
+                     margin=MARGIN)  # fmt: skip
         assert res.returncode == 2, res.stderr
         line = (f"--address: error: this machine ({c.address(MEMBER)}) is not a node of the "
                 f"cluster at {head}: `ray start --address {head}` first")  # fmt: skip
         assert line in res.stderr and "firewall" not in res.stderr, res.stderr
-        assert res.took < startup + MARGIN, (res.took, startup)

@@ -6,7 +6,8 @@ machine's own start-up, a ``singa list-plugins`` timed under the same load, plus
 
 In order, one set of machines:
 
-1. machine 2 (not a node): ``singa jobs --address`` answers within the start-up plus 5 s;
+1. machine 2 (not a node): ``singa jobs --address`` answers within the start-up plus 5 s
+   (``emulated_machines.prompt``: the fastest of up to three interleaved tries);
    ``singa submit`` and ``singa train`` say in one line that it must join first;
 2. a job submitted from machine 1; its supervisor on the head killed with -9: the training
    checkpoints at its stop, the record is failed, "its supervisor was killed", with the
@@ -40,6 +41,7 @@ from tests.engines.emulated_machines import (
     copy_token,
     job_record,
     namespace_problem,
+    prompt,
     readme_recipe,
     singa_runner,
     start_ray,
@@ -75,7 +77,7 @@ def test_supervisor_raylet_and_gcs_losses_and_a_token_holder_that_is_not_a_node(
 
 
 def _scenario(c, recipe, conf, tmp_path) -> None:
-    start_ray(c, recipe, head=HEAD, others=(MEMBER,))
+    start_ray(c, recipe, head=HEAD, others=(MEMBER,), timeout=300)  # under the busy load
     copy_token(c, HEAD, OUTSIDER)  # holds the token, never runs `ray start`
     head = f"{c.address(HEAD)}:{recipe.port()}"
 
@@ -107,20 +109,16 @@ def _scenario(c, recipe, conf, tmp_path) -> None:
     def supervisors():
         return {pid for pid, cmd in c.processes(HEAD).items() if "JobSupervisor" in " ".join(cmd)}
 
-    # the machine's own start-up under this load
-    startup = singa(OUTSIDER, "list-plugins").took
-
-    # 1. a token holder that is not a node
-    res = singa(OUTSIDER, "jobs", "--address", head)
+    # 1. a token holder that is not a node: each answer within the machine's own start-up
+    # under this load plus MARGIN
+    res = prompt(singa, OUTSIDER, "jobs", "--address", head, margin=MARGIN)
     assert res.returncode == 0 and "no jobs on the cluster" in res.stdout, res.stderr
-    assert res.took < startup + MARGIN, (res.took, startup)
     for args in (("submit", str(conf)), ("train", str(conf))):
-        res = singa(OUTSIDER, *args, "--engine", "ray", "--address", head)
+        res = prompt(singa, OUTSIDER, *args, "--engine", "ray", "--address", head, margin=MARGIN)
         assert res.returncode == 2, res.stderr
         line = f"this machine ({c.address(OUTSIDER)}) is not a node of the cluster at {head}"
         assert line in res.stderr and f"`ray start --address {head}` first" in res.stderr
         assert "firewall" not in res.stderr, res.stderr
-        assert res.took < startup + MARGIN, (res.took, startup)
 
     # 2. the supervisor killed with -9
     before = supervisors()
@@ -143,9 +141,9 @@ def _scenario(c, recipe, conf, tmp_path) -> None:
     # 3. stopped from the machine that is not a node
     ws = tmp_path / "ws-stop"
     job = submit(ws)
-    res = singa(OUTSIDER, "stop", job, "--address", head)
+    res = prompt(singa, OUTSIDER, "stop", job, "--address", head, margin=MARGIN,
+                 repeatable=False)  # fmt: skip
     assert res.returncode == 0 and f"stopping (a checkpoint first) job {job}" in res.stderr
-    assert res.took < startup + MARGIN, (res.took, startup)
     res = singa(OUTSIDER, "logs", job, "--address", head, "-f")
     assert res.returncode == 0 and "continue with --resume" in res.stdout, res.stdout[-1500:]
     rec = until_ended(job)
