@@ -207,6 +207,22 @@ def _compile():
                                 z[b] = zero
 
     @pjit
+    def fill_rows(x, col, ph, pw, sw, lo, hi):
+        # the convolution's row columns from its CHWN input: col[c, j, h + ph, ow, b] =
+        # x[c, h, j + sw·ow − pw, b] for lo[j] <= ow < hi[j] (the other positions are
+        # padding, zero since set-up and left alone); one input channel a loop iteration
+        nc, kw, _, _, nb = col.shape
+        _, h_n, _, _ = x.shape
+        for c in prange(nc):
+            for j in range(kw):
+                for h in range(h_n):
+                    for ow in range(lo[j], hi[j]):
+                        s = x[c, h, j + sw * ow - pw]
+                        d = col[c, j, h + ph, ow]
+                        for b in range(nb):
+                            d[b] = s[b]
+
+    @pjit
     def im2col(xp, col, kh, kw, sh, sw, oh, ow):
         # col[(c, i, j), (y, x, b)] = xp[c, y·sh + i, x·sw + j, b] for the contiguous padded
         # CHWN xp and the contiguous 2-D col: one row of col per loop iteration
@@ -238,6 +254,7 @@ def _compile():
     kn.add_bias = threaded(add_bias)
     kn.lrn_forward, kn.lrn_backward = threaded(lrn_forward), threaded(lrn_backward)
     kn.rows_to_input = threaded(rows_to_input)
+    kn.fill_rows = threaded(fill_rows)
     kn.im2col = threaded(im2col)
     return kn
 

@@ -8,8 +8,10 @@ each."""
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -75,8 +77,8 @@ def test_read_only_out_is_a_located_exit_2(data_dir, tmp_path):
     ro = tmp_path / "ro"
     ro.mkdir()
     script = (
-        f"mount -t tmpfs -o ro,size=64k tmpfs {ro} && exec python -m singa_core.commands.cli "
-        f"data images {src} --out {ro}/out"
+        f"mount -t tmpfs -o ro,size=64k tmpfs {ro} && exec {shlex.quote(sys.executable)} -m "
+        f"singa_core.commands.cli data images {src} --out {ro}/out"
     )
     res = subprocess.run(
         ["unshare", "-m", "--propagation", "private", "sh", "-c", script],

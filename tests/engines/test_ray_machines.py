@@ -15,11 +15,13 @@ In order (one cluster for the module; the root network namespace is never touche
 a. two nodes with distinct addresses; the job trains and exits 0 (its ms/step and the
    bytes that crossed are the baseline of d);
 d. machine 1's link shaped to 1 Gbit/s with tbf (each direction): the job's ms/step is
-   within 1.5x of the baseline's compute ms/step plus the wire time of the bytes that
-   crossed (the closing ``ray:`` note's bytes per step). Those bytes are both directions
-   (a gradient goes one way, its value comes back the other) and the link's counters show
-   about half each way, so the wire time is half the bytes over the rate; the plain
-   bytes/rate model is printed beside it (about 1.8x the measured time here);
+   at most 1.5x the baseline's compute ms/step plus the wire time of the bytes that
+   crossed (the closing ``ray:`` note's bytes per step), and at least the larger of the
+   two over 1.5 (they overlap: under load the compute outgrows the wire time). Those
+   bytes are both directions (a gradient goes one way, its value comes back the other)
+   and the link's counters show about half each way, so the wire time is half the bytes
+   over the rate; the plain bytes/rate model is printed beside it (about 1.8x the
+   measured time here);
 b. the outsider without the token (token mode and none; no token mode; a wrong token)
    cannot join, the node list stays at two, and it cannot run a driver;
 c. machine 1's raylet killed during training: exit 2, no traceback, a message naming the
@@ -217,7 +219,12 @@ def test_d_a_link_shaped_to_1_gbit(setup):
     )
     # the link counters confirm the two directions carried about half each
     assert 0.4 * shaped_mb <= one_way <= 0.7 * shaped_mb, (in_mb, out_mb, shaped_mb)
-    assert duplex / 1.5 <= ms <= duplex * 1.5
+    # at most the compute plus the wire time; at least the larger of the two, since they
+    # overlap where one group computes while another's parameters cross (on an idle
+    # machine the step is near the sum; under CI's load the unshaped compute alone has
+    # outgrown the wire time: 1281 against 766 ms, and the shaped step took 1319)
+    wire = shaped_mb / 2 * 8e6 / rate * 1e3
+    assert max(base_ms, wire) / 1.5 <= ms <= duplex * 1.5, (ms, base_ms, wire)
 
 
 def _outsider_attempts(s: Setup) -> dict[str, subprocess.Popen]:

@@ -82,6 +82,8 @@ def test_memory_order_needs_one_dense_layout():
     "conv_conf",
     [
         "num_filters: 4 kernel: 5 pad: 2",  # CIFAR-10's
+        "num_filters: 2 kernel: 3 pad: 1",  # the transposed gradient, in the input's buffer
+        "num_filters: 3 kernel_x: 3 kernel_y: 5 pad_x: 1 pad_y: 2",  # ... in its own
         "num_filters: 3 kernel: 3",
         "num_filters: 2 kernel_x: 3 kernel_y: 2 pad_x: 1 pad_y: 2 stride_x: 2 stride_y: 1",
         "num_filters: 2 kernel_x: 2 kernel_y: 3 pad_x: 3 stride_x: 3 stride_y: 1",
@@ -90,8 +92,9 @@ def test_memory_order_needs_one_dense_layout():
 @pytest.mark.parametrize("layout", ["nchw", "batch-innermost"])
 @pytest.mark.parametrize("path", ["rows", "im2col"])
 def test_conv_compiled_passes_equal_numpy(conv_conf, layout, path, monkeypatch):
-    """The convolution's compiled passes (im2col on two BLAS threads; the input gradient
-    summed back from the row columns) give numpy's arrays, and the row-column buffer's
+    """The convolution's compiled passes (im2col on two BLAS threads; the row columns
+    filled from a CHWN input, and the input gradient summed back from them) give numpy's
+    arrays, and the row-column buffer's
     padding is zero again after a step."""
     from singa_builtins.layers import _conv
     from singa_builtins.layers.cconvolution import CConvolutionLayer
@@ -116,6 +119,14 @@ def test_conv_compiled_passes_equal_numpy(conv_conf, layout, path, monkeypatch):
             [src],
         )
         assert layer._rows == (path == "rows")
+        filled = []
+        if flag == "1" and path == "rows":  # the row columns' compiled fill: CHWN sources
+            fill = layer._compiled.fill_rows
+            monkeypatch.setattr(
+                layer._compiled,
+                "fill_rows",
+                lambda *a, fill=fill, filled=filled: filled.append(1) or fill(*a),
+            )
         if w is None:
             w = rng.standard_normal(layer.params[0].shape).astype(np.float32)
             g = rng.standard_normal(layer.grad.shape).astype(np.float32)
@@ -126,5 +137,17 @@ def test_conv_compiled_passes_equal_numpy(conv_conf, layout, path, monkeypatch):
             layer.backward(kTrain | kBackward, [src])
         col = layer._xcol if path == "rows" else layer._col
         got[flag] = (layer.data.copy(), src.grad.copy(), col.copy())
+        transposed = path == "rows" and conv_conf.startswith(
+            ("num_filters: 2 kernel: 3 pad: 1", "num_filters: 3 kernel_x: 3 kernel_y: 5")
+        )  # "same" padding, stride 1 and 2·C > F: the transposed input gradient
+        if path == "rows":
+            assert (layer._grad_rows is not None) == transposed
+            if transposed:
+                shared = conv_conf == "num_filters: 2 kernel: 3 pad: 1"
+                assert (layer._gcol is layer._xcol) == shared
+        if flag == "1" and path == "rows":  # forward from CHWN sources; the output gradient
+            # into the gradient's row columns when the source gradient is CHWN too
+            per_step = (1 + transposed) if layout == "batch-innermost" else 0
+            assert len(filled) == 2 * per_step
     for mine, theirs in zip(got["1"], got["0"], strict=True):
         np.testing.assert_array_equal(mine, theirs)

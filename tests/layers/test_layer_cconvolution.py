@@ -23,6 +23,10 @@ GEOMETRIES = [
     # conv_conf, (kh, kw, ph, pw, sh, sw)
     ("num_filters: 4 kernel: 3", (3, 3, 0, 0, 1, 1)),
     ("num_filters: 3 kernel: 5 pad: 2", (5, 5, 2, 2, 1, 1)),
+    # "same" padding and 2·C > F: the transposed input gradient (in the input's buffer
+    # where the shapes agree, F = C)
+    ("num_filters: 2 kernel: 3 pad: 1", (3, 3, 1, 1, 1, 1)),
+    ("num_filters: 3 kernel_x: 3 kernel_y: 5 pad_x: 1 pad_y: 2", (5, 3, 2, 1, 1, 1)),
     ("num_filters: 2 kernel: 3 stride: 2 pad: 1", (3, 3, 1, 1, 2, 2)),
     (
         "num_filters: 4 kernel_x: 3 kernel_y: 2 pad_x: 1 pad_y: 2 stride_x: 2 stride_y: 1",
@@ -174,17 +178,21 @@ def test_source_must_be_spatial():
     assert exc.value.where == "job.conf:srclayers"
 
 
-def test_no_allocation_per_step(conv_path):
+@pytest.mark.parametrize("layout", ["nchw", "batch-innermost"])
+def test_no_allocation_per_step(conv_path, layout):
     from singa_core.testing import peak_bytes
 
-    src = SourceLayer(np.random.default_rng(0).standard_normal((64, 4, 12, 12)))
-    layer = conv([src], "num_filters: 8 kernel: 3 pad: 1")
+    x = np.random.default_rng(0).standard_normal((64, 4, 12, 12))
+    src = SourceLayer(x) if layout == "nchw" else strided_source(x)
+    layer = conv([src], "num_filters: 6 kernel: 3 pad: 1")
+    # the transposed input gradient is set up (and taken where the source gradient is CHWN)
+    assert (layer._rows and layer._grad_rows is not None) == (conv_path == "rows")
 
     def step():
         layer.forward(kTrain | kForward, [src])
         layer.backward(kTrain | kBackward, [src])
 
-    # the output alone is 64·8·12·12 floats = 295 KB and the column buffer 1.3 MB; what
+    # the output alone is 64·6·12·12 floats = 221 KB and the column buffer 1.3 MB; what
     # remains is numpy's fixed-size ufunc iteration buffer for strided adds (~84 KB)
     assert peak_bytes(step) < 100_000
 
