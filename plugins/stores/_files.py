@@ -83,6 +83,7 @@ class _IndexedFileStore(Store):
         self._offsets = [0]  # _offsets[i]: byte offset of record i, for the records seen so far
         self._kept = 0  # page-aligned offset: the mapped pages before it have been released
         self._out: AtomicFile | None = None
+        self._fd: int | None = None  # a reader's descriptor for block reads (pread)
 
     # ------------------------------------------------------------------ opening
     def open(self, path: str, mode: int) -> None:
@@ -266,7 +267,30 @@ class _IndexedFileStore(Store):
             out.abort()
         self._release()
 
+    def _open_block_reads(self, path: str) -> None:
+        """Keep a descriptor of the file for :meth:`_read_bytes` (where ``os.pread``
+        exists; else blocks are sliced from the mapping)."""
+        if hasattr(os, "pread") and self._mm is not None:
+            try:
+                self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            except OSError:
+                self._fd = None  # the mapping still reads it
+
+    def _read_bytes(self, off: int, n: int) -> bytes:
+        """The file's bytes ``[off, off + n)`` (inside the file), copied: one ``pread``,
+        which copies from the page cache without mapping a page, where the mapping's copy
+        faults its pages in (a batch of 100 CIFAR-10 records, 310 KB: 67 µs against 853 µs
+        on the 2-vCPU VM of docs/performance.md); a short read falls back to the mapping."""
+        if self._fd is not None:
+            data = os.pread(self._fd, n, off)
+            if len(data) == n:
+                return data
+        return self._buf[off : off + n]
+
     def _release(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
         if self._mm is not None:
             self._mm.close()
         self._mm = None

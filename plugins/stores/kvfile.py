@@ -79,6 +79,7 @@ class KVFileStore(_IndexedFileStore):
         self._keys: set[bytes] = set()
         self.checksums = os.environ.get("SINGA_KVFILE_CHECKSUMS", "1").strip() != "0"
         self._warned_unchecked = False  # one SingaWarning per store for 0.3's plain tuples
+        self._block_stride = 0  # the tuple length of the last block read (0: none yet)
 
     # ------------------------------------------------------------------ opening
     def _open_read(self, path: str) -> None:
@@ -92,6 +93,7 @@ class KVFileStore(_IndexedFileStore):
         self.path = found
         self._buf, self._mm = map_file(found, "store")
         self._size = len(self._buf)
+        self._open_block_reads(found)
 
     def _open_create(self, path: str) -> None:
         self.path = path
@@ -178,16 +180,29 @@ class KVFileStore(_IndexedFileStore):
 
     def _block(self, off: int, n: int):
         """``n`` tuples of the first one's lengths from ``off``: their bytes copied out of
-        the mapping at once, every tuple's lengths compared and checksum checked."""
-        ks, ke, vs, ve, end = self._parse(self._buf, self._size, off, self.path)
-        stride = end - off
-        if off + n * stride > self._size:
-            return None  # the end of the file comes first: read one by one (and rewind)
-        if end == ve:  # plain 0.3 tuples: _record warns about them (once) and reads them
-            return None
-        raw = self._buf[off : off + n * stride]  # the block's bytes, copied once
+        the file at once (:meth:`_read_bytes`), every tuple's lengths compared and checksum
+        checked. The block is read with the last block's tuple length, and its first
+        tuple parsed from the bytes read, so that no page of the mapping is touched."""
+        raw = None
+        stride = self._block_stride
+        if stride and off + n * stride <= self._size:
+            raw = self._read_bytes(off, n * stride)
+            first = self._parse(raw, len(raw), 0, self.path, strict=False)
+            if first is None or first[4] != stride or first[3] == first[4]:
+                raw = None  # another length (or a plain tuple): parsed from the mapping
+        if raw is None:
+            ks, ke, vs, ve, end = self._parse(self._buf, self._size, off, self.path)
+            stride = end - off
+            if off + n * stride > self._size:
+                return None  # the end of the file comes first: read one by one (and rewind)
+            if end == ve:  # plain 0.3 tuples: _record warns about them (once) and reads them
+                return None
+            raw = self._read_bytes(off, n * stride)  # the block's bytes, copied once
+            first = (ks - off, ke - off, vs - off, ve - off, stride)
+            self._block_stride = stride
+        ks, ke, vs, ve, _ = first
         block = np.frombuffer(raw, np.uint8).reshape(n, stride)
-        lengths = np.concatenate((block[:, :8], block[:, ke - off : ke - off + 8]), axis=1)
+        lengths = np.concatenate((block[:, :8], block[:, ke : ke + 8]), axis=1)
         if not (lengths == lengths[0]).all():
             return None  # tuples of other lengths: one by one
         stored = block[:, stride - _CRC.size :].copy().view("<u4").ravel().tolist()
@@ -196,8 +211,8 @@ class KVFileStore(_IndexedFileStore):
             at = i * stride
             if zlib.crc32(view[at : at + checked]) != stored[i]:
                 return None  # read one by one, the damaged record's error raised there
-        keys = block[:, ks - off : ke - off]  # read-only views of the copied bytes
-        values = block[:, vs - off : ve - off]
+        keys = block[:, ks:ke]  # read-only views of the copied bytes
+        values = block[:, vs:ve]
         return keys, values, stride
 
     def _checksum_error(self, off: int, key: bytes) -> SingaError:

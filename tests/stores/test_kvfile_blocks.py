@@ -5,6 +5,7 @@ declined without reading, so the caller reads one by one and meets that path's e
 
 from __future__ import annotations
 
+import os
 import struct
 
 import pytest
@@ -83,3 +84,21 @@ def test_plain_tuples_of_singa_0_3_are_read_one_by_one(tmp_path):
     assert s.read_block(5) is None and s.position() == 0
     with pytest.warns(Warning, match="no checksum"):  # said by read(), once
         assert [s.read() for _ in range(5)] == fixed(5)
+
+
+@pytest.mark.skipif(not hasattr(os, "pread"), reason="needs os.pread (block reads map pages)")
+def test_blocks_after_the_first_are_read_without_touching_the_mapping(tmp_path):
+    """A block of the last block's tuple length is read with one pread and parsed from
+    those bytes (the mapping's copy faults its pages in); another length is parsed from
+    the mapping again."""
+    runs = fixed(6) + [(b"%06d" % i, b"x" * 90) for i in range(6, 12)]
+    s = opened(write(tmp_path / "s.bin", runs))
+    assert list(s.read_block(3)) == runs[:3]
+    mapping, s._buf = s._buf, None  # any read of the mapping would raise now
+    assert list(s.read_block(3)) == runs[3:6]
+    s._buf = mapping
+    assert list(s.read_block(4)) == runs[6:10]  # another length
+    s._buf = None
+    assert list(s.read_block(2)) == runs[10:]
+    s._buf = mapping
+    assert s.position() == 12 and s.read_block(1) is None
