@@ -389,10 +389,10 @@ class ConvolutionBase(NeuronLayer):
         )
 
     def _input_grad_rows(self, g: np.ndarray, buf: np.ndarray) -> None:
-        """The source gradient: the transposed convolution where it applies (stride 1,
-        padding under the kernel, a contiguous CHWN gradient), else ``Wᵢᵀ·g`` accumulated
-        into the rows of the column buffer (its values are no longer needed), then added
-        back column shift by column shift."""
+        """The source gradient: the transposed convolution where it pays
+        (:func:`transposed_gradient_pays`, and a contiguous CHWN gradient), else ``Wᵢᵀ·g``
+        accumulated into the rows of the column buffer (its values are no longer needed),
+        then added back column shift by column shift."""
         target = as_chwn(buf, self.batchsize, self.channels, self.height, self.width)
         if self._grad_rows is not None and target.flags.c_contiguous:
             self._input_grad_transposed(target)
