@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import weakref
 
 from singa_core.errors import SingaError
 from singa_core.running.fileio import AtomicFile
@@ -84,6 +85,7 @@ class _IndexedFileStore(Store):
         self._kept = 0  # page-aligned offset: the mapped pages before it have been released
         self._out: AtomicFile | None = None
         self._fd: int | None = None  # a reader's descriptor for block reads (pread)
+        self._fd_closer: weakref.finalize | None = None
 
     # ------------------------------------------------------------------ opening
     def open(self, path: str, mode: int) -> None:
@@ -269,12 +271,15 @@ class _IndexedFileStore(Store):
 
     def _open_block_reads(self, path: str) -> None:
         """Keep a descriptor of the file for :meth:`_read_bytes` (where ``os.pread``
-        exists; else blocks are sliced from the mapping)."""
+        exists; else blocks are sliced from the mapping). A store dropped without
+        ``close()`` (the input layers leave theirs to the garbage collector, as they do
+        the mapping) closes it as it goes, silently (``weakref.finalize``)."""
         if hasattr(os, "pread") and self._mm is not None:
             try:
-                self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
             except OSError:
-                self._fd = None  # the mapping still reads it
+                return  # the mapping still reads it
+            self._fd, self._fd_closer = fd, weakref.finalize(self, os.close, fd)
 
     def _read_bytes(self, off: int, n: int) -> bytes:
         """The file's bytes ``[off, off + n)`` (inside the file), copied: one ``pread``,
@@ -288,9 +293,9 @@ class _IndexedFileStore(Store):
         return self._buf[off : off + n]
 
     def _release(self) -> None:
-        if self._fd is not None:
-            fd, self._fd = self._fd, None
-            os.close(fd)
+        if self._fd_closer is not None:
+            self._fd_closer()  # closes the descriptor once
+        self._fd = self._fd_closer = None
         if self._mm is not None:
             self._mm.close()
         self._mm = None

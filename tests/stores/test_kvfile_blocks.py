@@ -102,3 +102,27 @@ def test_blocks_after_the_first_are_read_without_touching_the_mapping(tmp_path):
     assert list(s.read_block(2)) == runs[10:]
     s._buf = mapping
     assert s.position() == 12 and s.read_block(1) is None
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts /proc/self/fd")
+def test_the_block_readers_descriptor_goes_with_close_or_with_the_store(tmp_path):
+    """The input layers leave their stores to the garbage collector: a dropped store
+    closes its descriptor as a closed one does, and a reopened one keeps one."""
+    import gc
+
+    path = write(tmp_path / "s.bin", fixed(20))
+
+    def open_fds():
+        gc.collect()
+        return len(os.listdir("/proc/self/fd"))
+
+    before = open_fds()
+    for close in (True, False):
+        for _ in range(20):
+            s = opened(path)
+            s.open(str(path), KREAD)  # again: the first descriptor is closed
+            assert s.read_block(5) is not None
+            if close:
+                s.close()
+            del s
+        assert open_fds() == before
