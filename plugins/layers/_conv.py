@@ -312,7 +312,7 @@ class ConvolutionBase(NeuronLayer):
         qh, qw = win.kh - 1 - win.ph, win.kw - 1 - win.pw
         hq = oh + 2 * qh
         self._gmap, self._g_lo, self._g_hi = row_column_map(win.kw, qw, 1, ow, w)
-        self._gq = qh
+        self._gq = (qh, qw)  # the output gradient's padding: rows, columns
         shape = (nf, win.kw, hq, w, b)
         same = (
             shape == self._xcol.shape
@@ -338,11 +338,11 @@ class ConvolutionBase(NeuronLayer):
         of the output gradient (see :meth:`_setup_transposed_rows`)."""
         win, nf, c = self.win, self.num_filters, self.channels
         g4 = self._gout  # (F, oH, oW, B), contiguous
+        qh, qw = self._gq
         if self._compiled is not None:
-            self._compiled.fill_rows(g4, self._gcol, self._gq, win.kw - 1 - win.pw, 1,
-                                     self._g_lo, self._g_hi)  # fmt: skip
+            self._compiled.fill_rows(g4, self._gcol, qh, qw, 1, self._g_lo, self._g_hi)
         else:
-            fill_row_columns(g4, self._gcol, self._gq, self._gmap)
+            fill_row_columns(g4, self._gcol, qh, self._gmap)
         # wflip[i', c, (f, j')] = W[f, c, kh-1-i', kw-1-j']
         w4 = self.weight.value.reshape(nf, c, win.kh, win.kw)
         np.copyto(

@@ -94,8 +94,7 @@ def test_memory_order_needs_one_dense_layout():
 def test_conv_compiled_passes_equal_numpy(conv_conf, layout, path, monkeypatch):
     """The convolution's compiled passes (im2col on two BLAS threads; the row columns
     filled from a CHWN input, and the input gradient summed back from them) give numpy's
-    arrays, and the row-column buffer's
-    padding is zero again after a step."""
+    arrays, and the row-column buffer's padding is zero again after a step."""
     from singa_builtins.layers import _conv
     from singa_builtins.layers.cconvolution import CConvolutionLayer
 
