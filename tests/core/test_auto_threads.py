@@ -11,7 +11,12 @@ import shutil
 import pytest
 from typer.testing import CliRunner
 
-from singa_core.blas import blas_threads_set_by, faster_thread_count, get_blas_threads
+from singa_core.blas import (
+    THREAD_ENV_VARS,
+    blas_threads_set_by,
+    faster_thread_count,
+    get_blas_threads,
+)
 from singa_core.commands.cli import app
 from singa_core.running import checkpoint as ckpt
 from singa_core.running.reporting import Reporter
@@ -22,7 +27,7 @@ runner = CliRunner()
 
 @pytest.fixture
 def no_thread_env(monkeypatch):
-    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
+    for name in THREAD_ENV_VARS:
         monkeypatch.delenv(name, raising=False)
     before = get_blas_threads()
     yield

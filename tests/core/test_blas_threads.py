@@ -8,7 +8,12 @@ import os
 import pytest
 from typer.testing import CliRunner
 
-from singa_core.blas import blas_threads_for, get_blas_threads, set_blas_threads
+from singa_core.blas import (
+    THREAD_ENV_VARS,
+    blas_threads_for,
+    get_blas_threads,
+    set_blas_threads,
+)
 from singa_core.commands.cli import app
 from singa_core.resources import usable_cpus
 from singa_core.schema import job_pb2
@@ -58,7 +63,8 @@ def restore_threads():
 
 def test_dry_run_tells_the_threads(small_job, monkeypatch):
     conf, _ = small_job()
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    for name in THREAD_ENV_VARS:
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
     res = runner.invoke(app, ["train", str(conf), "--dry-run"])
     assert res.exit_code == 0, res.output
@@ -76,7 +82,7 @@ def test_dry_run_tells_the_threads(small_job, monkeypatch):
 @pytest.mark.parametrize("var", ["OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"])
 def test_training_runs_with_the_users_threads(small_job, monkeypatch, restore_threads, var):
     conf, _ = small_job()
-    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
+    for name in THREAD_ENV_VARS:
         monkeypatch.delenv(name, raising=False)
     other = 2 if (os.cpu_count() or 1) == 1 else 1
     set_blas_threads(other + 1)  # something else first, to see the engine set it
@@ -94,7 +100,8 @@ def test_training_runs_with_the_users_threads(small_job, monkeypatch, restore_th
 
 def test_shared_memory_engine_follows_the_rule(small_job, monkeypatch):
     conf, _ = small_job()
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    for name in THREAD_ENV_VARS:
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "3")
     res = runner.invoke(app, ["train", str(conf), "--dry-run", "--engine", "shm"])
     assert res.exit_code == 0, res.output

@@ -10,6 +10,7 @@ import re
 import pytest
 from conftest import mlp_conf, run_singa, write_csv_blobs
 
+from singa_core.blas import THREAD_ENV_VARS
 from singa_core.resources import usable_cpus
 
 
@@ -32,7 +33,7 @@ def _test(conf, env) -> tuple[str, str]:
 
 
 def test_singa_test_times_the_thread_counts_and_keeps_the_batches(trained, monkeypatch):
-    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
+    for name in THREAD_ENV_VARS:
         monkeypatch.delenv(name, raising=False)
     out, err = _test(trained, {})
     if usable_cpus() > 1:
@@ -46,7 +47,7 @@ def test_singa_test_times_the_thread_counts_and_keeps_the_batches(trained, monke
 
 
 def test_num_openblas_threads_in_job_conf_is_kept(trained, tmp_path, monkeypatch):
-    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
+    for name in THREAD_ENV_VARS:
         monkeypatch.delenv(name, raising=False)
     res = run_singa("test", str(trained), "--steps", "2", "-o", "num_openblas_threads=1")
     assert res.returncode == 0, res.stderr
@@ -57,7 +58,7 @@ def test_num_openblas_threads_in_job_conf_is_kept(trained, tmp_path, monkeypatch
 def test_time_and_predict_choose_the_same_way(trained, tmp_path, monkeypatch):
     import numpy as np
 
-    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
+    for name in THREAD_ENV_VARS:
         monkeypatch.delenv(name, raising=False)
     np.save(tmp_path / "x.npy", np.ones((3, 4), np.float32))
     runs = {
