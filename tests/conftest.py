@@ -235,23 +235,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 def pytest_configure(config):
     if config.getoption("--fuzz-long"):
         os.environ["SINGA_FUZZ_LONG"] = "1"  # read by tests/fuzz/fuzzing.py at import
-    if getattr(config, "workerinput", {}).get("workercount", 1) > 1:
-        _one_blas_thread_per_worker()
-
-
-def _one_blas_thread_per_worker() -> None:
-    """Under ``pytest -n N`` (N > 1) the workers share the cores: each worker, and every
-    singa, Ray node and engine process it starts, runs one BLAS thread (as a user's
-    ``OPENBLAS_NUM_THREADS=1`` would), unless the environment already sets a count. Two
-    workers each spinning a thread per core made the same tests take 10% longer
-    (docs/testing.md). The tests of the thread choice itself clear these variables."""
-    from singa_core.contracts.blas import THREAD_ENV_VARS, set_blas_threads
-
-    if any(os.environ.get(name) for name in THREAD_ENV_VARS):
-        return
-    for name in THREAD_ENV_VARS:
-        os.environ[name] = "1"
-    set_blas_threads(1)  # numpy's BLAS was loaded (this module imports numpy) with more
 
 
 def shared_data_dir() -> Path:
