@@ -237,6 +237,19 @@ def pytest_configure(config):
         os.environ["SINGA_FUZZ_LONG"] = "1"  # read by tests/fuzz/fuzzing.py at import
 
 
+@contextlib.contextmanager
+def busy_processes(n: int):
+    """``n`` Python processes spinning on a core each (an artificial load) for the body of
+    the ``with``; killed and reaped when it ends, however it ends. Yields their Popens."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
 def shared_data_dir() -> Path:
     """$SINGA_DATA, else ../shared/data next to the checkout (as CI sets it)."""
     env = os.environ.get("SINGA_DATA")

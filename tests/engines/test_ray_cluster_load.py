@@ -27,13 +27,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 
 import pytest
 
-from tests.conftest import mlp_conf, write_csv_blobs
+from tests.conftest import busy_processes, mlp_conf, write_csv_blobs
 from tests.engines.emulated_machines import (
     EmulatedCluster,
     job_record,
@@ -64,13 +62,8 @@ def test_a_refusal_under_load_is_as_fast_as_its_dry_run_and_a_rebooted_submitter
         # Ray starts before the load: its raylet has a fixed 30 s to register (Ray's own
         # limit, not ours), which four busy processes beside CI's other tests have outrun
         start_ray(c, recipe, head=HEAD, others=(MEMBER,))
-        load = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(BUSY)]
-        try:
+        with busy_processes(BUSY):
             _scenario(c, recipe, conf, tmp_path)
-        finally:
-            for p in load:
-                p.kill()
-                p.wait()
 
 
 def _scenario(c, recipe, conf, tmp_path) -> None:

@@ -29,13 +29,11 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
-from tests.conftest import mlp_conf, write_csv_blobs
+from tests.conftest import busy_processes, mlp_conf, write_csv_blobs
 from tests.engines.emulated_machines import (
     EmulatedCluster,
     copy_token,
@@ -53,10 +51,6 @@ HEAD, MEMBER, OUTSIDER = 0, 1, 2
 MARGIN = 5.0  # seconds a console command may take beyond the machine's own start-up
 
 
-def _busy(n: int) -> list[subprocess.Popen]:
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
-
-
 def test_supervisor_raylet_and_gcs_losses_and_a_token_holder_that_is_not_a_node(tmp_path):
     problem = namespace_problem()
     if problem:
@@ -70,13 +64,8 @@ def test_supervisor_raylet_and_gcs_losses_and_a_token_holder_that_is_not_a_node(
         # Ray starts before the load: its raylet has a fixed 30 s to register (Ray's own
         # limit, not ours), which busy loops beside CI's other tests have outrun
         start_ray(c, recipe, head=HEAD, others=(MEMBER,))
-        load = _busy(2)
-        try:
+        with busy_processes(2):
             _scenario(c, recipe, conf, tmp_path)
-        finally:
-            for p in load:
-                p.kill()
-                p.wait()
 
 
 def _scenario(c, recipe, conf, tmp_path) -> None:

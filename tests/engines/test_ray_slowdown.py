@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, busy_processes
 
 pytestmark = pytest.mark.slow
 
@@ -50,19 +50,13 @@ print(json.dumps({"age": age, "slowdown": slowdown, "grace": watch.grace, "scale
 def test_a_loaded_machine_sees_its_load_and_a_live_head_is_never_lost():
     if shutil.which("unshare") is None or os.geteuid() != 0:
         pytest.skip("needs unshare and root for a private network namespace")
-    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
-            for _ in range(3 * (os.cpu_count() or 1))]  # fmt: skip
-    try:
+    with busy_processes(3 * (os.cpu_count() or 1)) as busy:
         res = subprocess.run(
             ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$0" -c "$1"',
              sys.executable, CHECK],
             cwd=REPO, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
         load = os.getloadavg()[0]
-    finally:
-        for p in busy:
-            p.kill()
-            p.wait()
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout.strip().splitlines()[-1])
     print(f"{len(busy)} busy processes, load {load:.1f}: start-up {out['age']:.2f} s, "
