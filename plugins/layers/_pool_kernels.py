@@ -31,6 +31,7 @@ JIT_BYTES = NUMBA_JIT_BYTES
 
 def _compile():
     import numba
+    import numpy as np
 
     if not parallel_ready():  # no thread pool that several callers may share: numpy's
         return False
@@ -40,26 +41,33 @@ def _compile():
 
     @jit
     def max_forward(xp, kh, kw, sh, sw, out, arg, record):
+        # branchless, with the offsets kept in int32 until each window is done: the batch
+        # loop then vectorises with blends on AVX2 too (a conditional store, or a select
+        # narrowing a float compare to the uint8 offset, left it scalar on branches the
+        # data mispredict: 21-24 ms against 4 for CIFAR-10's pool1 on an AMD EPYC)
         nc, oh, ow, nb = out.shape
         for c in prange(nc):
+            best = np.empty(nb, np.int32)
             for y in range(oh):
                 for x in range(ow):
                     h0, w0 = y * sh, x * sw
                     for b in range(nb):
                         out[c, y, x, b] = xp[c, h0, w0, b]
-                        if record:
-                            arg[c, y, x, b] = 0
+                        best[b] = 0
                     k = 0
                     for i in range(kh):
                         for j in range(kw):
                             if k > 0:
                                 for b in range(nb):
                                     v = xp[c, h0 + i, w0 + j, b]
-                                    if v > out[c, y, x, b]:
-                                        out[c, y, x, b] = v
-                                        if record:
-                                            arg[c, y, x, b] = k
+                                    m = out[c, y, x, b]
+                                    hit = v > m
+                                    out[c, y, x, b] = v if hit else m
+                                    best[b] = k if hit else best[b]
                             k += 1
+                    if record:
+                        for b in range(nb):
+                            arg[c, y, x, b] = best[b]
 
     @jit
     def max_backward(g, arg, kh, kw, sh, sw, tiles, covers, gxp):
