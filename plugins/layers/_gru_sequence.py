@@ -30,6 +30,7 @@ import threading
 import types
 
 import numpy as np
+from singa_builtins.layers import _one_hot_rows  # noqa: F401 - defines its kernels
 from singa_builtins.layers.sigmoid import sigmoid_forward
 
 from singa_core.blas import FixedOperand, gemm
@@ -352,6 +353,9 @@ class GRURun(SequenceRun):
         # packed once per pass where the host's BLAS can (blas.FixedOperand)
         self.ut_fixed, self.u_fixed = FixedOperand(B), FixedOperand(B)
         self._back = None  # the backward's arrays, made on its first call
+        # the hot column of each input row where the kernel one_hot_rows finds them (host)
+        self._hot = np.empty(T * B, dtype=np.int64)
+        self._hot_rows = None
 
     def _hprev(self, t: int):
         return self.first._h0 if t == 0 else self.outs[t - 1]
@@ -364,7 +368,13 @@ class GRURun(SequenceRun):
         np.concatenate((p[3], p[4], p[5]), axis=0, out=self.u)
         bz, br, bc = (p[6], p[7], p[8]) if first.has_bias else (self.w[0],) * 3
         gates2 = self.gates.reshape(self.T * self.B, 3 * H)
-        gemm(x, self.w.T, gates2)
+        # one-hot inputs (char-rnn's kOneHot): x·Wᵀ is a gather of W's columns, and the
+        # backward's xᵀ·Dx a scatter-add (plugins/layers/_one_hot_rows.py); else the GEMM
+        self._hot_rows = hot = first.kernels.one_hot_rows(x, self._hot)
+        if hot is None:
+            gemm(x, self.w.T, gates2)
+        else:
+            first.kernels.gather_columns(self.w, hot, gates2)
         step = first.kernels.gru_step_forward
         ut = self.ut_fixed
         ut.set(self.u.T)
@@ -421,7 +431,12 @@ class GRURun(SequenceRun):
         # and the ones column gives the biases' gradient (the column sums of Dx) in the same
         # product
         x, V, gwt = srcs[0].data.reshape(T * B, self.V), self.V, a["gwt"]
-        if first.has_bias:
+        hot = self._hot_rows
+        if hot is not None:  # one-hot rows: the rows of Dx added by their hot column
+            first.kernels.add_rows_at(dx2, hot, gwt[:V])
+            if first.has_bias:  # every row of Dx is in one of them
+                gwt[:V].sum(axis=0, out=gwt[V])
+        elif first.has_bias:
             x1 = a["x1"]
             x1[:, :V] = x
             gemm(x1.T, dx2, gwt)
