@@ -18,6 +18,17 @@ input rows of all steps and the weights stacked as ``W = [W_z; W_r; W_c]`` (``3H
 The per-step products all take the same ``Uᵀ`` (forward) or ``U`` (backward): each is a
 ``blas.FixedOperand``, which MKL packs once per pass instead of at every product.
 
+Where every input row is one-hot (char-rnn's kOneHot), the composite kernel
+``one_hot_rows`` has the host make ``G = X·Wᵀ`` a gather of W's columns (the same values)
+and ``Xᵀ·Dx`` a scatter-add of Dx's rows (``_one_hot_rows.py``): 1 GFLOP of char-rnn's
+step becomes two passes over 15 MB. A GPU keeps the GEMMs.
+
+Tried and not kept (2026-11-30, AMD EPYC, OpenBLAS, 2 threads): the batch's rows cut
+across two host threads, each running its half's per-step products on one BLAS thread
+and its own element-wise passes (a row's recurrence reads only that row): 50 forward
+steps 44-52 ms against 46-50 whole, since a 25-row product on one thread (0.70 ms) is no
+faster than the 50-row one on two (0.66).
+
 The formulas are kGRU's (see plugins/layers/gru.py); the kernels keep its order of
 operations, so a step's gates are the copy's, and the sums over the steps differ only in
 float32 rounding. A copy's gradient buffer ``grad2`` (written by a GRU consumer other than
