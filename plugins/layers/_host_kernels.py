@@ -49,14 +49,6 @@ def _compile():
                 os_[e] = v if (v > zero or v != v) else zero
 
     @pjit
-    def add_bias(out, bias):
-        # out[f, n] += bias[f] (a convolution's output, 2-D and contiguous), one row a thread
-        for f in prange(out.shape[0]):
-            r, v = out[f], bias[f]
-            for n in range(r.size):
-                r[n] = r[n] + v
-
-    @pjit
     def relu_backward(y, g, out):
         # g·[y > 0] as numpy's g·mask computes it (a NaN or infinite g stays NaN)
         zero, one = g.dtype.type(0.0), g.dtype.type(1.0)
@@ -251,7 +243,6 @@ def _compile():
 
     kn = Kernels()
     kn.relu_forward, kn.relu_backward = threaded(relu_forward), threaded(relu_backward)
-    kn.add_bias = threaded(add_bias)
     kn.lrn_forward, kn.lrn_backward = threaded(lrn_forward), threaded(lrn_backward)
     kn.rows_to_input = threaded(rows_to_input)
     kn.fill_rows = threaded(fill_rows)

@@ -35,10 +35,10 @@ def test_convolution_pooling_and_store_charges_in_closed_form(mnist_stores, monk
     for phase, b in (("kTrain", 64), ("kTest", 100)):
         trains = phase == "kTrain"
         # conv1 (1x28x28 -> 20x24x24, kernel 5): the full im2col path (C·kw = 5 is too
-        # few for row columns): ones for the bias gradient, the NCHW input copied to CHWN
-        # order, the column buffer (C·kh·kw rows of oH·oW·B columns)
-        ones, chwn, col = 24 * 24 * b * F, 28 * 28 * b * F, 25 * 24 * 24 * b * F
-        assert _scratch(memory, phase, "conv1") == ones + chwn + col
+        # few for row columns): the NCHW input copied to CHWN order, the column buffer
+        # (C·kh·kw rows of oH·oW·B columns) and its row of ones, [W | b] and its gradient
+        chwn, col, wb = 28 * 28 * b * F, (25 + 1) * 24 * 24 * b * F, 2 * 20 * 26 * F
+        assert _scratch(memory, phase, "conv1") == chwn + col + wb
         # conv2 (20x12x12 -> 50x8x8): row columns (C·kw = 100): ones, the column buffer of
         # kw shifts of every input row, the weight as (kh, F, C·kw) rows and, in training,
         # its gradient's rows

@@ -92,7 +92,7 @@ def test_memory_order_needs_one_dense_layout():
 @pytest.mark.parametrize("layout", ["nchw", "batch-innermost"])
 @pytest.mark.parametrize("path", ["rows", "im2col"])
 def test_conv_compiled_passes_equal_numpy(conv_conf, layout, path, monkeypatch):
-    """The convolution's compiled passes (im2col on two BLAS threads; the row columns
+    """The convolution's compiled passes (im2col; the row columns
     filled from a CHWN input, and the input gradient summed back from them) give numpy's
     arrays, and the row-column buffer's padding is zero again after a step."""
     from singa_builtins.layers import _conv
@@ -103,7 +103,6 @@ def test_conv_compiled_passes_equal_numpy(conv_conf, layout, path, monkeypatch):
     from tests.layers.spatial_reference import strided_source
 
     monkeypatch.setattr(_conv, "ROW_COLUMNS_MIN_K", 0 if path == "rows" else 10**9)
-    monkeypatch.setattr(_conv, "host_threads", lambda: 2)
     rng = np.random.default_rng(3)
     x = rng.standard_normal((3, 2, 6, 7)).astype(np.float32)
     w = g = None
