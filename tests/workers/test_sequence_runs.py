@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import REPO, write_csv_blobs
 
-from singa_core.contracts import kernels as kernel_registry
+from singa_core import kernels as kernel_registry
 from singa_core.cuda import EmulatedRuntime
 from singa_core.device import open_device, to_host
 from singa_core.jobconf.parse import load_job
