@@ -459,8 +459,8 @@ class ConvolutionBase(NeuronLayer):
         # the column buffer and a last row of ones: the forward GEMM [W | b]·[col; 1] adds
         # the bias, and the weight gradient's g·[col; 1]ᵀ gives the bias's gradient as its
         # last column, where a separate pass over the output (and one over its gradient)
-        # did; K = C·kh·kw + 1 also multiplies faster here (CIFAR-10's conv1, OpenBLAS, 2
-        # threads, AMD EPYC: forward 5.5 + 0.5 -> 5.0 ms, gradients 7.1 + 1.0 -> 6.3)
+        # did; K = C·kh·kw + 1 also multiplies faster here (CIFAR-10's conv1, OpenBLAS, AMD
+        # EPYC, its products and passes paired: 15.0 -> 12.1-12.6 ms at 2 threads)
         ckk, cols = c * win.kh * win.kw, oh * ow * b
         charge_memory(self, "scratch", (ckk + 1, cols), what="column buffer and a row of ones")
         self._colx = self.xp.empty((ckk + 1, cols), dtype=DTYPE)
@@ -559,9 +559,6 @@ class ConvolutionBase(NeuronLayer):
         wp, bp = self.weight, self.bias
         g = self._gout2d
         agg = bool(phase & kAggGrad)
-        if agg and self._gw_tmp is None:
-            self._gw_tmp = self.xp.empty(wp.shape, dtype=DTYPE)
-        gw = self._gw_tmp if agg else wp.grad
         if self._bias_row:  # g·[col; 1]ᵀ = [gW | gb]
             gemm(g, self._colx.T, self._gwb)
             ckk = self._col2d.shape[0]
@@ -572,6 +569,9 @@ class ConvolutionBase(NeuronLayer):
                 wp.grad[...] = self._gwb[:, :ckk]
                 bp.grad[...] = self._gwb[:, ckk]
         else:
+            if agg and self._gw_tmp is None:
+                self._gw_tmp = self.xp.empty(wp.shape, dtype=DTYPE)
+            gw = self._gw_tmp if agg else wp.grad
             if self._rows:
                 self._weight_grad_rows(g, gw)
             else:

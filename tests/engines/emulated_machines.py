@@ -109,6 +109,26 @@ def _run(argv: list[str], *, timeout: float = 30, check: bool = True, **kw):
     return res
 
 
+def _net_namespace(pid: int | str) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:  # gone, or not yet there
+        return None
+
+
+def wait_for_own_net_namespace(pid: int, timeout: float = 10) -> None:
+    """Return once process ``pid`` (an ``unshare -n`` just started) is in a network namespace
+    other than this process's. Until ``unshare`` has made its namespace, an ``nsenter -t
+    pid -n`` acts on this machine's own network: under load a test once created its bridge
+    here, on the host, that way."""
+    mine = _net_namespace("self")
+    deadline = time.monotonic() + timeout
+    while _net_namespace(pid) in (None, mine):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"process {pid} (unshare -n) has no network namespace of its own")
+        time.sleep(0.01)
+
+
 def _children(pid: int) -> list[int]:
     out = []
     for d in Path("/proc").iterdir():
@@ -184,6 +204,7 @@ class EmulatedCluster:
             self.world = subprocess.Popen(
                 ["unshare", "-n", "--", "sleep", "infinity"], stdin=subprocess.DEVNULL
             )
+            wait_for_own_net_namespace(self.world.pid)
             self._world("ip link set lo up")
             self._world(f"ip link add {BRIDGE} type bridge")
             self._world(f"ip addr add {BRIDGE_ADDRESS}/24 dev {BRIDGE}")
@@ -213,6 +234,8 @@ class EmulatedCluster:
 
     def _world(self, command: str, check: bool = True):
         assert self.world is not None and self.world.poll() is None, "the world is not up"
+        # never this machine's own network (wait_for_own_net_namespace)
+        assert _net_namespace(self.world.pid) != _net_namespace("self"), "the world is the host"
         argv = ["nsenter", "-t", str(self.world.pid), "-n", "--", *shlex.split(command)]
         return _run(argv, check=check)
 
