@@ -13,7 +13,6 @@ from singa_core import kernels as kernel_registry
 from singa_core.cuda import EmulatedRuntime
 from singa_core.device import open_device, to_host
 from singa_core.jobconf.parse import load_job
-from singa_core.kernels import get_kernel
 from singa_core.layer import kTrain
 from singa_core.netbuilder.sequences import ENV_SWITCH
 from singa_core.plugin_host.host import get_host
@@ -510,7 +509,8 @@ def test_a_gru_run_fed_one_hot_rows_computes_what_its_gemms_compute(tmp_path, mo
     snaps, found = {}, {}
     for mode in ("found", "gemm"):
         if mode == "gemm":  # the host's finding says no: the GEMMs run
-            monkeypatch.setattr(get_kernel("one_hot_rows"), "host", lambda x, idx: None)
+            finding = kernel_registry.get_kernel("one_hot_rows")
+            monkeypatch.setattr(finding, "host", lambda x, idx: None)
             monkeypatch.delitem(kernel_registry._resolved, ("one_hot_rows", "cpu"), raising=False)
         text = job_text(data, tmp_path / f"ws{mode}")
         net, worker, stub = engine_for(tmp_path, monkeypatch, runs=True, tag=mode, text=text)
