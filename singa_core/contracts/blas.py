@@ -14,6 +14,7 @@ import ctypes
 import os
 import threading
 
+from singa_core.contracts import sgemm_split
 from singa_core.contracts.openblas import SETTERS as _SETTERS
 from singa_core.contracts.openblas import find_saxpy, openblas_threads
 from singa_core.contracts.openblas import openblas_libraries as _openblas_libs
@@ -88,12 +89,14 @@ def set_blas_threads(n: int) -> bool:
     from singa_core.contracts import sgemm
 
     sgemm.threads_changed(n)
+    # OpenBLAS's GEMMs cut over singa's own pool (sgemm_split): OpenBLAS itself runs one
+    blas_n = 1 if sgemm_split.use(sgemm._chosen or sgemm.chosen(), n) else n
     done = False
     for lib in _openblas_libs():
         for sym in _SETTERS:
             fn = getattr(lib, sym, None)
             if fn is not None:
-                fn(ctypes.c_int(n))
+                fn(ctypes.c_int(blas_n))
                 done = True
                 break
         if done:
@@ -102,10 +105,10 @@ def set_blas_threads(n: int) -> bool:
         from threadpoolctl import ThreadpoolController
 
         ctl = ThreadpoolController()
-        ctl.limit(limits=n)
+        ctl.limit(limits={"blas": blas_n, "openmp": n})
         blas = [lib for lib in ctl.info() if lib.get("user_api") == "blas"]
         if blas:
-            return all(int(lib.get("num_threads", 0)) == n for lib in blas)
+            return all(int(lib.get("num_threads", 0)) == blas_n for lib in blas)
     except Exception:  # noqa: BLE001 - threadpoolctl missing or failing: OpenBLAS alone
         pass
     return done
@@ -141,7 +144,11 @@ def blas_threads_problem(n: int) -> str | None:
 
 
 def get_blas_threads() -> int | None:
-    """numpy's BLAS's thread count (MKL's follows it: :func:`set_blas_threads`)."""
+    """The threads singa's GEMMs run on: those they are cut over where OpenBLAS's GEMMs
+    share singa's pool (:mod:`~singa_core.contracts.sgemm_split`), else numpy's BLAS's
+    count (MKL's follows it: :func:`set_blas_threads`)."""
+    if sgemm_split.active():
+        return sgemm_split.parts()
     return openblas_threads()
 
 
@@ -150,7 +157,10 @@ def host_sgemm() -> str:
     :mod:`singa_core.contracts.sgemm`)."""
     from singa_core.contracts import sgemm
 
-    return sgemm.describe().removeprefix("sgemm: ")
+    what = sgemm.describe().removeprefix("sgemm: ")
+    if sgemm_split.active():  # "(why)" -> "(why; its GEMMs cut over singa's N threads)"
+        what = f"{what[:-1]}; its GEMMs cut over singa's {sgemm_split.parts()} threads)"
+    return what
 
 
 _saxpy = None  # resolved lazily: a ctypes function, or False when unavailable
@@ -242,8 +252,8 @@ def _call_sgemm(a, b, c, alpha: float, beta: float) -> bool:
     n = b.shape[1]
     if m == 0 or n == 0:
         return True
-    fn(
-        _ROW_MAJOR,
+    sgemm_split.call(
+        fn,
         _TRANS if la[0] else _NO_TRANS,
         _TRANS if lb[0] else _NO_TRANS,
         m,

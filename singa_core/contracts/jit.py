@@ -94,21 +94,37 @@ def parallel_ready() -> bool:
     return bool(_PARALLEL.get())
 
 
+#: the threads OpenBLAS's GEMMs are cut over on numba's pool (1: not cut), set by
+#: :func:`singa_core.contracts.sgemm_split.use`
+_gemm_pool_threads = 1
+
+
+def gemms_on_pool(threads: int) -> None:
+    """The host's GEMMs now run on ``threads`` threads of numba's pool (1: they do not):
+    :mod:`singa_core.contracts.sgemm_split` says so when it turns the cut on or off."""
+    global _gemm_pool_threads
+    _gemm_pool_threads = max(1, int(threads))
+
+
 def host_threads() -> int:
     """The threads the compiled host passes run on: as many as the BLAS runs
     (``num_openblas_threads`` and the like; one where the user asked for one), at most
-    numba's pool, but one where the host's SGEMM is OpenBLAS, whose workers keep spinning
-    after each GEMM: a second thread of ours then only competes with them (measured,
-    CIFAR-10 at 2 threads on OpenBLAS: 136-157 ms/step against 76-83 with one)."""
-    from singa_core.contracts.blas import get_blas_threads, host_sgemm
+    numba's pool, but one where the host's SGEMM is OpenBLAS running its own threads, whose
+    workers keep spinning after each GEMM: a second thread of ours then only competes with
+    them (measured, CIFAR-10 at 2 threads on OpenBLAS: 136-157 ms/step against 76-83 with
+    one). Where OpenBLAS's GEMMs are cut over this same pool instead
+    (:mod:`~singa_core.contracts.sgemm_split`), the passes use as many threads."""
+    from singa_core.contracts import sgemm
+    from singa_core.contracts.openblas import openblas_threads
 
-    if host_sgemm().startswith("openblas"):
-        return 1
+    lib = sgemm._chosen or sgemm.chosen()
+    if lib is not None and lib.name == "openblas":
+        return _gemm_pool_threads
     try:
         import numba
     except ImportError:
         return 1
-    return max(1, min(get_blas_threads() or 1, numba.config.NUMBA_NUM_THREADS))
+    return max(1, min(openblas_threads() or 1, numba.config.NUMBA_NUM_THREADS))
 
 
 def use_host_threads() -> int:

@@ -1,0 +1,180 @@
+"""OpenBLAS's GEMMs cut across singa's own thread pool, so that one pool serves a step.
+
+A training step alternates GEMMs with element-wise passes (activations, pooling, LRN,
+im2col, the updaters). With OpenBLAS running its own threads, every GEMM leaves them
+spinning for about 2^28 cycles (a tenth of a second) waiting for the next one, and a
+compiled pass on numba's thread pool then shares the cores with them: on a 2-core AMD
+EPYC (AVX2) a 100 x 784 x 1000 GEMM followed by a 3.3-million-value pass on 2 threads took
+16 ms where the two alone take 1.3 and 5.2. So the passes ran on one thread there
+(:func:`singa_core.contracts.jit.host_threads`).
+
+Here OpenBLAS runs single-threaded and each GEMM big enough to share is cut into ``parts``
+blocks of C, one per thread of numba's pool (OpenMP's), each block one ``cblas_sgemm`` call
+on its own rows or columns of the operands (no copies: pointer offsets and the same
+leading dimensions). The longer side of C is cut, at multiples of 16 values. The pool is
+the one the compiled passes use, so products and passes no longer compete; measured on
+that machine at 2 threads: the same GEMMs in 0.58-2.3 ms against OpenBLAS's own 0.67-2.2,
+and the GEMM-then-pass pair in 6-10 ms against 16.
+
+Each element of C is still one dot product over all of K, computed by OpenBLAS's kernel;
+only the block boundaries depend on ``parts``, so results are repeatable for a given thread
+count (OpenBLAS's own threading also changes the last bits with the count).
+
+Used only where it can be: the chosen SGEMM is OpenBLAS with 64-bit sizes
+(numpy's wheels' ``scipy_cblas_sgemm64_``), numba and a thread pool that several calling
+threads may share are there, more than one thread is asked for and numba's pool has as
+many. :func:`singa_core.contracts.blas.set_blas_threads` turns it on and off.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+from singa_core.contracts.jit import Compiled, gemms_on_pool, parallel_ready
+
+__all__ = ["MIN_WORK", "active", "call", "parts", "use"]
+
+#: a GEMM is cut only when ``m·n·k`` reaches this (2 MFLOP, about 25 µs on one core: a
+#: parallel region costs a few µs) and its longer side gives each thread 32 values
+MIN_WORK = 1 << 20
+MIN_SIDE_PER_PART = 32
+_ALIGN = 16  # block boundaries at multiples of 16 floats (64-byte lines of C)
+
+_ROW_MAJOR, _TRANS = 101, 112
+
+_parts = 1  # 1: off (OpenBLAS's own threads, or one thread)
+_fn = None  # the cblas_sgemm (64-bit sizes) whose calls are cut
+_addresses: dict[int, int] = {}  # id(ctypes function) -> its address
+
+
+def _compile():
+    import numba
+    from llvmlite import ir
+    from numba import prange, types
+    from numba.extending import intrinsic
+
+    if not parallel_ready():
+        return None
+
+    @intrinsic
+    def sgemm_at(typingctx, fn, order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
+        """Call the row-major ``cblas_sgemm`` (64-bit sizes) at address ``fn``."""
+        sig = types.void(fn, order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+
+        def codegen(context, builder, signature, args):
+            i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
+            ptr = ir.IntType(8).as_pointer()
+            sizes = [i32, i32, i32, i64, i64, i64, f32, ptr, i64, ptr, i64, f32, ptr, i64]
+            fnty = ir.FunctionType(ir.VoidType(), sizes)
+            f = builder.inttoptr(args[0], fnty.as_pointer())
+            enum = [builder.trunc(v, i32) for v in args[1:4]]
+            size = list(args[4:7])
+            builder.call(
+                f,
+                [
+                    *enum,
+                    *size,
+                    args[7],
+                    builder.inttoptr(args[8], ptr),
+                    args[9],
+                    builder.inttoptr(args[10], ptr),
+                    args[11],
+                    args[12],
+                    builder.inttoptr(args[13], ptr),
+                    args[14],
+                ],
+            )
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @numba.njit(inline="always")
+    def bound(total, p, parts):
+        if p >= parts:
+            return total
+        lo = (total * p // parts + _ALIGN // 2) // _ALIGN * _ALIGN
+        return min(lo, total)
+
+    @numba.njit(parallel=True, nogil=True, cache=True)
+    def run_parts(fn, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, parts, along_n):
+        for p in prange(parts):
+            if along_n:  # columns lo..hi of C and of op(B)
+                lo, hi = bound(n, p, parts), bound(n, p + 1, parts)
+                if hi > lo:
+                    boff = lo * ldb if tb == _TRANS else lo
+                    sgemm_at(
+                        fn, _ROW_MAJOR, ta, tb, m, hi - lo, k, alpha, a, lda,
+                        b + 4 * boff, ldb, beta, c + 4 * lo, ldc,
+                    )  # fmt: skip
+            else:  # rows lo..hi of C and of op(A)
+                lo, hi = bound(m, p, parts), bound(m, p + 1, parts)
+                if hi > lo:
+                    aoff = lo if ta == _TRANS else lo * lda
+                    sgemm_at(
+                        fn, _ROW_MAJOR, ta, tb, hi - lo, n, k, alpha, a + 4 * aoff, lda,
+                        b, ldb, beta, c + 4 * lo * ldc, ldc,
+                    )  # fmt: skip
+
+    return run_parts
+
+
+_RUN = Compiled(_compile)
+
+
+def use(lib, threads: int) -> bool:
+    """Cut ``lib``'s GEMMs over ``threads`` threads of numba's pool where that is possible
+    (see the module's doc; ``lib`` an :class:`~singa_core.contracts.sgemm.SgemmLibrary`);
+    True when it is now on (then OpenBLAS must run one thread), False when off."""
+    global _parts, _fn
+    _parts, _fn = 1, None
+    gemms_on_pool(1)
+    if threads <= 1 or lib is None or lib.name != "openblas":
+        return False
+    argtypes = getattr(lib.sgemm, "argtypes", None) or ()
+    if len(argtypes) != 14 or argtypes[3] is not ctypes.c_int64:
+        return False
+    try:
+        import numba
+    except ImportError:
+        return False
+    if threads > numba.config.NUMBA_NUM_THREADS or _RUN.get() is None:
+        return False
+    _parts, _fn = int(threads), lib.sgemm
+    gemms_on_pool(_parts)
+    return True
+
+
+def active() -> bool:
+    """Whether GEMMs are being cut over singa's pool now (the library they were cut for is
+    still the chosen one)."""
+    from singa_core.contracts import sgemm
+
+    return _parts > 1 and (sgemm._chosen is None or sgemm._chosen.sgemm is _fn)
+
+
+def parts() -> int:
+    """The threads a GEMM is cut over (1: not cut)."""
+    return _parts
+
+
+def call(fn, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) -> None:
+    """``cblas_sgemm`` (row-major, ctypes ``fn``) with the arguments after its order, cut
+    over the pool when :func:`active` for this ``fn`` and the product is big enough, else
+    one call."""
+    parts = _parts
+    longer = max(m, n)
+    if parts <= 1 or fn is not _fn or m * n * k < MIN_WORK or longer < MIN_SIDE_PER_PART * parts:
+        fn(_ROW_MAJOR, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+        return
+    import numba
+    import numpy as np
+
+    if numba.get_num_threads() != parts:
+        numba.set_num_threads(parts)
+    address = _addresses.get(id(fn))
+    if address is None:
+        address = _addresses[id(fn)] = ctypes.cast(fn, ctypes.c_void_p).value
+    _RUN.get()(
+        address, ta, tb, m, n, k, np.float32(alpha), a, lda,
+        b, ldb, np.float32(beta), c, ldc, parts, n >= m,
+    )  # fmt: skip

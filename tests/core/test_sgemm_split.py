@@ -1,0 +1,139 @@
+"""OpenBLAS's GEMMs cut over singa's own thread pool (singa_core/contracts/sgemm_split.py):
+on when OpenBLAS is the SGEMM and more than one thread is asked for, every layout the
+GEMM seam takes multiplies right, OpenBLAS itself runs one thread, the compiled passes get
+the threads, and nothing is cut where it cannot be."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from singa_core.blas import gemm, get_blas_threads, host_sgemm, set_blas_threads
+from singa_core.contracts import sgemm, sgemm_split
+from singa_core.contracts.openblas import openblas_threads
+from singa_core.jit import host_threads, parallel_ready
+
+
+def _needs_split():
+    lib = sgemm._chosen or sgemm.chosen()
+    if lib is None or lib.name != "openblas":
+        pytest.skip("the host's SGEMM is not OpenBLAS here (an Intel CPU with the mkl extra)")
+    try:
+        import numba
+    except ImportError:
+        pytest.skip("numba (the fast extra) is not installed")
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("numba's pool has one thread on this machine")
+    if not parallel_ready():
+        pytest.skip("numba has no thread pool several callers may share here")
+
+
+@pytest.fixture
+def two_threads():
+    _needs_split()
+    before = get_blas_threads() or 1
+    assert set_blas_threads(2)
+    yield
+    set_blas_threads(before)
+
+
+def test_two_threads_cut_over_singas_pool(two_threads):
+    assert sgemm_split.active() and sgemm_split.parts() == 2
+    assert get_blas_threads() == 2  # what singa's GEMMs run on
+    assert openblas_threads() == 1  # OpenBLAS's own pool is not used
+    assert host_threads() == 2  # the compiled passes share the same pool
+    assert "cut over singa's 2 threads" in host_sgemm()
+
+
+def test_one_thread_turns_it_off(two_threads):
+    set_blas_threads(1)
+    assert not sgemm_split.active()
+    assert get_blas_threads() == 1 and host_threads() == 1
+    assert "cut over" not in host_sgemm()
+
+
+def test_without_numba_openblas_keeps_its_threads(monkeypatch):
+    _needs_split()
+    before = get_blas_threads() or 1
+    monkeypatch.setenv("SINGA_NUMBA", "0")
+    try:
+        set_blas_threads(2)
+        assert not sgemm_split.active()
+        assert openblas_threads() == 2
+        assert host_threads() == 1  # OpenBLAS's spinning workers: one thread of ours
+    finally:
+        monkeypatch.delenv("SINGA_NUMBA")
+        set_blas_threads(before)
+
+
+def _layouts(m, k, n, rng):
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    yield "plain", a, b
+    yield "a transposed", np.asfortranarray(a), b
+    yield "b transposed", a, np.asfortranarray(b)
+    yield "both transposed", np.asfortranarray(a), np.asfortranarray(b)
+    wide_a = np.zeros((m + 2, k + 5), np.float32)
+    wide_a[1 : m + 1, 3 : k + 3] = a
+    wide_b = np.zeros((n + 4, k + 1), np.float32)  # bᵀ's rows inside a wider block
+    wide_b[2 : n + 2, :k] = b.T
+    yield "strided views", wide_a[1 : m + 1, 3 : k + 3], wide_b[2 : n + 2, :k].T
+
+
+@pytest.mark.parametrize(
+    ("m", "k", "n"),
+    [
+        (100, 784, 1000),  # cut along n (RBM1's v·Wᵀ)
+        (1000, 200, 784),  # cut along m (its weight gradient)
+        (32, 160, 2250),  # few rows, many columns (a convolution's)
+        (77, 300, 61),  # sides not multiples of 16
+        (3, 5, 7),  # too small to cut: one call
+    ],
+)
+def test_products_equal_the_exact_product(two_threads, m, k, n):
+    rng = np.random.default_rng(m * 7 + n)
+    for name, a, b in _layouts(m, k, n, rng):
+        exact = a.astype(np.float64) @ b.astype(np.float64)
+        tol = 1e-5 * np.sqrt(k) * (np.abs(a).max() * np.abs(b).max())
+        c = np.full((m, n), np.nan, np.float32)
+        gemm(a, b, c)
+        assert np.abs(c - exact).max() <= tol, name
+        # beta = 1 and alpha: c = 0.5·a·b + c, into a block of a wider output
+        out = np.ones((m + 3, n + 9), np.float32)
+        gemm(a, b, out[2 : m + 2, 4 : n + 4], beta=1.0, alpha=0.5)
+        assert np.abs(out[2 : m + 2, 4 : n + 4] - (1.0 + 0.5 * exact)).max() <= tol, name
+        out[2 : m + 2, 4 : n + 4] = 1.0
+        assert (out == 1.0).all(), f"{name}: wrote outside its block"
+        again = np.empty_like(c)
+        gemm(a, b, again)
+        assert np.array_equal(again, c), f"{name}: not repeatable"
+
+
+def test_cut_blocks_agree_with_one_uncut_call(two_threads):
+    """Each element is still one dot product over all of K: the cut result is the uncut
+    one to within OpenBLAS's rounding (its kernels' edges), at sizes that are cut."""
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((96, 512)).astype(np.float32)
+    b = rng.standard_normal((512, 1024)).astype(np.float32)
+    assert a.shape[0] * a.shape[1] * b.shape[1] >= sgemm_split.MIN_WORK
+    cut = np.empty((96, 1024), np.float32)
+    gemm(a, b, cut)
+    set_blas_threads(1)
+    whole = np.empty_like(cut)
+    gemm(a, b, whole)
+    np.testing.assert_allclose(cut, whole, rtol=1e-5, atol=1e-4)
+
+
+def test_small_products_are_not_cut(two_threads, monkeypatch):
+    calls = []
+    run = sgemm_split._RUN.get()
+    monkeypatch.setattr(sgemm_split._RUN, "_made", lambda *args: calls.append(args) or run(*args))
+    a = np.ones((8, 8), np.float32)
+    c = np.empty((8, 8), np.float32)
+    gemm(a, a, c)
+    assert calls == [] and (c == 8.0).all()
+    big_a = np.ones((64, 256), np.float32)
+    big_b = np.ones((256, 128), np.float32)
+    big_c = np.empty((64, 128), np.float32)
+    gemm(big_a, big_b, big_c)
+    assert len(calls) == 1 and (big_c == 256.0).all()
