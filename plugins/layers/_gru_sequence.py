@@ -46,14 +46,18 @@ from singa_builtins.layers.sigmoid import sigmoid_forward
 
 from singa_core.blas import FixedOperand, gemm
 from singa_core.cuda import BLOCK, CUPY, elementwise_source, grid_for
-from singa_core.jit import Compiled
+from singa_core.jit import Compiled, parallel_ready, serial_or_split
 from singa_core.kernels import define_kernel
 from singa_core.layer import kAggGrad
 from singa_core.param import DTYPE
 from singa_core.sequences import SequenceRun
 
-
 # -- the kernels of one time step ------------------------------------------------------------
+#: a step's passes run on the host's threads (blocks of rows) from this many hidden units
+#: (rows x H; char-rnn's 50 x 512 = 25,600): a parallel region costs a few µs
+SPLIT_MIN = 1 << 13
+
+
 def gru_step_forward_host(g, p, bz, br, bc, h, out, has_bias) -> None:
     """The host's step: the compiled passes (numba) where they can run, else numpy's."""
     jit = compiled() if isinstance(out, np.ndarray) else None
@@ -62,12 +66,14 @@ def gru_step_forward_host(g, p, bz, br, bc, h, out, has_bias) -> None:
         return
     rows, hdim = out.shape
     e = _exp_scratch(rows, 2 * hdim)
-    jit.gates_in(g, p, bz, br, bool(has_bias), e)
+    split = jit.split if rows >= 2 else None
+    size, bias = rows * hdim, bool(has_bias)
+    serial_or_split(jit.gates_in, split and split.gates_in, size, SPLIT_MIN, g, p, bz, br, bias, e)
     np.exp(e, out=e)  # numpy's vectorised exp, as the numpy path's sigmoid uses
-    jit.gates_mid(g, p, bc, bool(has_bias), e)
+    serial_or_split(jit.gates_mid, split and split.gates_mid, size, SPLIT_MIN, g, p, bc, bias, e)
     c = g[:, 2 * hdim :]
     np.tanh(c, out=c)
-    jit.gates_out(g, h, out)
+    serial_or_split(jit.gates_out, split and split.gates_out, size, SPLIT_MIN, g, h, out)
 
 
 def gru_step_backward_host(grad, grad2, rec, g, p, h, dx, dh, rec_prev) -> None:
@@ -75,7 +81,9 @@ def gru_step_backward_host(grad, grad2, rec, g, p, h, dx, dh, rec_prev) -> None:
     if jit is None or not _dense(grad, grad2, rec, g, p, h, dx, dh, rec_prev):
         gru_step_backward_numpy(grad, grad2, rec, g, p, h, dx, dh, rec_prev)
     else:
-        jit.backward(grad, grad2, rec, g, p, h, dx, dh, rec_prev)
+        split = jit.split.backward if jit.split is not None and rec.shape[0] >= 2 else None
+        args = (grad, grad2, rec, g, p, h, dx, dh, rec_prev)
+        serial_or_split(jit.backward, split, rec.size, SPLIT_MIN, *args)
 
 
 def gru_forward_host(h, z, tz, r, tr, c, hu_c, bz, br, bc, out, has_bias) -> None:
@@ -246,9 +254,53 @@ def _compile():
                 sc[k] = dcv * rv
                 rp[k] = gv * zv
 
-    return types.SimpleNamespace(
-        gates_in=gates_in, gates_mid=gates_mid, gates_out=gates_out, backward=backward
-    )
+    passes = types.SimpleNamespace(
+        gates_in=gates_in, gates_mid=gates_mid, gates_out=gates_out, backward=backward,
+        split=None,
+    )  # fmt: skip
+    if not parallel_ready():
+        return passes
+
+    # the same passes over ``parts`` blocks of rows, one a thread (each element is
+    # computed by the same operations: the same values on any thread count)
+    par = numba.njit(cache=True, nogil=True, parallel=True)
+
+    @par
+    def split_gates_in(g, p, bz, br, has_bias, e, parts):
+        rows = e.shape[0]
+        for q in numba.prange(parts):
+            lo, hi = rows * q // parts, rows * (q + 1) // parts
+            gates_in(g[lo:hi], p[lo:hi], bz, br, has_bias, e[lo:hi])
+
+    @par
+    def split_gates_mid(g, p, bc, has_bias, e, parts):
+        rows = e.shape[0]
+        for q in numba.prange(parts):
+            lo, hi = rows * q // parts, rows * (q + 1) // parts
+            gates_mid(g[lo:hi], p[lo:hi], bc, has_bias, e[lo:hi])
+
+    @par
+    def split_gates_out(g, h, out, parts):
+        rows = out.shape[0]
+        for q in numba.prange(parts):
+            lo, hi = rows * q // parts, rows * (q + 1) // parts
+            gates_out(g[lo:hi], h[lo:hi], out[lo:hi])
+
+    @par
+    def split_backward(grad, grad2, rec, g, p, h, dx, dh, rec_prev, parts):
+        rows = rec.shape[0]
+        for q in numba.prange(parts):
+            lo, hi = rows * q // parts, rows * (q + 1) // parts
+            backward(
+                grad[lo:hi], grad2[lo:hi], rec[lo:hi], g[lo:hi], p[lo:hi], h[lo:hi],
+                dx[lo:hi], dh[lo:hi], rec_prev[lo:hi],
+            )  # fmt: skip
+
+    passes.split = types.SimpleNamespace(
+        gates_in=split_gates_in, gates_mid=split_gates_mid, gates_out=split_gates_out,
+        backward=split_backward,
+    )  # fmt: skip
+    return passes
 
 
 _PASSES = Compiled(_compile)

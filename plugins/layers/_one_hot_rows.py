@@ -17,9 +17,11 @@ other two run only where it gave indices. The scatter-add adds the rows in row o
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
-from singa_core.jit import Compiled
+from singa_core.jit import Compiled, parallel_ready, serial_or_split
 from singa_core.kernels import define_kernel
 
 
@@ -47,12 +49,22 @@ def _compile():
         return True
 
     @jit
-    def gather_columns(w, idx, out):
-        rows, cols = out.shape
-        for i in range(rows):
-            k, o = idx[i], out[i]
-            for j in range(cols):
-                o[j] = w[j, k]
+    def gather_rows(wt, idx, out):
+        # out[i] = wt[idx[i]]: rows of wᵀ, contiguous copies
+        for i in range(out.shape[0]):
+            src, o = wt[idx[i]], out[i]
+            for j in range(o.shape[0]):
+                o[j] = src[j]
+
+    split_gather = None
+    if parallel_ready():
+
+        @numba.njit(cache=True, nogil=True, parallel=True)
+        def split_gather(wt, idx, out, parts):
+            rows = out.shape[0]
+            for p in numba.prange(parts):
+                lo, hi = rows * p // parts, rows * (p + 1) // parts
+                gather_rows(wt, idx[lo:hi], out[lo:hi])
 
     @jit
     def add_rows_at(src, idx, out):
@@ -63,7 +75,7 @@ def _compile():
             for j in range(cols):
                 o[j] += s[j]
 
-    return find, gather_columns, add_rows_at
+    return find, (gather_rows, split_gather), add_rows_at
 
 
 _PASSES = Compiled(_compile)
@@ -88,13 +100,26 @@ def one_hot_rows_host(x, idx):
     return idx
 
 
+#: rows gathered on the host's threads from this many values (char-rnn: 2,500 x 1,536)
+SPLIT_MIN = 1 << 16
+_transposed = threading.local()  # wᵀ, copied once a call into a buffer kept per shape
+
+
 def gather_columns_host(w, idx, out) -> None:
-    """``out[i, :] = w[:, idx[i]]`` (``X·wᵀ`` for the one-hot rows of ``idx``)."""
+    """``out[i, :] = w[:, idx[i]]`` (``X·wᵀ`` for the one-hot rows of ``idx``): ``w``
+    transposed once into a buffer, then its rows copied (on the host's threads where the
+    BLAS has several: copies, the same values on any count). Reading ``w``'s columns
+    directly strode by ``w``'s row length for every value (char-rnn: 3.6 ms a step, AMD
+    EPYC, 2 threads)."""
     passes = _PASSES.get()
-    if passes is not None and _dense(w, idx, out):
-        passes[1](w, idx, out)
-    else:
+    if passes is None or not _dense(w, idx, out):
         np.take(w.T, idx, axis=0, out=out)
+        return
+    wt = getattr(_transposed, "buf", None)
+    if wt is None or wt.shape != w.shape[::-1]:
+        wt = _transposed.buf = np.empty(w.shape[::-1], dtype=w.dtype)
+    np.copyto(wt, w.T)
+    serial_or_split(*passes[1], out.size, SPLIT_MIN, wt, idx, out)
 
 
 def add_rows_at_host(src, idx, out) -> None:

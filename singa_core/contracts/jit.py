@@ -20,7 +20,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import threading
 from collections.abc import Callable
+
+from singa_core.contracts import sgemm
+from singa_core.contracts.openblas import openblas_threads
 
 __all__ = [
     "Compiled",
@@ -114,9 +118,6 @@ def host_threads() -> int:
     them (measured, CIFAR-10 at 2 threads on OpenBLAS: 136-157 ms/step against 76-83 with
     one). Where OpenBLAS's GEMMs are cut over this same pool instead
     (:mod:`~singa_core.contracts.sgemm_split`), the passes use as many threads."""
-    from singa_core.contracts import sgemm
-    from singa_core.contracts.openblas import openblas_threads
-
     lib = sgemm._chosen or sgemm.chosen()
     if lib is not None and lib.name == "openblas":
         return _gemm_pool_threads
@@ -127,14 +128,25 @@ def host_threads() -> int:
     return max(1, min(openblas_threads() or 1, numba.config.NUMBA_NUM_THREADS))
 
 
+_pool_size = threading.local()  # the count this thread last gave numba.set_num_threads
+
+
+def use_threads(n: int) -> int:
+    """numba's parallel loops called from this thread on ``n`` threads (returned). Set
+    only when it changes: numba's own check costs about 7 µs a call, and a GRU step makes
+    hundreds of such calls (a different count set behind its back changes the speed of a
+    split pass, never its values)."""
+    if getattr(_pool_size, "n", None) != n:
+        import numba
+
+        numba.set_num_threads(n)
+        _pool_size.n = n
+    return n
+
+
 def use_host_threads() -> int:
     """numba's parallel loops on :func:`host_threads` threads (returned)."""
-    import numba
-
-    n = host_threads()
-    if numba.get_num_threads() != n:
-        numba.set_num_threads(n)
-    return n
+    return use_threads(host_threads())
 
 
 def threaded(fn):

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import ctypes
 
-from singa_core.contracts.jit import Compiled, gemms_on_pool, parallel_ready
+from singa_core.contracts.jit import Compiled, gemms_on_pool, parallel_ready, use_threads
 
 __all__ = ["MIN_WORK", "active", "call", "parts", "use"]
 
@@ -166,11 +166,9 @@ def call(fn, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) -> None:
     if parts <= 1 or fn is not _fn or m * n * k < MIN_WORK or longer < MIN_SIDE_PER_PART * parts:
         fn(_ROW_MAJOR, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
         return
-    import numba
     import numpy as np
 
-    if numba.get_num_threads() != parts:
-        numba.set_num_threads(parts)
+    use_threads(parts)
     address = _addresses.get(id(fn))
     if address is None:
         address = _addresses[id(fn)] = ctypes.cast(fn, ctypes.c_void_p).value

@@ -137,3 +137,13 @@ def test_small_products_are_not_cut(two_threads, monkeypatch):
     big_c = np.empty((64, 128), np.float32)
     gemm(big_a, big_b, big_c)
     assert len(calls) == 1 and (big_c == 256.0).all()
+
+
+def test_few_row_products_are_not_transposed_when_cut(two_threads):
+    """OpenBLAS's few-row products are computed transposed (``cᵀ = W·xᵀ``) only while it
+    runs its own threads; cut over singa's pool, the product as it stands is the faster."""
+    from singa_core import blas
+
+    assert not blas._few_rows_transposed()
+    set_blas_threads(1)
+    assert blas._few_rows_transposed()

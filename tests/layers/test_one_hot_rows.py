@@ -61,6 +61,36 @@ def test_the_gather_is_the_gemm_bit_for_bit(passes):
     np.testing.assert_array_equal(out, x @ w.T)
 
 
+def test_the_gather_split_over_two_threads_is_the_gemm_bit_for_bit(passes, monkeypatch):
+    """Above ``SPLIT_MIN`` values the rows are copied on the host's threads: the same bits
+    as the serial copy and as the GEMM."""
+    from singa_core import jit
+
+    if passes._PASSES.get() is None:
+        pytest.skip("numpy's path (np.take) has no split form")
+    numba = pytest.importorskip("numba")
+    if numba.config.NUMBA_NUM_THREADS < 2 or not jit.parallel_ready():
+        pytest.skip("numba has no pool of two threads here")
+    rng = np.random.default_rng(5)
+    x, idx = one_hot(rng, 1000, 65)
+    w = rng.standard_normal((96, 65)).astype(np.float32)
+    assert x.shape[0] * w.shape[0] >= passes.SPLIT_MIN
+    serial = np.empty((1000, 96), np.float32)
+    monkeypatch.setattr(jit, "host_threads", lambda: 1)
+    passes.gather_columns_host(w, idx, serial)
+    calls = []
+    split = passes._PASSES.get()[1][1]
+    monkeypatch.setattr(jit, "host_threads", lambda: 2)
+    monkeypatch.setattr(
+        passes._PASSES, "_made", (None, (None, lambda *a: calls.append(a[-1]) or split(*a)))
+    )
+    out = np.full((1000, 96), np.nan, np.float32)
+    passes.gather_columns_host(w, idx, out)
+    assert calls == [2]
+    np.testing.assert_array_equal(out, serial)
+    np.testing.assert_array_equal(out, x @ w.T)
+
+
 def test_the_scatter_add_is_the_transposed_gemm(passes):
     rng = np.random.default_rng(2)
     x, idx = one_hot(rng, 500, 13)

@@ -372,6 +372,42 @@ def test_the_compiled_host_steps_equal_numpys_bit_for_bit(tmp_path, monkeypatch)
         np.testing.assert_array_equal(snaps["1"][k], snaps["0"][k], err_msg=k)
 
 
+@pytest.mark.slow
+def test_the_step_passes_split_over_two_threads_equal_the_serial_ones_bit_for_bit(
+    tmp_path, monkeypatch
+):
+    """A GRU run's compiled step passes cut into blocks of rows on two host threads give the
+    arrays and gradients of the serial passes, bit for bit (only the passes' thread count
+    changes: the GEMMs run as before)."""
+    numba = pytest.importorskip("numba")
+    from singa_builtins.layers import _gru_sequence
+
+    from singa_core import jit
+
+    if numba.config.NUMBA_NUM_THREADS < 2 or not jit.parallel_ready():
+        pytest.skip("numba has no pool of two threads here")
+    split = _gru_sequence.compiled().split
+    calls = []
+    for name in ("gates_in", "gates_mid", "gates_out", "backward"):
+        fn = getattr(split, name)
+        monkeypatch.setattr(split, name, lambda *a, fn=fn, name=name: calls.append(name) or fn(*a))
+    monkeypatch.setattr(_gru_sequence, "SPLIT_MIN", 0)  # the test's small net is cut too
+    snaps = {}
+    for n in (1, 2):
+        monkeypatch.setattr(jit, "host_threads", lambda n=n: n)
+        net, worker, stub = engine_for(tmp_path, monkeypatch, runs=True, tag=f"split{n}")
+        for step in range(2):
+            worker.train_one_batch(step, net, stub)
+            stub.flush()
+        snaps[n] = snapshot(net)
+        if n == 1:
+            assert calls == []
+    assert {"gates_in", "gates_mid", "gates_out", "backward"} <= set(calls)
+    assert snaps[1].keys() == snaps[2].keys()
+    for k in snaps[1]:
+        np.testing.assert_array_equal(snaps[2][k], snaps[1][k], err_msg=k)
+
+
 def test_device_copies_of_one_source_copy_never_share_an_arena_element():
     """A consumer taking copies i and i − 1 of one source (a shift) gets two device copies
     of copy i: they must not share memory (their gradients differ)."""
