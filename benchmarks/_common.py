@@ -89,9 +89,13 @@ def machine_facts(threads: int) -> list[str]:
             blas += " (its kernel: pip install threadpoolctl)"
         except Exception:  # noqa: BLE001 - the facts are best effort
             blas += ", BLAS unknown"
-    from singa_core.blas import host_sgemm
+    from singa_core.blas import host_sgemm, set_blas_threads
 
-    lines.append(blas + f"; singa's GEMMs: {host_sgemm()}")
+    started = get_blas_threads() or 1
+    set_blas_threads(threads)  # what each run's process does: the GEMMs' library and pool
+    gemms = host_sgemm()
+    set_blas_threads(started)
+    lines.append(blas + f"; singa's GEMMs at {threads} thread(s): {gemms}")
     try:
         import torch
 
