@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import ctypes
 
+import numpy as np
+
 from singa_core.contracts.jit import Compiled, gemms_on_pool, parallel_ready, use_threads
 
 __all__ = ["MIN_WORK", "active", "call", "parts", "use"]
@@ -44,7 +46,7 @@ _ROW_MAJOR, _TRANS = 101, 112
 
 _parts = 1  # 1: off (OpenBLAS's own threads, or one thread)
 _fn = None  # the cblas_sgemm (64-bit sizes) whose calls are cut
-_addresses: dict[int, int] = {}  # id(ctypes function) -> its address
+_address = 0  # its address, which the compiled loop calls
 
 
 def _compile():
@@ -89,11 +91,8 @@ def _compile():
         return sig, codegen
 
     @numba.njit(inline="always")
-    def bound(total, p, parts):
-        if p >= parts:
-            return total
-        lo = (total * p // parts + _ALIGN // 2) // _ALIGN * _ALIGN
-        return min(lo, total)
+    def bound(total, p, parts):  # p/parts of total, rounded to _ALIGN (total for p = parts)
+        return min((total * p // parts + _ALIGN // 2) // _ALIGN * _ALIGN, total)
 
     @numba.njit(parallel=True, nogil=True, cache=True)
     def run_parts(fn, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, parts, along_n):
@@ -125,8 +124,8 @@ def use(lib, threads: int) -> bool:
     """Cut ``lib``'s GEMMs over ``threads`` threads of numba's pool where that is possible
     (see the module's doc; ``lib`` an :class:`~singa_core.contracts.sgemm.SgemmLibrary`);
     True when it is now on (then OpenBLAS must run one thread), False when off."""
-    global _parts, _fn
-    _parts, _fn = 1, None
+    global _parts, _fn, _address
+    _parts, _fn, _address = 1, None, 0
     gemms_on_pool(1)
     if threads <= 1 or lib is None or lib.name != "openblas":
         return False
@@ -140,6 +139,7 @@ def use(lib, threads: int) -> bool:
     if threads > numba.config.NUMBA_NUM_THREADS or _RUN.get() is None:
         return False
     _parts, _fn = int(threads), lib.sgemm
+    _address = ctypes.cast(lib.sgemm, ctypes.c_void_p).value
     gemms_on_pool(_parts)
     return True
 
@@ -166,13 +166,8 @@ def call(fn, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) -> None:
     if parts <= 1 or fn is not _fn or m * n * k < MIN_WORK or longer < MIN_SIDE_PER_PART * parts:
         fn(_ROW_MAJOR, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
         return
-    import numpy as np
-
     use_threads(parts)
-    address = _addresses.get(id(fn))
-    if address is None:
-        address = _addresses[id(fn)] = ctypes.cast(fn, ctypes.c_void_p).value
     _RUN.get()(
-        address, ta, tb, m, n, k, np.float32(alpha), a, lda,
+        _address, ta, tb, m, n, k, np.float32(alpha), a, lda,
         b, ldb, np.float32(beta), c, ldc, parts, n >= m,
     )  # fmt: skip
