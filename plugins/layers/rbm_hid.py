@@ -5,7 +5,9 @@ srclayers = [the kRBMVis layer] (set up, it links that layer to itself as ``hid_
 Params: 0 ``weight`` W ``(hdim, vdim)`` (normally ``share_from`` the visible layer's weight),
 1 ``bias`` b_h ``(hdim,)``. Phases (bit flags), with ``f = σ`` (identity if ``gaussian``):
 
-* ``kPositive``: ``h_pos = f(v_pos·Wᵀ + b_h)``, ``pos_sample`` drawn from it;
+* ``kPositive``: ``h_pos = f(v_pos·Wᵀ + b_h)``, ``pos_sample`` drawn from it; the product
+  is the kernel ``sparse_rows_times_wt`` (over the input's nonzeros on the host where it
+  is mostly zeros, as MNIST's pixels are: ``_sparse_rows``);
 * ``kNegative``: ``h_neg = f(v_neg·Wᵀ + b_h)`` from the visible layer's reconstruction
   probabilities (not samples), ``neg_sample`` drawn from it.
 
@@ -26,6 +28,7 @@ visible layer asked for it); the same distribution, a different use of the rando
 from __future__ import annotations
 
 import numpy as np
+from singa_builtins.layers import _sparse_rows  # noqa: F401 - defines sparse_rows_times_wt
 from singa_builtins.layers import sigmoid as _sigmoid  # noqa: F401 - defines its kernels
 from singa_builtins.layers._rbm import RBMLayer
 
@@ -72,8 +75,11 @@ class RBMHidLayer(RBMLayer):
     def neg_sample(self, buf: np.ndarray) -> None:
         self._neg_sample = buf
 
-    def _hidden(self, v: np.ndarray, out: np.ndarray) -> None:
-        gemm(v, self.weight.value.T, out)
+    def _hidden(self, v: np.ndarray, out: np.ndarray, data: bool = False) -> None:
+        if data:  # the input batch, often mostly zeros (MNIST's pixels): kernel's choice
+            self.kernels.sparse_rows_times_wt(v, self.weight.value, out)
+        else:
+            gemm(v, self.weight.value.T, out)
         if self.gaussian:
             out += self.bias.value
         else:  # the bias and σ in one pass (kernel bias_sigmoid_forward, kSigmoid's)
@@ -83,7 +89,7 @@ class RBMHidLayer(RBMLayer):
         vis = srcs[0]
         if phase & kPositive:
             self._neg_pending = False  # a new chain: an unread negative sample is not drawn
-            self._hidden(vis.pos_data, self.pos_data)
+            self._hidden(vis.pos_data, self.pos_data, data=True)
             self.sample(self.pos_data, self.pos_sample, self.gaussian)
         if phase & kNegative:
             self._hidden(vis.neg_data, self.neg_data)

@@ -18,6 +18,9 @@ h the hidden layer's probabilities::
 
     gW = (h_negᵀ v_neg − h_posᵀ v_pos)/B,   gb_v = (Σ v_neg − Σ v_pos)/B
 
+(the kernel ``rbm_weight_gradient``: one GEMM over stacked operands, or on the host, where
+the input is mostly zeros, its half over the input's nonzeros: ``_sparse_rows``).
+
 Deviations from 0.3: the layer is not flagged as a loss layer (it reports a metric, no
 ``loss``); ``share_from`` gradients are summed, not averaged (docs/compat.md "share_from
 gradients"), so the weight gradient is not halved by the hidden layer's zero contribution.
@@ -28,10 +31,50 @@ from __future__ import annotations
 import numpy as np
 from singa_builtins.layers import sigmoid as _sigmoid  # noqa: F401 - defines its kernels
 from singa_builtins.layers._rbm import RBMLayer
+from singa_builtins.layers._sparse_rows import ht_times, index_bytes
 
 from singa_core.blas import gemm
+from singa_core.kernels import define_kernel
 from singa_core.layer import kNegative, kPositive, kTest
+from singa_core.memory import charge as charge_memory
 from singa_core.param import DTYPE
+
+
+def weight_gradient(h_neg, v_neg, h_pos, v_pos, inv_b, hs, vs, gw, gb) -> None:
+    """``gw = (h_negᵀ·v_neg − h_posᵀ·v_pos)/B``, ``gb = (Σ v_neg − Σ v_pos)/B``: one GEMM
+    of K = 2B over the stacked operands ``hs = [h_neg; h_pos]``, ``vs = [v_neg; −v_pos]/B``
+    (scratch buffers of the layer), without temporaries or extra passes over ``gw``."""
+    batch = v_pos.shape[0]
+    hs[:batch] = h_neg
+    hs[batch:] = h_pos
+    np.multiply(v_neg, inv_b, out=vs[:batch])
+    np.multiply(v_pos, -inv_b, out=vs[batch:])
+    gemm(hs.T, vs, gw)
+    vs.sum(axis=0, out=gb)  # (Σ v_neg − Σ v_pos)/B
+
+
+def weight_gradient_host(h_neg, v_neg, h_pos, v_pos, inv_b, hs, vs, gw, gb) -> None:
+    """The host: where the input ``v_pos`` is mostly zeros (MNIST), its half of ``gw`` over
+    its nonzeros (``_sparse_rows.ht_times``), then the negative half added by a GEMM of
+    K = B; else :func:`weight_gradient`. ``gb`` the same either way."""
+    batch = v_pos.shape[0]
+    if not ht_times(h_pos, v_pos, gw, -inv_b):
+        weight_gradient(h_neg, v_neg, h_pos, v_pos, inv_b, hs, vs, gw, gb)
+        return
+    np.multiply(v_neg, inv_b, out=vs[:batch])
+    np.multiply(v_pos, -inv_b, out=vs[batch:])
+    gemm(h_neg.T, vs[:batch], gw, beta=1.0)
+    vs.sum(axis=0, out=gb)
+
+
+define_kernel(
+    "rbm_weight_gradient",
+    host=weight_gradient_host,
+    cuda=weight_gradient,
+    composite=True,
+    doc="an RBM's CD weight and visible-bias gradients: one stacked GEMM (a GPU), or the "
+    "input's half over its nonzeros where it is mostly zeros (the host)",
+)
 
 
 class RBMVisLayer(RBMLayer):
@@ -59,6 +102,14 @@ class RBMVisLayer(RBMLayer):
         # backward's one GEMM: gW = [h_neg; h_pos]ᵀ · [v_neg; −v_pos] / B
         self._h_stack = self.xp.zeros((2 * batch, self.hdim), dtype=DTYPE)
         self._v_stack = self.xp.zeros((2 * batch, vdim), dtype=DTYPE)
+        charge_memory(
+            self,
+            "scratch",
+            (index_bytes(batch, vdim),),
+            itemsize=1,
+            what="the input's nonzeros, listed for the sparse products",
+            training_only=True,
+        )
         self._error = self.xp.zeros((), dtype=np.float64)  # one batch's squared error
         self.hid_layer = srcs[1] if len(srcs) > 1 else None
 
@@ -97,13 +148,8 @@ class RBMVisLayer(RBMLayer):
 
     def backward(self, phase, srcs):
         hid = self.hidden(srcs)
-        batch = self.pos_data.shape[0]
-        inv_b = DTYPE(1.0 / batch)
-        # one GEMM (K = 2B) writes gW without temporaries or extra passes over it
-        hs, vs = self._h_stack, self._v_stack
-        hs[:batch] = hid.neg_data
-        hs[batch:] = hid.pos_data
-        np.multiply(self.neg_data, inv_b, out=vs[:batch])
-        np.multiply(self.pos_data, -inv_b, out=vs[batch:])
-        gemm(hs.T, vs, self.weight.grad)
-        vs.sum(axis=0, out=self.bias.grad)  # (Σ v_neg − Σ v_pos)/B
+        inv_b = DTYPE(1.0 / self.pos_data.shape[0])
+        self.kernels.rbm_weight_gradient(
+            hid.neg_data, self.neg_data, hid.pos_data, self.pos_data, inv_b,
+            self._h_stack, self._v_stack, self.weight.grad, self.bias.grad,
+        )  # fmt: skip

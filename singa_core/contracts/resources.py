@@ -13,6 +13,8 @@ show neither. The readers here take them into account:
 * :func:`usable_cpus` — the CPUs of the affinity mask (``sched_getaffinity``), capped by
   the cgroup CPU quota (v2 ``cpu.max``, v1 ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``),
   rounded up.
+* :func:`cpu_flags` — the CPU's feature flags (``avx2``, ``avx512f`` …) from
+  ``/proc/cpuinfo``, for code that picks a path by what the machine is, not by a clock.
 
 Both take the ``/proc`` and ``/sys/fs/cgroup`` roots as arguments so tests can hand them
 fake trees. A missing or unreadable file means "no limit known here", never an error.
@@ -216,3 +218,24 @@ def usable_cpus_explained(
         n = max(math.ceil(quota[0]), 1)
         why += f", capped by the cgroup CPU quota of {quota[0]:.2f} CPU ({quota[1]})"
     return n, why
+
+
+_flags: frozenset[str] | None = None
+
+
+def cpu_flags(proc_root: str | Path = "/proc") -> frozenset[str]:
+    """The first CPU's feature flags in ``/proc/cpuinfo`` (empty where unreadable); read
+    once per process for the real ``/proc``."""
+    global _flags
+    real = str(proc_root) == "/proc"
+    if real and _flags is not None:
+        return _flags
+    text = _read(Path(proc_root) / "cpuinfo") or ""
+    found: frozenset[str] = frozenset()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            found = frozenset(line.split(":", 1)[1].split())
+            break
+    if real:
+        _flags = found
+    return found

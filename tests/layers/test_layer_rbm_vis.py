@@ -75,6 +75,53 @@ def test_phases_and_gradients_match_numpy():
     np.testing.assert_allclose(vis.bias.grad, (v_neg.sum(0) - x.sum(0)) / B, rtol=1e-4, atol=1e-6)
 
 
+def test_a_mostly_zero_input_takes_the_sparse_products_with_the_same_results(monkeypatch):
+    """MNIST-like input (20% nonzero): on the host the positive phase and the input's half
+    of the weight gradient run over its nonzeros (_sparse_rows), giving numpy's values."""
+    pytest.importorskip("numba")
+    from singa_builtins.layers import _sparse_rows
+
+    if _sparse_rows._COMPILED.get() is None:
+        pytest.skip("the compiled products are off here (SINGA_NUMBA=0)")
+    monkeypatch.setattr(_sparse_rows, "MIN_WORK", 0)  # this test's tiny shapes too
+    monkeypatch.setattr(_sparse_rows, "max_density", lambda: 0.35)
+    taken = []
+
+    def spy(name):
+        real = getattr(_sparse_rows, name)
+
+        def run(*args):
+            taken.append((name, real(*args)))
+            return taken[-1][1]
+
+        return run
+
+    for name in ("times_wt", "ht_times"):
+        monkeypatch.setattr(_sparse_rows, name, spy(name))
+    import singa_builtins.layers.rbm_vis as rbm_vis
+
+    monkeypatch.setattr(rbm_vis, "ht_times", _sparse_rows.ht_times)
+    rng = np.random.default_rng(8)
+    bigger_v, bigger_h, batch = 40, 24, 10
+    x = (rng.random((batch, bigger_v)) > 0.8).astype(np.float32)
+    x[1] = 0.0
+    src, vis, hid = make_pair(x, hdim=bigger_h)
+    if not vis.device.is_host:
+        pytest.skip("the sparse products are the host's")
+    cd_step(src, vis, hid)
+    vis.backward(kTrain, [src, hid])
+    assert taken == [("times_wt", True), ("ht_times", True)]
+    w, bv, bh = (np.float64(0) + a for a in (vis.weight.value, vis.bias.value, hid.bias.value))
+    h_pos = sig(x @ w.T + bh)
+    np.testing.assert_allclose(hid.pos_data, h_pos, rtol=1e-5, atol=1e-6)
+    v_neg = sig(hid.pos_sample @ w + bv)
+    h_neg = sig(v_neg @ w.T + bh)
+    gw = (h_neg.T @ v_neg - h_pos.T @ x) / batch
+    np.testing.assert_allclose(vis.weight.grad, gw, rtol=1e-4, atol=1e-5)
+    gb = (v_neg.sum(0) - x.sum(0)) / batch
+    np.testing.assert_allclose(vis.bias.grad, gb, rtol=1e-4, atol=1e-6)
+
+
 def test_no_error_metric_without_ktest():
     x = np.random.default_rng(0).random((B, VDIM)).astype(np.float32)
     src, vis, hid = make_pair(x)

@@ -1,0 +1,441 @@
+"""Products whose left operand is a batch of mostly-zero rows (MNIST's pixels), on the host.
+
+An RBM multiplies its input batch ``x`` (B × V) twice a step: by the weight's transpose in
+the positive phase and, transposed, by the hidden probabilities for the weight gradient::
+
+    out = x·wᵀ        (B × H, w is H × V)           times_wt
+    out = α·hᵀ·x      (H × V, h is B × H)           ht_times
+
+81% of MNIST's values are zero and a GEMM multiplies by each of them. These list ``x``'s
+nonzeros first (a pass over ``x``: row by row for ``times_wt``, column by column for
+``ht_times``, stopping as soon as there are too many) and, where at most
+:func:`max_density` of ``x`` is nonzero, compute with them alone, compiled (numba):
+
+* ``times_wt``: for each block of 32 rows of ``w`` (one thread's work), the block is
+  transposed once into a panel (V × 32, 8 × 8 tiles transposed in registers); each row of
+  ``out`` is then a sum of the panel's rows picked by ``x``'s nonzeros, weighted by them.
+* ``ht_times``: for each block of 32 columns of ``h``, each column ``j`` of ``x`` gives one
+  row of a tile (V × 32): the sum of the rows of ``h``'s block picked by the column's
+  nonzeros; the tile is then transposed into ``out``'s 32 rows.
+
+The weighted sums run on 32 floats at once in four 8-float vectors, two chains of
+fused multiply-adds (the even and the odd nonzeros of a row, added at the end), written
+in LLVM's IR so that the accumulators stay in registers. Each element of a result is
+computed by one thread, in the order of ``x``'s nonzeros: the same bits on any thread
+count, run after run. They differ from a GEMM's in the last bits (another order of the
+sums, as another BLAS's would); and a product skips the zeros of ``x``, so a NaN or an
+infinity in ``w`` (or ``h``) facing a zero of ``x`` stays out of it, where a GEMM would
+give NaN.
+
+On the 2-core AMD EPYC (AVX2) of issue 47, RBM1's shapes (B 100, V 784, H 1000), MNIST at
+19% nonzero: ``x·wᵀ`` 0.79 ms against OpenBLAS's 2.06 on one thread (0.48 against 1.24
+on two), ``hᵀ·x`` 0.74 against 1.91 (0.46 against 1.06).
+
+Each function returns False, having written nothing, where it does not apply: numba
+missing or ``SINGA_NUMBA=0``, operands that are not C-contiguous float32 host arrays, a
+product too small to matter (:data:`MIN_WORK`), or ``x`` denser than
+:func:`max_density`; the caller then multiplies with its GEMM.
+
+The kernel ``sparse_rows_times_wt`` (composite) is ``x·wᵀ`` for a layer: ``times_wt`` on
+the host, else one GEMM; on a GPU always the GEMM. kRBMHid's positive phase calls it;
+kRBMVis's kernel ``rbm_weight_gradient`` uses ``ht_times`` on the host.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from singa_core.blas import gemm
+from singa_core.jit import Compiled, use_host_threads
+from singa_core.kernels import define_kernel
+from singa_core.resources import cpu_flags
+
+__all__ = ["MIN_WORK", "ht_times", "max_density", "times_wt"]
+
+#: the sparse products run from this many multiply-adds of the dense product (smaller
+#: ones take microseconds either way)
+MIN_WORK = 1 << 18
+
+_BLOCK = 32  # rows of w (columns of h) a thread takes at once: four 8-float vectors
+_VEC = 8
+
+
+def max_density() -> float:
+    """The largest share of nonzeros in ``x`` for which the sparse products run.
+
+    They cost about as much as a GEMM at half of ``x`` nonzero on an AVX2 core (measured:
+    the AMD EPYC above); a core with AVX-512 runs GEMMs on vectors twice as wide while
+    these stay 8 floats wide, so there the limit is halved. Read from the CPU's flags,
+    not timed: two runs of a job take the same path."""
+    return 0.175 if "avx512f" in cpu_flags() else 0.35
+
+
+def _compile():
+    import numba
+    from llvmlite import ir
+    from numba import prange, types
+    from numba.extending import intrinsic
+
+    f32, i64 = ir.FloatType(), ir.IntType(64)
+    vec = ir.VectorType(f32, _VEC)
+    lanes = _BLOCK // _VEC
+
+    def data(context, builder, ty, value):
+        return context.make_array(ty)(context, builder, value).data
+
+    def as_i64(builder, v):
+        return v if v.type == i64 else builder.sext(v, i64)
+
+    def load_vec(builder, base, at):
+        ld = builder.load(builder.bitcast(builder.gep(base, [at]), vec.as_pointer()))
+        ld.align = 4
+        return ld
+
+    def store_vec(builder, value, base, at):
+        st = builder.store(value, builder.bitcast(builder.gep(base, [at]), vec.as_pointer()))
+        st.align = 4
+
+    @intrinsic
+    def weighted_rows(typingctx, src, offs, vals, n0, n1, dst, at):
+        """``dst[at + l] = Σ_{n0 ≤ n < n1} vals[n]·src[offs[n] + l]`` for l < 32."""
+        sig = types.void(src, offs, vals, n0, n1, dst, at)
+
+        def codegen(context, builder, signature, args):
+            mod = builder.module
+            name = f"llvm.fma.v{_VEC}f32"
+            fma = mod.globals.get(name) or ir.Function(
+                mod, ir.FunctionType(vec, [vec, vec, vec]), name=name
+            )
+            tys = signature.args
+            srcp, offp = (
+                data(context, builder, tys[0], args[0]),
+                data(context, builder, tys[1], args[1]),
+            )
+            valp, dstp = (
+                data(context, builder, tys[2], args[2]),
+                data(context, builder, tys[5], args[5]),
+            )
+            first, end = as_i64(builder, args[3]), as_i64(builder, args[4])
+            zero = ir.Constant(vec, [0.0] * _VEC)
+            splat_mask = ir.Constant(ir.VectorType(ir.IntType(32), _VEC), [0] * _VEC)
+
+            def term(n):  # (vals[n] in every lane, the 4 vectors of src's row offs[n])
+                s = builder.load(builder.gep(valp, [n]))
+                o = as_i64(builder, builder.load(builder.gep(offp, [n])))
+                sv = builder.insert_element(
+                    ir.Constant(vec, ir.Undefined), s, ir.Constant(ir.IntType(32), 0)
+                )
+                sv = builder.shuffle_vector(sv, ir.Constant(vec, ir.Undefined), splat_mask)
+                row = builder.gep(srcp, [o])
+                return sv, [
+                    load_vec(builder, row, ir.Constant(i64, q * _VEC)) for q in range(lanes)
+                ]
+
+            fn = builder.function
+            before = builder.block
+            head, body = fn.append_basic_block("wr.head"), fn.append_basic_block("wr.body")
+            tail, odd = fn.append_basic_block("wr.tail"), fn.append_basic_block("wr.odd")
+            done = fn.append_basic_block("wr.done")
+            builder.branch(head)
+            builder.position_at_end(head)  # two nonzeros a turn: chains a (even), b (odd)
+            n = builder.phi(i64)
+            acc = [builder.phi(vec) for _ in range(2 * lanes)]
+            n.add_incoming(first, before)
+            for a in acc:
+                a.add_incoming(zero, before)
+            two_left = builder.icmp_signed("<", builder.add(n, ir.Constant(i64, 1)), end)
+            builder.cbranch(two_left, body, tail)
+            builder.position_at_end(body)
+            s1, x1 = term(n)
+            s2, x2 = term(builder.add(n, ir.Constant(i64, 1)))
+            new = [builder.call(fma, [s1, x1[q], acc[q]]) for q in range(lanes)]
+            new += [builder.call(fma, [s2, x2[q], acc[lanes + q]]) for q in range(lanes)]
+            n.add_incoming(builder.add(n, ir.Constant(i64, 2)), body)
+            for a, b in zip(acc, new, strict=True):
+                a.add_incoming(b, body)
+            builder.branch(head)
+            builder.position_at_end(tail)  # one nonzero left, or none
+            builder.cbranch(builder.icmp_signed("<", n, end), odd, done)
+            builder.position_at_end(odd)
+            s3, x3 = term(n)
+            last = [builder.call(fma, [s3, x3[q], acc[q]]) for q in range(lanes)]
+            builder.branch(done)
+            builder.position_at_end(done)
+            even = []
+            for q in range(lanes):
+                ph = builder.phi(vec)
+                ph.add_incoming(acc[q], tail)
+                ph.add_incoming(last[q], odd)
+                even.append(ph)
+            out = builder.gep(dstp, [as_i64(builder, args[6])])
+            for q in range(lanes):
+                total = builder.fadd(even[q], acc[lanes + q])
+                store_vec(builder, total, out, ir.Constant(i64, q * _VEC))
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def transpose8(typingctx, src, src_at, src_stride, dst, dst_at, dst_stride):
+        """``dst[dst_at + c·dst_stride + r] = src[src_at + r·src_stride + c]``, r, c < 8."""
+        sig = types.void(src, src_at, src_stride, dst, dst_at, dst_stride)
+
+        def codegen(context, builder, signature, args):
+            tys = signature.args
+            srcp, dstp = (
+                data(context, builder, tys[0], args[0]),
+                data(context, builder, tys[3], args[3]),
+            )
+            s_at, s_st, d_at, d_st = (as_i64(builder, args[k]) for k in (1, 2, 4, 5))
+
+            def shuffle(a, b, idx):
+                mask = ir.Constant(ir.VectorType(ir.IntType(32), 8), idx)
+                return builder.shuffle_vector(a, b, mask)
+
+            rows = [
+                load_vec(builder, srcp, builder.add(s_at, builder.mul(s_st, ir.Constant(i64, r))))
+                for r in range(8)
+            ]
+            pairs = []  # interleaved pairs of rows (0,1), (2,3), (4,5), (6,7): low, high
+            for k in range(0, 8, 2):
+                pairs.append(shuffle(rows[k], rows[k + 1], [0, 8, 1, 9, 4, 12, 5, 13]))
+                pairs.append(shuffle(rows[k], rows[k + 1], [2, 10, 3, 11, 6, 14, 7, 15]))
+            lo, hi = [0, 1, 8, 9, 4, 5, 12, 13], [2, 3, 10, 11, 6, 7, 14, 15]
+            quads = []
+            for a, b in ((0, 2), (4, 6)):
+                quads += [shuffle(pairs[a], pairs[b], lo), shuffle(pairs[a], pairs[b], hi)]
+                quads += [
+                    shuffle(pairs[a + 1], pairs[b + 1], lo),
+                    shuffle(pairs[a + 1], pairs[b + 1], hi),
+                ]
+            cols = [shuffle(quads[k], quads[k + 4], [0, 1, 2, 3, 8, 9, 10, 11]) for k in range(4)]
+            cols += [
+                shuffle(quads[k], quads[k + 4], [4, 5, 6, 7, 12, 13, 14, 15]) for k in range(4)
+            ]
+            for c in range(8):
+                store_vec(
+                    builder,
+                    cols[c],
+                    dstp,
+                    builder.add(d_at, builder.mul(d_st, ir.Constant(i64, c))),
+                )
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    jit = numba.njit(cache=True, nogil=True, boundscheck=False)
+    pjit = numba.njit(cache=True, nogil=True, boundscheck=False, parallel=True)
+
+    @jit
+    def index_rows(x, limit, ptr, offs, vals):
+        """x's nonzeros row by row (offsets j·32 into a panel); -1 past ``limit``."""
+        n = 0
+        for r in range(x.shape[0]):
+            ptr[r] = n
+            for j in range(x.shape[1]):
+                v = x[r, j]
+                if v != 0.0:
+                    if n == limit:
+                        return -1
+                    offs[n] = j * _BLOCK
+                    vals[n] = v
+                    n += 1
+        ptr[x.shape[0]] = n
+        return n
+
+    @jit
+    def index_columns(x, alpha, limit, ptr, offs, vals):
+        """x's nonzeros column by column, times alpha (offsets r·32 into h's block)."""
+        n = 0
+        for j in range(x.shape[1]):
+            ptr[j] = n
+            for r in range(x.shape[0]):
+                v = x[r, j]
+                if v != 0.0:
+                    if n == limit:
+                        return -1
+                    offs[n] = r * _BLOCK
+                    vals[n] = v * alpha
+                    n += 1
+        ptr[x.shape[1]] = n
+        return n
+
+    @pjit
+    def times_wt(ptr, offs, vals, w, out, panels, rests):
+        rows, dim = w.shape
+        batch = out.shape[0]
+        wf, of = w.reshape(-1), out.reshape(-1)
+        whole = dim - dim % 8
+        for b in prange((rows + _BLOCK - 1) // _BLOCK):
+            t = numba.get_thread_id()
+            panel, rest = panels[t], rests[t]
+            i0 = b * _BLOCK
+            width = min(_BLOCK, rows - i0)
+            if width == _BLOCK:  # panel[j·32 + k] = w[i0 + k, j]
+                for lb in range(0, _BLOCK, 8):
+                    for jb in range(0, whole, 8):
+                        transpose8(wf, (i0 + lb) * dim + jb, dim, panel, jb * _BLOCK + lb, _BLOCK)
+                    for j in range(whole, dim):
+                        for k in range(lb, lb + 8):
+                            panel[j * _BLOCK + k] = w[i0 + k, j]
+                for r in range(batch):
+                    weighted_rows(panel, offs, vals, ptr[r], ptr[r + 1], of, r * rows + i0)
+            else:  # the last, narrower block (its lanes past width zero)
+                for j in range(dim):
+                    for k in range(width):
+                        panel[j * _BLOCK + k] = w[i0 + k, j]
+                    for k in range(width, _BLOCK):
+                        panel[j * _BLOCK + k] = 0.0
+                for r in range(batch):
+                    weighted_rows(panel, offs, vals, ptr[r], ptr[r + 1], rest, 0)
+                    for k in range(width):
+                        out[r, i0 + k] = rest[k]
+
+    @pjit
+    def ht_times(ptr, offs, vals, h, out, blocks, tiles):
+        batch, rows = h.shape
+        dim = out.shape[1]
+        of = out.reshape(-1)
+        whole = dim - dim % 8
+        for b in prange((rows + _BLOCK - 1) // _BLOCK):
+            t = numba.get_thread_id()
+            hb, tile = blocks[t], tiles[t]
+            i0 = b * _BLOCK
+            width = min(_BLOCK, rows - i0)
+            for r in range(batch):  # hb[r·32 + k] = h[r, i0 + k]
+                for k in range(width):
+                    hb[r * _BLOCK + k] = h[r, i0 + k]
+                for k in range(width, _BLOCK):
+                    hb[r * _BLOCK + k] = 0.0
+            for j in range(dim):  # tile[j·32 + k] = out[i0 + k, j]
+                weighted_rows(hb, offs, vals, ptr[j], ptr[j + 1], tile, j * _BLOCK)
+            if width == _BLOCK:
+                for jb in range(0, whole, 8):
+                    for lb in range(0, _BLOCK, 8):
+                        transpose8(tile, jb * _BLOCK + lb, _BLOCK, of, (i0 + lb) * dim + jb, dim)
+                for j in range(whole, dim):
+                    for k in range(_BLOCK):
+                        out[i0 + k, j] = tile[j * _BLOCK + k]
+            else:
+                for k in range(width):
+                    for j in range(dim):
+                        out[i0 + k, j] = tile[j * _BLOCK + k]
+
+    return index_rows, index_columns, times_wt, ht_times
+
+
+_COMPILED = Compiled(_compile)
+
+
+class _Scratch(threading.local):
+    """One calling thread's index and per-thread panels, kept per shape."""
+
+    def __init__(self) -> None:
+        self.index: dict = {}
+        self.panels: dict = {}
+
+    def index_for(self, outer: int, size: int):
+        key = (outer, size)
+        got = self.index.get(key)
+        if got is None:
+            if len(self.index) > 8:
+                self.index.clear()
+            got = self.index[key] = (
+                np.empty(outer + 1, np.int64),
+                np.empty(size, np.int64),
+                np.empty(size, np.float32),
+            )
+        return got
+
+    def panels_for(self, threads: int, first: int, second: int):
+        key = (threads, first, second)
+        got = self.panels.get(key)
+        if got is None:
+            if len(self.panels) > 8:
+                self.panels.clear()
+            got = self.panels[key] = (
+                np.empty((threads, first), np.float32),
+                np.empty((threads, second), np.float32),
+            )
+        return got
+
+
+_scratch = _Scratch()
+
+
+def _host_f32(*arrays) -> bool:
+    return all(
+        type(a) is np.ndarray and a.dtype == np.float32 and a.flags.c_contiguous for a in arrays
+    )
+
+
+def _limit(x) -> int:
+    return int(max_density() * x.size)
+
+
+def times_wt(x, w, out) -> bool:
+    """``out = x·wᵀ`` over ``x``'s nonzeros (x B × V, w H × V, out B × H); False, with
+    nothing written, where it does not apply (the module doc)."""
+    fns = _COMPILED.get()
+    if fns is None or x.ndim != 2 or w.ndim != 2 or not _host_f32(x, w, out):
+        return False
+    batch, dim = x.shape
+    rows = w.shape[0]
+    if w.shape[1] != dim or out.shape != (batch, rows) or batch * dim * rows < MIN_WORK:
+        return False
+    ptr, offs, vals = _scratch.index_for(batch, x.size)
+    if fns[0](x, _limit(x), ptr, offs, vals) < 0:
+        return False
+    threads = use_host_threads()
+    panels, rests = _scratch.panels_for(threads, dim * _BLOCK, _BLOCK)
+    fns[2](ptr, offs, vals, w, out, panels, rests)
+    return True
+
+
+def ht_times(h, x, out, alpha: float = 1.0) -> bool:
+    """``out = alpha·hᵀ·x`` over ``x``'s nonzeros (h B × H, x B × V, out H × V); False,
+    with nothing written, where it does not apply (the module doc)."""
+    fns = _COMPILED.get()
+    if fns is None or x.ndim != 2 or h.ndim != 2 or not _host_f32(h, x, out):
+        return False
+    batch, dim = x.shape
+    rows = h.shape[1]
+    if h.shape[0] != batch or out.shape != (rows, dim) or batch * dim * rows < MIN_WORK:
+        return False
+    ptr, offs, vals = _scratch.index_for(dim, x.size)
+    if fns[1](x, np.float32(alpha), _limit(x), ptr, offs, vals) < 0:
+        return False
+    threads = use_host_threads()
+    blocks, tiles = _scratch.panels_for(threads, batch * _BLOCK, dim * _BLOCK)
+    fns[3](ptr, offs, vals, h, out, blocks, tiles)
+    return True
+
+
+def index_bytes(batch: int, dim: int) -> int:
+    """The host memory the two products keep for a ``batch × dim`` operand: its index
+    (row and column forms) and a thread's panels; for memory estimates."""
+    index = 2 * (batch * dim * 12 + (max(batch, dim) + 1) * 8)
+    return index + 4 * _BLOCK * (2 * dim + batch + 1)
+
+
+def _times_wt_host(x, w, out) -> None:
+    """The host: over ``x``'s nonzeros where it is mostly zeros, else one GEMM."""
+    if not times_wt(x, w, out):
+        gemm(x, w.T, out)
+
+
+def _times_wt_device(x, w, out) -> None:
+    """A GPU: one GEMM (listing the nonzeros would cost it more launches than it saves)."""
+    gemm(x, w.T, out)
+
+
+define_kernel(
+    "sparse_rows_times_wt",
+    host=_times_wt_host,
+    cuda=_times_wt_device,
+    composite=True,
+    doc="out = x·wᵀ for a data batch x: over x's nonzeros on the host where x is mostly "
+    "zeros (MNIST's pixels), else one GEMM",
+)

@@ -1,0 +1,180 @@
+"""Products over the nonzeros of a mostly-zero operand (plugins/layers/_sparse_rows.py):
+``x·wᵀ`` and ``α·hᵀ·x`` equal the float64 products within float32 rounding on real MNIST
+rows and on shapes that leave partial blocks, give the same bits on one thread and two,
+decline (writing nothing) where they do not apply, and the kernels an RBM calls give the
+GEMM's results on a GPU (the stand-in) and the sparse ones on the host."""
+
+from __future__ import annotations
+
+import gzip
+
+import numpy as np
+import pytest
+
+from singa_core.resources import cpu_flags
+
+numba = pytest.importorskip("numba")
+
+
+@pytest.fixture
+def sparse(monkeypatch):
+    from singa_builtins.layers import _sparse_rows
+
+    if _sparse_rows._COMPILED.get() is None:
+        pytest.skip("the compiled products are off here (SINGA_NUMBA=0)")
+    monkeypatch.setattr(_sparse_rows, "max_density", lambda: 0.35)
+    return _sparse_rows
+
+
+def mnist_rows(data_dir, n: int) -> np.ndarray:
+    path = data_dir / "mnist" / "train-images-idx3-ubyte.gz"
+    with gzip.open(path) as f:
+        raw = np.frombuffer(f.read(16 + 784 * n), np.uint8, offset=16)
+    return (raw.reshape(n, 784) / np.float32(255)).astype(np.float32)
+
+
+def sparse_rows(rng, rows: int, cols: int, density: float) -> np.ndarray:
+    x = rng.standard_normal((rows, cols)).astype(np.float32)
+    x[rng.random((rows, cols)) >= density] = 0.0
+    return x
+
+
+def close_to(got, want64, magnitude64):
+    """Within float32 rounding of sums of the products' magnitudes."""
+    err = np.abs(got.astype(np.float64) - want64)
+    bound = 1e-6 * magnitude64 + 1e-30
+    assert (err <= bound).all(), float((err / bound).max())
+
+
+def test_on_mnist_rows_both_products_are_the_float64_ones(sparse, data_dir):
+    x = mnist_rows(data_dir, 100)
+    assert 0.1 < np.count_nonzero(x) / x.size < 0.3
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((1000, 784)) * 0.1).astype(np.float32)
+    h = rng.random((100, 1000), dtype=np.float32)
+    out = np.full((100, 1000), np.nan, np.float32)
+    assert sparse.times_wt(x, w, out)
+    x64, w64, h64 = (a.astype(np.float64) for a in (x, w, h))
+    close_to(out, x64 @ w64.T, np.abs(x64) @ np.abs(w64).T)
+    g = np.full((1000, 784), np.nan, np.float32)
+    alpha = np.float32(-0.01)
+    assert sparse.ht_times(h, x, g, alpha)
+    close_to(g, (h64.T @ (x * alpha).astype(np.float64)), np.abs(h64).T @ np.abs(x64) * 0.01)
+
+
+@pytest.mark.parametrize(
+    ("batch", "dim", "rows"),
+    [(37, 203, 70), (64, 64, 64), (200, 100, 20), (9, 1001, 97), (130, 17, 150)],
+)
+def test_partial_blocks_and_odd_sizes(sparse, batch, dim, rows):
+    rng = np.random.default_rng(batch + dim + rows)
+    x = sparse_rows(rng, batch, dim, 0.2)
+    x[3] = 0.0  # a row with no nonzeros gives a row of zeros
+    x[:, 5] = 0.0  # and a column with none
+    w = rng.standard_normal((rows, dim)).astype(np.float32)
+    h = rng.standard_normal((batch, rows)).astype(np.float32)
+    if batch * dim * rows < sparse.MIN_WORK:
+        pytest.skip("below MIN_WORK")
+    x64, w64, h64 = (a.astype(np.float64) for a in (x, w, h))
+    out = np.full((batch, rows), np.nan, np.float32)
+    assert sparse.times_wt(x, w, out)
+    close_to(out, x64 @ w64.T, np.abs(x64) @ np.abs(w64).T)
+    assert (out[3] == 0.0).all()
+    g = np.full((rows, dim), np.nan, np.float32)
+    assert sparse.ht_times(h, x, g, 0.5)
+    close_to(g, 0.5 * h64.T @ x64, 0.5 * np.abs(h64).T @ np.abs(x64))
+    assert (g[:, 5] == 0.0).all()
+
+
+def test_one_thread_and_two_give_the_same_bits_run_after_run(sparse, monkeypatch):
+    from singa_core import jit
+
+    if numba.config.NUMBA_NUM_THREADS < 2 or not jit.parallel_ready():
+        pytest.skip("numba has no pool of two threads here")
+    rng = np.random.default_rng(7)
+    x = sparse_rows(rng, 100, 300, 0.2)
+    w = rng.standard_normal((250, 300)).astype(np.float32)
+    h = rng.standard_normal((100, 250)).astype(np.float32)
+    results = []
+    for threads in (1, 2, 2):
+        monkeypatch.setattr(sparse, "use_host_threads", lambda n=threads: jit.use_threads(n))
+        out, g = np.empty((100, 250), np.float32), np.empty((250, 300), np.float32)
+        assert sparse.times_wt(x, w, out) and sparse.ht_times(h, x, g, 1.0)
+        results.append((out, g))
+    for out, g in results[1:]:
+        np.testing.assert_array_equal(out, results[0][0])
+        np.testing.assert_array_equal(g, results[0][1])
+
+
+def test_declined_with_nothing_written(sparse, monkeypatch):
+    rng = np.random.default_rng(3)
+    x = sparse_rows(rng, 100, 300, 0.2)
+    w = rng.standard_normal((250, 300)).astype(np.float32)
+    h = rng.standard_normal((100, 250)).astype(np.float32)
+
+    def declined(x, w=w, h=h):
+        out = np.full((x.shape[0], w.shape[0]), 7.0, np.float32)
+        g = np.full((h.shape[1], x.shape[1]), 7.0, np.float32)
+        ok = sparse.times_wt(x, w, out) or sparse.ht_times(h, x, g)
+        return not ok and (out == 7.0).all() and (g == 7.0).all()
+
+    dense = sparse_rows(rng, 100, 300, 0.5)
+    assert declined(dense)  # past max_density: the GEMM is as fast
+    assert declined(x.astype(np.float64))  # not float32
+    assert declined(np.asfortranarray(x))  # not C-contiguous
+    assert declined(x[:10, :10], w[:10, :10], h[:10, :10])  # below MIN_WORK
+    monkeypatch.setenv("SINGA_NUMBA", "0")
+    assert declined(x)
+    monkeypatch.delenv("SINGA_NUMBA")
+    assert not declined(x)
+
+
+def test_a_nan_in_x_reaches_the_products(sparse):
+    rng = np.random.default_rng(4)
+    x = sparse_rows(rng, 100, 300, 0.2)
+    x[2, 7] = np.nan
+    w = rng.standard_normal((250, 300)).astype(np.float32)
+    h = rng.standard_normal((100, 250)).astype(np.float32)
+    out, g = np.empty((100, 250), np.float32), np.empty((250, 300), np.float32)
+    assert sparse.times_wt(x, w, out) and sparse.ht_times(h, x, g)
+    assert np.isnan(out[2]).all() and not np.isnan(np.delete(out, 2, axis=0)).any()
+    assert np.isnan(g[:, 7]).all() and not np.isnan(np.delete(g, 7, axis=1)).any()
+
+
+def test_the_density_limit_is_read_from_the_cpu(monkeypatch, tmp_path):
+    from singa_builtins.layers import _sparse_rows
+
+    (tmp_path / "cpuinfo").write_text("processor\t: 0\nflags\t\t: fpu sse avx2 fma avx512f\n")
+    assert "avx512f" in cpu_flags(tmp_path)
+    (tmp_path / "cpuinfo").write_text("processor\t: 0\n")
+    assert cpu_flags(tmp_path) == frozenset()
+    monkeypatch.setattr(_sparse_rows, "cpu_flags", lambda: frozenset({"avx2", "avx512f"}))
+    assert _sparse_rows.max_density() == pytest.approx(0.175)
+    monkeypatch.setattr(_sparse_rows, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    assert _sparse_rows.max_density() == pytest.approx(0.35)
+
+
+def test_the_kernel_is_the_sparse_product_on_the_host_and_one_gemm_on_a_gpu(sparse):
+    from singa_core import kernels as K
+    from singa_core.contracts import standin
+    from singa_core.device import standin_device, to_host, using_device
+
+    rng = np.random.default_rng(5)
+    x = sparse_rows(rng, 100, 300, 0.2)
+    w = rng.standard_normal((250, 300)).astype(np.float32)
+    host = np.empty((100, 250), np.float32)
+    K.resolve("sparse_rows_times_wt", "cpu")(x, w, host)
+    want = np.empty_like(host)
+    assert sparse.times_wt(x, w, want)
+    np.testing.assert_array_equal(host, want)
+    dense = sparse_rows(rng, 100, 300, 0.9)
+    K.resolve("sparse_rows_times_wt", "cpu")(dense, w, host)
+    np.testing.assert_array_equal(host, dense @ w.T)
+    dev = standin_device()
+    with using_device(dev):
+        dx, dw = dev.asarray(x), dev.asarray(w)
+        dout = dev.asarray(np.empty((100, 250), np.float32))
+        with standin.counting() as counts:
+            dev.kernels.sparse_rows_times_wt(dx, dw, dout)
+        assert counts.kernels == 1 and counts.reads == 0
+        np.testing.assert_allclose(to_host(dout), x @ w.T, rtol=1e-5, atol=1e-5)
