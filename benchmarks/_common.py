@@ -326,11 +326,12 @@ def print_roofline(times: dict, facts: dict) -> None:
         print(f"  {name:8s} {rate:6.0f} GFLOP/s = {rate / peak:4.0%} of the roof")
 
 
-def compare_with_pytorch(title: str, sides: dict, args, *, key: str = "") -> dict:
+def compare_with_pytorch(title: str, sides: dict, args, *, key: str = "", note: str = "") -> dict:
     """Time the ``sides`` (name -> (factory, args); "singa" and "pytorch", maybe a PyTorch
     variant), each in a process of its own (``--one-process``: all in this one, the old
     way, to see what sharing a process changes), in alternating rounds; print each median,
-    the ratio singa/pytorch and the roofline. Returns name -> step times."""
+    the ratio singa/pytorch and the roofline (then ``note``, where the step's work differs
+    between the sides). Returns name -> step times."""
     import sys
 
     if getattr(args, "one_process", False):
@@ -350,6 +351,8 @@ def compare_with_pytorch(title: str, sides: dict, args, *, key: str = "") -> dic
         ratio = median_ms(times["singa"]) / median_ms(times["pytorch"])
         print(f"ratio singa/pytorch{' ' + key if key else ''} (median): {ratio:.2f}x")
     print_roofline(times, facts)
+    if note:
+        print(note)
     print(f"({load_average()} at the end)")
     sys.stdout.flush()
     return times

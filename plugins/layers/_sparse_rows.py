@@ -32,7 +32,8 @@ On the 2-core AMD EPYC (AVX2) of issue 47, RBM1's shapes (B 100, V 784, H 1000),
 on two), ``hᵀ·x`` 0.74 against 1.91 (0.46 against 1.06).
 
 Each function returns False, having written nothing, where it does not apply: numba
-missing or ``SINGA_NUMBA=0``, operands that are not C-contiguous float32 host arrays, a
+missing, ``SINGA_NUMBA=0`` or ``SINGA_SPARSE_ROWS=0`` (the GEMM's own bits, for a
+comparison), operands that are not C-contiguous float32 host arrays, a
 product too small to matter (:data:`MIN_WORK`), or ``x`` denser than
 :func:`max_density`; the caller then multiplies with its GEMM.
 
@@ -43,6 +44,7 @@ kRBMVis's kernel ``rbm_weight_gradient`` uses ``ht_times`` on the host.
 
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -52,7 +54,10 @@ from singa_core.jit import Compiled, use_host_threads
 from singa_core.kernels import define_kernel
 from singa_core.resources import cpu_flags
 
-__all__ = ["MIN_WORK", "ht_times", "max_density", "times_wt"]
+__all__ = ["ENV_VAR", "MIN_WORK", "ht_times", "max_density", "times_wt"]
+
+#: ``SINGA_SPARSE_ROWS=0`` turns the sparse products off (every product a GEMM)
+ENV_VAR = "SINGA_SPARSE_ROWS"
 
 #: the sparse products run from this many multiply-adds of the dense product (smaller
 #: ones take microseconds either way)
@@ -375,10 +380,17 @@ def _limit(x) -> int:
     return int(max_density() * x.size)
 
 
+def _compiled():
+    """The compiled functions, or None where the sparse products are off."""
+    if os.environ.get(ENV_VAR, "1").strip() == "0":
+        return None
+    return _COMPILED.get()
+
+
 def times_wt(x, w, out) -> bool:
     """``out = x·wᵀ`` over ``x``'s nonzeros (x B × V, w H × V, out B × H); False, with
     nothing written, where it does not apply (the module doc)."""
-    fns = _COMPILED.get()
+    fns = _compiled()
     if fns is None or x.ndim != 2 or w.ndim != 2 or not _host_f32(x, w, out):
         return False
     batch, dim = x.shape
@@ -397,7 +409,7 @@ def times_wt(x, w, out) -> bool:
 def ht_times(h, x, out, alpha: float = 1.0) -> bool:
     """``out = alpha·hᵀ·x`` over ``x``'s nonzeros (h B × H, x B × V, out H × V); False,
     with nothing written, where it does not apply (the module doc)."""
-    fns = _COMPILED.get()
+    fns = _compiled()
     if fns is None or x.ndim != 2 or h.ndim != 2 or not _host_f32(h, x, out):
         return False
     batch, dim = x.shape

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from singa_builtins.layers import _exp_passes
 from singa_builtins.layers._bias import define_bias_activation
 
 from singa_core.cuda import elementwise_kernel
@@ -20,6 +21,17 @@ def sigmoid_forward(x: np.ndarray, out: np.ndarray) -> None:
     np.reciprocal(out, out=out)
 
 
+def sigmoid_forward_host(x: np.ndarray, out: np.ndarray) -> None:
+    """The host: one compiled pass with numpy's exp (the same bits, ``_exp_passes``), else
+    numpy's four."""
+    if not _exp_passes.sigmoid(x, out):
+        sigmoid_forward(x, out)
+
+
+def _bias_sigmoid_fused(x: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
+    return _exp_passes.bias_sigmoid(x, b, out)
+
+
 def sigmoid_backward(y: np.ndarray, g: np.ndarray, out: np.ndarray, scratch: np.ndarray) -> None:
     """``out = g·y·(1 − y)``; ``scratch`` has y's shape (may not alias y, g or out)."""
     np.subtract(1.0, y, out=scratch)
@@ -29,7 +41,7 @@ def sigmoid_backward(y: np.ndarray, g: np.ndarray, out: np.ndarray, scratch: np.
 
 define_kernel(
     "sigmoid_forward",
-    host=sigmoid_forward,
+    host=sigmoid_forward_host,
     generic=sigmoid_forward,
     cuda=elementwise_kernel(
         "singa_sigmoid_forward",
@@ -52,7 +64,13 @@ define_kernel(
     ),
     doc="out = g·y·(1 − y)",
 )
-define_bias_activation("sigmoid", sigmoid_forward, "1.0f / (expf(-v) + 1.0f)", "y = 1/(1 + e^−x)")
+define_bias_activation(
+    "sigmoid",
+    sigmoid_forward,
+    "1.0f / (expf(-v) + 1.0f)",
+    "y = 1/(1 + e^−x)",
+    fused=_bias_sigmoid_fused,
+)
 
 
 class SigmoidLayer(RowIndependent, AbsorbsBias, NeuronLayer):

@@ -123,9 +123,10 @@ def test_declined_with_nothing_written(sparse, monkeypatch):
     assert declined(x.astype(np.float64))  # not float32
     assert declined(np.asfortranarray(x))  # not C-contiguous
     assert declined(x[:10, :10], w[:10, :10], h[:10, :10])  # below MIN_WORK
-    monkeypatch.setenv("SINGA_NUMBA", "0")
-    assert declined(x)
-    monkeypatch.delenv("SINGA_NUMBA")
+    for var in ("SINGA_NUMBA", "SINGA_SPARSE_ROWS"):
+        monkeypatch.setenv(var, "0")
+        assert declined(x)
+        monkeypatch.delenv(var)
     assert not declined(x)
 
 
