@@ -67,14 +67,17 @@ _BLOCK = 32  # rows of w (columns of h) a thread takes at once: four 8-float vec
 _VEC = 8
 
 
-def max_density() -> float:
-    """The largest share of nonzeros in ``x`` for which the sparse products run.
+def max_density(rows_in_place: bool = False) -> float:
+    """The largest share of nonzeros in ``x`` for which a sparse product runs.
 
-    They cost about as much as a GEMM at half of ``x`` nonzero on an AVX2 core (measured:
-    the AMD EPYC above); a core with AVX-512 runs GEMMs on vectors twice as wide while
-    these stay 8 floats wide, so there the limit is halved. Read from the CPU's flags,
-    not timed: two runs of a job take the same path."""
-    return 0.175 if "avx512f" in cpu_flags() else 0.35
+    ``times_wt`` and ``ht_times`` cost about as much as a GEMM at half of ``x`` nonzero on
+    an AVX2 core (measured: the AMD EPYC above), ``times_w`` (``rows_in_place``: it reads
+    rows of ``w`` scattered over memory, not a panel in cache) at a fifth; a core with
+    AVX-512 runs GEMMs on vectors twice as wide while these stay 8 floats wide, so there
+    the limits are halved. Read from the CPU's flags, not timed: two runs of a job take
+    the same path."""
+    limit = 0.15 if rows_in_place else 0.35
+    return limit / 2 if "avx512f" in cpu_flags() else limit
 
 
 def _compile():
@@ -234,8 +237,9 @@ def _compile():
     pjit = numba.njit(cache=True, nogil=True, boundscheck=False, parallel=True)
 
     @jit
-    def index_rows(x, limit, ptr, offs, vals):
-        """x's nonzeros row by row (offsets j·32 into a panel); -1 past ``limit``."""
+    def index_rows(x, limit, stride, ptr, offs, vals):
+        """x's nonzeros row by row (offsets j·stride: into a panel, or w's rows); -1 past
+        ``limit``."""
         n = 0
         for r in range(x.shape[0]):
             ptr[r] = n
@@ -244,7 +248,7 @@ def _compile():
                 if v != 0.0:
                     if n == limit:
                         return -1
-                    offs[n] = j * _BLOCK
+                    offs[n] = j * stride
                     vals[n] = v
                     n += 1
         ptr[x.shape[0]] = n
@@ -328,7 +332,31 @@ def _compile():
                     for j in range(dim):
                         out[i0 + k, j] = tile[j * _BLOCK + k]
 
-    return index_rows, index_columns, times_wt, ht_times
+    @pjit
+    def times_w(ptr, offs, vals, w, out, rests):
+        rows, dim = w.shape
+        batch = out.shape[0]
+        wf, of = w.reshape(-1), out.reshape(-1)
+        for b in prange((dim + _BLOCK - 1) // _BLOCK):
+            c0 = b * _BLOCK
+            width = min(_BLOCK, dim - c0)
+            if width == _BLOCK:  # w's rows read where they are: offsets i·dim from column c0
+                src = wf[c0:]
+                for r in range(batch):
+                    weighted_rows(src, offs, vals, ptr[r], ptr[r + 1], of, r * dim + c0)
+            else:  # the last, narrower block: a plain loop (no read past w's end)
+                rest = rests[numba.get_thread_id()]
+                for r in range(batch):
+                    for k in range(_BLOCK):
+                        rest[k] = 0.0
+                    for n in range(ptr[r], ptr[r + 1]):
+                        s, base = vals[n], offs[n] + c0
+                        for k in range(width):
+                            rest[k] += s * wf[base + k]
+                    for k in range(width):
+                        out[r, c0 + k] = rest[k]
+
+    return index_rows, index_columns, times_wt, ht_times, times_w
 
 
 _COMPILED = Compiled(_compile)
@@ -376,8 +404,8 @@ def _host_f32(*arrays) -> bool:
     )
 
 
-def _limit(x) -> int:
-    return int(max_density() * x.size)
+def _limit(x, rows_in_place: bool = False) -> int:
+    return int(max_density(rows_in_place) * x.size)
 
 
 def _compiled():
@@ -398,11 +426,30 @@ def times_wt(x, w, out) -> bool:
     if w.shape[1] != dim or out.shape != (batch, rows) or batch * dim * rows < MIN_WORK:
         return False
     ptr, offs, vals = _scratch.index_for(batch, x.size)
-    if fns[0](x, _limit(x), ptr, offs, vals) < 0:
-        return False
     threads = use_host_threads()
+    if fns[0](x, _limit(x), _BLOCK, ptr, offs, vals) < 0:
+        return False
     panels, rests = _scratch.panels_for(threads, dim * _BLOCK, _BLOCK)
     fns[2](ptr, offs, vals, w, out, panels, rests)
+    return True
+
+
+def times_w(x, w, out) -> bool:
+    """``out = x·w`` over ``x``'s nonzeros (x B × H, w H × V, out B × V); False, with
+    nothing written, where it does not apply (the module doc)."""
+    fns = _compiled()
+    if fns is None or x.ndim != 2 or w.ndim != 2 or not _host_f32(x, w, out):
+        return False
+    batch, rows = x.shape
+    dim = w.shape[1]
+    if w.shape[0] != rows or out.shape != (batch, dim) or batch * dim * rows < MIN_WORK:
+        return False
+    ptr, offs, vals = _scratch.index_for(batch, x.size)
+    threads = use_host_threads()
+    if fns[0](x, _limit(x, True), dim, ptr, offs, vals) < 0:
+        return False
+    _, rests = _scratch.panels_for(threads, 1, _BLOCK)
+    fns[4](ptr, offs, vals, w, out, rests)
     return True
 
 
@@ -417,9 +464,9 @@ def ht_times(h, x, out, alpha: float = 1.0) -> bool:
     if h.shape[0] != batch or out.shape != (rows, dim) or batch * dim * rows < MIN_WORK:
         return False
     ptr, offs, vals = _scratch.index_for(dim, x.size)
+    threads = use_host_threads()
     if fns[1](x, np.float32(alpha), _limit(x), ptr, offs, vals) < 0:
         return False
-    threads = use_host_threads()
     blocks, tiles = _scratch.panels_for(threads, batch * _BLOCK, dim * _BLOCK)
     fns[3](ptr, offs, vals, h, out, blocks, tiles)
     return True
@@ -443,6 +490,25 @@ def _times_wt_device(x, w, out) -> None:
     gemm(x, w.T, out)
 
 
+def _times_w_host(x, w, out) -> None:
+    """The host: over ``x``'s nonzeros where it is mostly zeros, else one GEMM."""
+    if not times_w(x, w, out):
+        gemm(x, w, out)
+
+
+def _times_w_device(x, w, out) -> None:
+    """A GPU: one GEMM."""
+    gemm(x, w, out)
+
+
+define_kernel(
+    "sparse_rows_times_w",
+    host=_times_w_host,
+    cuda=_times_w_device,
+    composite=True,
+    doc="out = x·w for a mostly-zero x (an RBM's hidden sample): over x's nonzeros on the "
+    "host where at most max_density(True) of x is nonzero, else one GEMM",
+)
 define_kernel(
     "sparse_rows_times_wt",
     host=_times_wt_host,

@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 from singa_builtins.layers import sigmoid as _sigmoid  # noqa: F401 - defines its kernels
 from singa_builtins.layers._rbm import RBMLayer
-from singa_builtins.layers._sparse_rows import ht_times, index_bytes
+from singa_builtins.layers._sparse_rows import ht_times, index_bytes  # and its kernels
 
 from singa_core.blas import gemm
 from singa_core.kernels import define_kernel
@@ -133,7 +133,8 @@ class RBMVisLayer(RBMLayer):
             hid = self.hidden(srcs)
             h = hid.pos_sample if self._first_gibbs else hid.neg_sample
             self._first_gibbs = False
-            gemm(h, self.weight.value, self.neg_data)
+            # a binary sample is mostly zeros once the RBM has learnt (10-15% ones in RBM1)
+            self.kernels.sparse_rows_times_w(h, self.weight.value, self.neg_data)
             self.kernels.bias_sigmoid_forward(self.neg_data, self.bias.value, self.neg_data)
             if phase & kTest:
                 batch = self.pos_data.shape[0]

@@ -84,7 +84,7 @@ def test_a_mostly_zero_input_takes_the_sparse_products_with_the_same_results(mon
     if _sparse_rows._COMPILED.get() is None:
         pytest.skip("the compiled products are off here (SINGA_NUMBA=0)")
     monkeypatch.setattr(_sparse_rows, "MIN_WORK", 0)  # this test's tiny shapes too
-    monkeypatch.setattr(_sparse_rows, "max_density", lambda: 0.35)
+    monkeypatch.setattr(_sparse_rows, "max_density", lambda rows_in_place=False: 0.35)
     taken = []
 
     def spy(name):

@@ -22,7 +22,7 @@ def sparse(monkeypatch):
 
     if _sparse_rows._COMPILED.get() is None:
         pytest.skip("the compiled products are off here (SINGA_NUMBA=0)")
-    monkeypatch.setattr(_sparse_rows, "max_density", lambda: 0.35)
+    monkeypatch.setattr(_sparse_rows, "max_density", lambda rows_in_place=False: 0.35)
     return _sparse_rows
 
 
@@ -84,6 +84,12 @@ def test_partial_blocks_and_odd_sizes(sparse, batch, dim, rows):
     assert sparse.ht_times(h, x, g, 0.5)
     close_to(g, 0.5 * h64.T @ x64, 0.5 * np.abs(h64).T @ np.abs(x64))
     assert (g[:, 5] == 0.0).all()
+    # x·w, with x as the sparse left operand of w's own rows (w: dim x rows)
+    v = rng.standard_normal((dim, rows)).astype(np.float32)
+    y = np.full((batch, rows), np.nan, np.float32)
+    assert sparse.times_w(x, v, y)
+    close_to(y, x64 @ v.astype(np.float64), np.abs(x64) @ np.abs(v.astype(np.float64)))
+    assert (y[3] == 0.0).all()
 
 
 def test_one_thread_and_two_give_the_same_bits_run_after_run(sparse, monkeypatch):
@@ -99,11 +105,13 @@ def test_one_thread_and_two_give_the_same_bits_run_after_run(sparse, monkeypatch
     for threads in (1, 2, 2):
         monkeypatch.setattr(sparse, "use_host_threads", lambda n=threads: jit.use_threads(n))
         out, g = np.empty((100, 250), np.float32), np.empty((250, 300), np.float32)
+        y = np.empty((100, 250), np.float32)
         assert sparse.times_wt(x, w, out) and sparse.ht_times(h, x, g, 1.0)
-        results.append((out, g))
-    for out, g in results[1:]:
-        np.testing.assert_array_equal(out, results[0][0])
-        np.testing.assert_array_equal(g, results[0][1])
+        assert sparse.times_w(x, w.T.copy(), y)
+        results.append((out, g, y))
+    for got in results[1:]:
+        for a, b in zip(got, results[0], strict=True):
+            np.testing.assert_array_equal(a, b)
 
 
 def test_declined_with_nothing_written(sparse, monkeypatch):
@@ -115,8 +123,10 @@ def test_declined_with_nothing_written(sparse, monkeypatch):
     def declined(x, w=w, h=h):
         out = np.full((x.shape[0], w.shape[0]), 7.0, np.float32)
         g = np.full((h.shape[1], x.shape[1]), 7.0, np.float32)
+        y = np.full((x.shape[0], w.shape[0]), 7.0, np.float32)
         ok = sparse.times_wt(x, w, out) or sparse.ht_times(h, x, g)
-        return not ok and (out == 7.0).all() and (g == 7.0).all()
+        ok = ok or sparse.times_w(x, np.ascontiguousarray(w.T), y)
+        return not ok and (out == 7.0).all() and (g == 7.0).all() and (y == 7.0).all()
 
     dense = sparse_rows(rng, 100, 300, 0.5)
     assert declined(dense)  # past max_density: the GEMM is as fast
@@ -151,8 +161,10 @@ def test_the_density_limit_is_read_from_the_cpu(monkeypatch, tmp_path):
     assert cpu_flags(tmp_path) == frozenset()
     monkeypatch.setattr(_sparse_rows, "cpu_flags", lambda: frozenset({"avx2", "avx512f"}))
     assert _sparse_rows.max_density() == pytest.approx(0.175)
+    assert _sparse_rows.max_density(rows_in_place=True) == pytest.approx(0.075)
     monkeypatch.setattr(_sparse_rows, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
     assert _sparse_rows.max_density() == pytest.approx(0.35)
+    assert _sparse_rows.max_density(rows_in_place=True) == pytest.approx(0.15)
 
 
 def test_the_kernel_is_the_sparse_product_on_the_host_and_one_gemm_on_a_gpu(sparse):
