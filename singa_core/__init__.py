@@ -25,7 +25,7 @@ Plugin API 1.0 paths (kept for plugins; each is the module of the same name in
 ``contracts``): ``singa_core.layer``, ``.param``, ``.updater``, ``.worker``, ``.stub``,
 ``.store``, ``.dataset``, ``.engine``, ``.hookspecs``, ``.errors``, ``.blas``, the
 services ``.device``, ``.kernels``, ``.capture``, ``.sequences``, ``.memory``, ``.names``,
-``.resources``, ``.jit``, plus
+``.resources``, ``.jit``, ``.numpy_loops``, plus
 ``singa_core.testing``, ``singa_core.plugin_host.get_host``, :data:`hookimpl` and
 :class:`Job`.
 """

@@ -1,15 +1,17 @@
-"""Products whose left operand is a batch of mostly-zero rows (MNIST's pixels), on the host.
+"""Products whose left operand is mostly zeros (MNIST's pixels, a binary sample), on the host.
 
-An RBM multiplies its input batch ``x`` (B × V) twice a step: by the weight's transpose in
-the positive phase and, transposed, by the hidden probabilities for the weight gradient::
+An RBM multiplies its input batch ``x`` (B × V) twice a step, and its hidden sample ``s``
+(B × H, ones and zeros) once::
 
-    out = x·wᵀ        (B × H, w is H × V)           times_wt
-    out = α·hᵀ·x      (H × V, h is B × H)           ht_times
+    out = x·wᵀ        (B × H, w is H × V)           times_wt   the positive phase
+    out = α·hᵀ·x      (H × V, h is B × H)           ht_times   the input's half of gW
+    out = s·w         (B × V)                       times_w    the negative phase
 
-81% of MNIST's values are zero and a GEMM multiplies by each of them. These list ``x``'s
-nonzeros first (a pass over ``x``: row by row for ``times_wt``, column by column for
+81% of MNIST's values are zero, and RBM1's hidden sample is 85-90% zeros from its tenth
+step on (half at the start); a GEMM multiplies by each of them. These list the left
+operand's nonzeros first (a pass over it: row by row, or column by column for
 ``ht_times``, stopping as soon as there are too many) and, where at most
-:func:`max_density` of ``x`` is nonzero, compute with them alone, compiled (numba):
+:func:`max_density` of it is nonzero, compute with them alone, compiled (numba):
 
 * ``times_wt``: for each block of 32 rows of ``w`` (one thread's work), the block is
   transposed once into a panel (V × 32, 8 × 8 tiles transposed in registers); each row of
@@ -17,28 +19,33 @@ nonzeros first (a pass over ``x``: row by row for ``times_wt``, column by column
 * ``ht_times``: for each block of 32 columns of ``h``, each column ``j`` of ``x`` gives one
   row of a tile (V × 32): the sum of the rows of ``h``'s block picked by the column's
   nonzeros; the tile is then transposed into ``out``'s 32 rows.
+* ``times_w``: for each block of 32 columns of ``w``, each row of ``out`` is the sum of
+  ``w``'s rows (their 32 values in the block, read where they are) picked by ``s``'s
+  nonzeros; the columns past the last multiple of 32 in a plain loop.
 
 The weighted sums run on 32 floats at once in four 8-float vectors, two chains of
 fused multiply-adds (the even and the odd nonzeros of a row, added at the end), written
 in LLVM's IR so that the accumulators stay in registers. Each element of a result is
-computed by one thread, in the order of ``x``'s nonzeros: the same bits on any thread
-count, run after run. They differ from a GEMM's in the last bits (another order of the
-sums, as another BLAS's would); and a product skips the zeros of ``x``, so a NaN or an
-infinity in ``w`` (or ``h``) facing a zero of ``x`` stays out of it, where a GEMM would
-give NaN.
+computed by one thread, in the order of the nonzeros: the same bits on any thread count,
+run after run. They differ from a GEMM's in the last bits (another order of the sums, as
+another BLAS's would); and a product skips the zeros, so a NaN or an infinity in the
+other operand facing a zero stays out of it, where a GEMM would give NaN.
 
 On the 2-core AMD EPYC (AVX2) of issue 47, RBM1's shapes (B 100, V 784, H 1000), MNIST at
 19% nonzero: ``x·wᵀ`` 0.79 ms against OpenBLAS's 2.06 on one thread (0.48 against 1.24
-on two), ``hᵀ·x`` 0.74 against 1.91 (0.46 against 1.06).
+on two), ``hᵀ·x`` 0.74 against 1.91 (0.46 against 1.06); ``s·w`` at 10% ones 0.99
+against 1.92 (0.57 against 1.05), at 30% 2.99 against 1.95: rows of ``w`` scattered over
+memory, hence its lower limit.
 
 Each function returns False, having written nothing, where it does not apply: numba
 missing, ``SINGA_NUMBA=0`` or ``SINGA_SPARSE_ROWS=0`` (the GEMM's own bits, for a
 comparison), operands that are not C-contiguous float32 host arrays, a
-product too small to matter (:data:`MIN_WORK`), or ``x`` denser than
+product too small to matter (:data:`MIN_WORK`), or a left operand denser than
 :func:`max_density`; the caller then multiplies with its GEMM.
 
-The kernel ``sparse_rows_times_wt`` (composite) is ``x·wᵀ`` for a layer: ``times_wt`` on
-the host, else one GEMM; on a GPU always the GEMM. kRBMHid's positive phase calls it;
+The kernels ``sparse_rows_times_wt`` and ``sparse_rows_times_w`` (composite) are these
+products for a layer: the sparse one on the host where it applies, else one GEMM; on a GPU
+always the GEMM. kRBMHid's positive phase and kRBMVis's negative phase call them;
 kRBMVis's kernel ``rbm_weight_gradient`` uses ``ht_times`` on the host.
 """
 
@@ -54,7 +61,7 @@ from singa_core.jit import Compiled, use_host_threads
 from singa_core.kernels import define_kernel
 from singa_core.resources import cpu_flags
 
-__all__ = ["ENV_VAR", "MIN_WORK", "ht_times", "max_density", "times_wt"]
+__all__ = ["ENV_VAR", "MIN_WORK", "ht_times", "index_bytes", "max_density", "times_w", "times_wt"]
 
 #: ``SINGA_SPARSE_ROWS=0`` turns the sparse products off (every product a GEMM)
 ENV_VAR = "SINGA_SPARSE_ROWS"
@@ -473,7 +480,7 @@ def ht_times(h, x, out, alpha: float = 1.0) -> bool:
 
 
 def index_bytes(batch: int, dim: int) -> int:
-    """The host memory the two products keep for a ``batch × dim`` operand: its index
+    """The host memory the products keep for a ``batch × dim`` left operand: its index
     (row and column forms) and a thread's panels; for memory estimates."""
     index = 2 * (batch * dim * 12 + (max(batch, dim) + 1) * 8)
     return index + 4 * _BLOCK * (2 * dim + batch + 1)

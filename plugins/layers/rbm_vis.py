@@ -105,9 +105,10 @@ class RBMVisLayer(RBMLayer):
         charge_memory(
             self,
             "scratch",
-            (index_bytes(batch, vdim),),
+            (index_bytes(batch, vdim) + index_bytes(batch, self.hdim),),
             itemsize=1,
-            what="the input's nonzeros, listed for the sparse products",
+            what="the nonzeros of the input and of the hidden sample, listed for the "
+            "sparse products",
             training_only=True,
         )
         self._error = self.xp.zeros((), dtype=np.float64)  # one batch's squared error

@@ -55,6 +55,7 @@ ALIASES = {
     "names",
     "resources",
     "jit",
+    "numpy_loops",
 }
 
 

@@ -1,5 +1,5 @@
 """numpy's own float32 exp and tanh loops called from compiled code
-(singa_core/contracts/numpy_loops.py): found in the ufunc's C structure, trusted only when
+(singa_core.numpy_loops): found in the ufunc's C structure, trusted only when
 they give numpy's bits, and then the same bits from a compiled pass on any block."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import ctypes
 import numpy as np
 import pytest
 
-from singa_core.contracts import numpy_loops
+from singa_core import numpy_loops
 
 
 @pytest.mark.parametrize("name", numpy_loops.UNARY)

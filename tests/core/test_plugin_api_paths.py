@@ -52,8 +52,9 @@ PUBLIC = {
     ],
     "singa_core.memory": ["charge", "charge_once", "format_bytes", "parse_size"],
     "singa_core.names": ["runtime_param_name", "base_layer_name", "unrolled_name"],
-    "singa_core.resources": ["usable_cpus", "cgroup_memory"],
+    "singa_core.resources": ["usable_cpus", "cgroup_memory", "cpu_flags"],
     "singa_core.jit": ["Compiled", "enabled"],
+    "singa_core.numpy_loops": ["loop", "call_unary_intrinsic", "UNARY"],
     "singa_core.plugin_host": ["get_host", "PluginHost"],
     "singa_core.schema": ["job_pb2", "common_pb2"],
     "singa_core.testing": [
@@ -94,6 +95,7 @@ ALIASED = [
     "names",
     "resources",
     "jit",
+    "numpy_loops",
 ]
 
 
