@@ -244,38 +244,25 @@ def _compile():
     pjit = numba.njit(cache=True, nogil=True, boundscheck=False, parallel=True)
 
     @jit
-    def index_rows(x, limit, stride, ptr, offs, vals):
-        """x's nonzeros row by row (offsets j·stride: into a panel, or w's rows); -1 past
-        ``limit``."""
+    def index_nonzeros(xf, outer, inner, outer_step, inner_step, offset_step, alpha, limit,
+                       ptr, offs, vals):  # fmt: skip
+        """The nonzeros of ``x`` (flat ``xf``) line by line: ``outer`` lines of ``inner``
+        values (rows: steps ``dim`` and 1; columns: 1 and ``dim``), each listed with its
+        place in the line times ``offset_step`` and its value times ``alpha``; -1 past
+        ``limit`` nonzeros."""
         n = 0
-        for r in range(x.shape[0]):
-            ptr[r] = n
-            for j in range(x.shape[1]):
-                v = x[r, j]
+        for o in range(outer):
+            ptr[o] = n
+            base = o * outer_step
+            for i in range(inner):
+                v = xf[base + i * inner_step]
                 if v != 0.0:
                     if n == limit:
                         return -1
-                    offs[n] = j * stride
-                    vals[n] = v
-                    n += 1
-        ptr[x.shape[0]] = n
-        return n
-
-    @jit
-    def index_columns(x, alpha, limit, ptr, offs, vals):
-        """x's nonzeros column by column, times alpha (offsets r·32 into h's block)."""
-        n = 0
-        for j in range(x.shape[1]):
-            ptr[j] = n
-            for r in range(x.shape[0]):
-                v = x[r, j]
-                if v != 0.0:
-                    if n == limit:
-                        return -1
-                    offs[n] = r * _BLOCK
+                    offs[n] = i * offset_step
                     vals[n] = v * alpha
                     n += 1
-        ptr[x.shape[1]] = n
+        ptr[outer] = n
         return n
 
     @pjit
@@ -363,7 +350,7 @@ def _compile():
                     for k in range(width):
                         out[r, c0 + k] = rest[k]
 
-    return index_rows, index_columns, times_wt, ht_times, times_w
+    return index_nonzeros, times_wt, ht_times, times_w
 
 
 _COMPILED = Compiled(_compile)
@@ -422,60 +409,80 @@ def _compiled():
     return _COMPILED.get()
 
 
+def _index_rows(fns, x, offset_step: int, limit: int, ptr, offs, vals) -> int:
+    """x's nonzeros row by row, each at its column times ``offset_step``; -1 past
+    ``limit``."""
+    batch, dim = x.shape
+    one = np.float32(1.0)
+    return fns[0](x.reshape(-1), batch, dim, dim, 1, offset_step, one, limit, ptr, offs, vals)
+
+
+def _ready(a, b, out, inner_agrees: bool, shape: tuple, work: int):
+    """The compiled functions where a product of the 2-D ``a`` and ``b`` into ``out`` may
+    run over ``a``'s nonzeros (C-contiguous float32 host arrays, the inner sizes agreeing,
+    ``out`` of ``shape``, ``work`` multiply-adds of the dense product at least
+    :data:`MIN_WORK`); else None."""
+    fns = _compiled()
+    if fns is None or not _host_f32(a, b, out):
+        return None
+    if not inner_agrees or out.shape != shape or work < MIN_WORK:
+        return None
+    return fns
+
+
 def times_wt(x, w, out) -> bool:
     """``out = x·wᵀ`` over ``x``'s nonzeros (x B × V, w H × V, out B × H); False, with
     nothing written, where it does not apply (the module doc)."""
-    fns = _compiled()
-    if fns is None or x.ndim != 2 or w.ndim != 2 or not _host_f32(x, w, out):
+    if x.ndim != 2 or w.ndim != 2:
         return False
-    batch, dim = x.shape
-    rows = w.shape[0]
-    if w.shape[1] != dim or out.shape != (batch, rows) or batch * dim * rows < MIN_WORK:
+    (batch, dim), rows = x.shape, w.shape[0]
+    fns = _ready(x, w, out, w.shape[-1] == dim, (batch, rows), batch * dim * rows)
+    if fns is None:
         return False
     ptr, offs, vals = _scratch.index_for(batch, x.size)
     threads = use_host_threads()
-    if fns[0](x, _limit(x), _BLOCK, ptr, offs, vals) < 0:
+    if _index_rows(fns, x, _BLOCK, _limit(x), ptr, offs, vals) < 0:
         return False
     panels, rests = _scratch.panels_for(threads, dim * _BLOCK, _BLOCK)
-    fns[2](ptr, offs, vals, w, out, panels, rests)
+    fns[1](ptr, offs, vals, w, out, panels, rests)
     return True
 
 
 def times_w(x, w, out) -> bool:
     """``out = x·w`` over ``x``'s nonzeros (x B × H, w H × V, out B × V); False, with
     nothing written, where it does not apply (the module doc)."""
-    fns = _compiled()
-    if fns is None or x.ndim != 2 or w.ndim != 2 or not _host_f32(x, w, out):
+    if x.ndim != 2 or w.ndim != 2:
         return False
-    batch, rows = x.shape
-    dim = w.shape[1]
-    if w.shape[0] != rows or out.shape != (batch, dim) or batch * dim * rows < MIN_WORK:
+    (batch, rows), dim = x.shape, w.shape[1]
+    fns = _ready(x, w, out, w.shape[0] == rows, (batch, dim), batch * dim * rows)
+    if fns is None:
         return False
     ptr, offs, vals = _scratch.index_for(batch, x.size)
     threads = use_host_threads()
-    if fns[0](x, _limit(x, True), dim, ptr, offs, vals) < 0:
+    if _index_rows(fns, x, dim, _limit(x, True), ptr, offs, vals) < 0:
         return False
     _, rests = _scratch.panels_for(threads, 1, _BLOCK)
-    fns[4](ptr, offs, vals, w, out, rests)
+    fns[3](ptr, offs, vals, w, out, rests)
     return True
 
 
 def ht_times(h, x, out, alpha: float = 1.0) -> bool:
     """``out = alpha·hᵀ·x`` over ``x``'s nonzeros (h B × H, x B × V, out H × V); False,
     with nothing written, where it does not apply (the module doc)."""
-    fns = _compiled()
-    if fns is None or x.ndim != 2 or h.ndim != 2 or not _host_f32(h, x, out):
+    if x.ndim != 2 or h.ndim != 2:
         return False
-    batch, dim = x.shape
-    rows = h.shape[1]
-    if h.shape[0] != batch or out.shape != (rows, dim) or batch * dim * rows < MIN_WORK:
+    (batch, dim), rows = x.shape, h.shape[1]
+    fns = _ready(x, h, out, h.shape[0] == batch, (rows, dim), batch * dim * rows)
+    if fns is None:
         return False
     ptr, offs, vals = _scratch.index_for(dim, x.size)
     threads = use_host_threads()
-    if fns[1](x, np.float32(alpha), _limit(x), ptr, offs, vals) < 0:
+    listed = fns[0](x.reshape(-1), dim, batch, 1, dim, _BLOCK, np.float32(alpha), _limit(x),
+                    ptr, offs, vals)  # fmt: skip
+    if listed < 0:  # x's columns, each nonzero at its row·32 in h's block, times alpha
         return False
     blocks, tiles = _scratch.panels_for(threads, batch * _BLOCK, dim * _BLOCK)
-    fns[3](ptr, offs, vals, h, out, blocks, tiles)
+    fns[2](ptr, offs, vals, h, out, blocks, tiles)
     return True
 
 
