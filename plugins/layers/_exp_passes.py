@@ -65,6 +65,7 @@ def _compile():
 
 
 _COMPILED = Compiled(_compile)
+_NO_BIAS = np.zeros(1, np.float32)  # the pass's bias argument where there is none (unread)
 
 
 def _rows(a):
@@ -87,7 +88,7 @@ def _run(x, b, out) -> bool:
         return False
     cols = xr.shape[1]
     if b is None:
-        bias = np.zeros(1, np.float32)
+        bias = _NO_BIAS
     elif type(b) is np.ndarray and b.dtype == np.float32 and b.shape == (cols,):
         bias = b
     else:

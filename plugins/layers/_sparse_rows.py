@@ -409,14 +409,6 @@ def _compiled():
     return _COMPILED.get()
 
 
-def _index_rows(fns, x, offset_step: int, limit: int, ptr, offs, vals) -> int:
-    """x's nonzeros row by row, each at its column times ``offset_step``; -1 past
-    ``limit``."""
-    batch, dim = x.shape
-    one = np.float32(1.0)
-    return fns[0](x.reshape(-1), batch, dim, dim, 1, offset_step, one, limit, ptr, offs, vals)
-
-
 def _ready(a, b, out, inner_agrees: bool, shape: tuple, work: int):
     """The compiled functions where a product of the 2-D ``a`` and ``b`` into ``out`` may
     run over ``a``'s nonzeros (C-contiguous float32 host arrays, the inner sizes agreeing,
@@ -430,19 +422,33 @@ def _ready(a, b, out, inner_agrees: bool, shape: tuple, work: int):
     return fns
 
 
+def _rows_listed(x, w, out, inner_agrees: bool, shape: tuple, offset_step: int, limit_of):
+    """For ``times_wt`` and ``times_w``: where ``x`` (B × K) may be multiplied over its
+    nonzeros, list them row by row (each at its column times ``offset_step``) and return
+    (the compiled functions, ptr, offs, vals, threads); else None (too many nonzeros:
+    more than ``limit_of(x)``, or :func:`_ready` says no)."""
+    batch, inner = x.shape
+    fns = _ready(x, w, out, inner_agrees, shape, batch * w.size)  # the dense product's
+    if fns is None:
+        return None
+    ptr, offs, vals = _scratch.index_for(batch, x.size)
+    threads = use_host_threads()
+    one = np.float32(1.0)
+    listed = fns[0](x.reshape(-1), batch, inner, inner, 1, offset_step, one, limit_of(x),
+                    ptr, offs, vals)  # fmt: skip
+    return None if listed < 0 else (fns, ptr, offs, vals, threads)
+
+
 def times_wt(x, w, out) -> bool:
     """``out = x·wᵀ`` over ``x``'s nonzeros (x B × V, w H × V, out B × H); False, with
     nothing written, where it does not apply (the module doc)."""
     if x.ndim != 2 or w.ndim != 2:
         return False
     (batch, dim), rows = x.shape, w.shape[0]
-    fns = _ready(x, w, out, w.shape[-1] == dim, (batch, rows), batch * dim * rows)
-    if fns is None:
+    got = _rows_listed(x, w, out, w.shape[1] == dim, (batch, rows), _BLOCK, _limit)
+    if got is None:
         return False
-    ptr, offs, vals = _scratch.index_for(batch, x.size)
-    threads = use_host_threads()
-    if _index_rows(fns, x, _BLOCK, _limit(x), ptr, offs, vals) < 0:
-        return False
+    fns, ptr, offs, vals, threads = got
     panels, rests = _scratch.panels_for(threads, dim * _BLOCK, _BLOCK)
     fns[1](ptr, offs, vals, w, out, panels, rests)
     return True
@@ -454,13 +460,10 @@ def times_w(x, w, out) -> bool:
     if x.ndim != 2 or w.ndim != 2:
         return False
     (batch, rows), dim = x.shape, w.shape[1]
-    fns = _ready(x, w, out, w.shape[0] == rows, (batch, dim), batch * dim * rows)
-    if fns is None:
+    got = _rows_listed(x, w, out, w.shape[0] == rows, (batch, dim), dim, lambda a: _limit(a, True))
+    if got is None:
         return False
-    ptr, offs, vals = _scratch.index_for(batch, x.size)
-    threads = use_host_threads()
-    if _index_rows(fns, x, dim, _limit(x, True), ptr, offs, vals) < 0:
-        return False
+    fns, ptr, offs, vals, threads = got
     _, rests = _scratch.panels_for(threads, 1, _BLOCK)
     fns[3](ptr, offs, vals, w, out, rests)
     return True
