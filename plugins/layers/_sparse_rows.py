@@ -9,9 +9,11 @@ An RBM multiplies its input batch ``x`` (B × V) twice a step, and its hidden sa
 
 81% of MNIST's values are zero, and RBM1's hidden sample is 85-90% zeros from its tenth
 step on (half at the start); a GEMM multiplies by each of them. These list the left
-operand's nonzeros first (a pass over it: row by row, or column by column for
-``ht_times``, stopping as soon as there are too many) and, where at most
-:func:`max_density` of it is nonzero, compute with them alone, compiled (numba):
+operand's nonzeros first (a pass over it row by row, over a transposed copy for
+``ht_times``'s columns, stopping at the first row past too many; on an AVX2 CPU eight
+values at a time without a branch: a compare, and a permutation from a table packs the
+nonzeros and their places) and, where at most :func:`max_density` of it is nonzero,
+compute with them alone, compiled (numba):
 
 * ``times_wt``: for each block of 32 rows of ``w`` (one thread's work), the block is
   transposed once into a panel (V × 32, 8 × 8 tiles transposed in registers); each row of
@@ -87,14 +89,38 @@ def max_density(rows_in_place: bool = False) -> float:
     return limit / 2 if "avx512f" in cpu_flags() else limit
 
 
+def _vector_listing() -> bool:
+    """Whether the nonzeros are listed eight at a time (AVX2's permutes; the CPU's flags,
+    and numba compiling for this CPU), else one at a time."""
+    import numba
+
+    name, features = numba.config.CPU_NAME, numba.config.CPU_FEATURES
+    if name not in (None, "host") or (features is not None and "+avx2" not in features):
+        return False
+    return "avx2" in cpu_flags()
+
+
+def _pack_permutations() -> np.ndarray:
+    """For each 8-bit mask, the lanes set in it first (in order): ``list8``'s table."""
+    lut = np.zeros((1 << _VEC, _VEC), np.int32)
+    for mask in range(1 << _VEC):
+        lanes = [k for k in range(_VEC) if mask >> k & 1]
+        lut[mask, : len(lanes)] = lanes
+    return lut.reshape(-1)
+
+
+_PACK = _pack_permutations()
+
+
 def _compile():
     import numba
     from llvmlite import ir
     from numba import prange, types
     from numba.extending import intrinsic
 
-    f32, i64 = ir.FloatType(), ir.IntType(64)
-    vec = ir.VectorType(f32, _VEC)
+    f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
+    vec, ivec = ir.VectorType(f32, _VEC), ir.VectorType(i32, _VEC)
+    vector_listing = _vector_listing()
     lanes = _BLOCK // _VEC
 
     def data(context, builder, ty, value):
@@ -107,6 +133,12 @@ def _compile():
         ld = builder.load(builder.bitcast(builder.gep(base, [at]), vec.as_pointer()))
         ld.align = 4
         return ld
+
+    def splat(builder, value, vtype):  # value in every lane of a vtype
+        one = builder.insert_element(ir.Constant(vtype, ir.Undefined), value, ir.Constant(i32, 0))
+        return builder.shuffle_vector(
+            one, ir.Constant(vtype, ir.Undefined), ir.Constant(ivec, [0] * _VEC)
+        )
 
     def store_vec(builder, value, base, at):
         st = builder.store(value, builder.bitcast(builder.gep(base, [at]), vec.as_pointer()))
@@ -134,15 +166,11 @@ def _compile():
             )
             first, end = as_i64(builder, args[3]), as_i64(builder, args[4])
             zero = ir.Constant(vec, [0.0] * _VEC)
-            splat_mask = ir.Constant(ir.VectorType(ir.IntType(32), _VEC), [0] * _VEC)
 
             def term(n):  # (vals[n] in every lane, the 4 vectors of src's row offs[n])
                 s = builder.load(builder.gep(valp, [n]))
                 o = as_i64(builder, builder.load(builder.gep(offp, [n])))
-                sv = builder.insert_element(
-                    ir.Constant(vec, ir.Undefined), s, ir.Constant(ir.IntType(32), 0)
-                )
-                sv = builder.shuffle_vector(sv, ir.Constant(vec, ir.Undefined), splat_mask)
+                sv = splat(builder, s, vec)
                 row = builder.gep(srcp, [o])
                 return sv, [
                     load_vec(builder, row, ir.Constant(i64, q * _VEC)) for q in range(lanes)
@@ -243,27 +271,94 @@ def _compile():
     jit = numba.njit(cache=True, nogil=True, boundscheck=False)
     pjit = numba.njit(cache=True, nogil=True, boundscheck=False, parallel=True)
 
-    @jit
-    def index_nonzeros(xf, outer, inner, outer_step, inner_step, offset_step, alpha, limit,
-                       ptr, offs, vals):  # fmt: skip
-        """The nonzeros of ``x`` (flat ``xf``) line by line: ``outer`` lines of ``inner``
-        values (rows: steps ``dim`` and 1; columns: 1 and ``dim``), each listed with its
-        place in the line times ``offset_step`` and its value times ``alpha``; -1 past
-        ``limit`` nonzeros."""
-        n = 0
-        for o in range(outer):
-            ptr[o] = n
-            base = o * outer_step
-            for i in range(inner):
-                v = xf[base + i * inner_step]
-                if v != 0.0:
-                    if n == limit:
-                        return -1
-                    offs[n] = i * offset_step
-                    vals[n] = v * alpha
-                    n += 1
-        ptr[outer] = n
-        return n
+    if vector_listing:
+
+        @intrinsic
+        def list8(typingctx, xf, at, lut, first, step, alpha, offs, vals, n):
+            """The nonzeros of ``xf[at:at + 8]`` appended at ``n``, no branch: their
+            values times ``alpha`` to ``vals``, ``first + lane·step`` to ``offs`` (8
+            lanes stored, the zeros' overwritten later: both need 8 spare places past
+            the end), packed by the permutation ``lut[8·mask:]``; returns n + count."""
+            sig = types.int64(xf, at, lut, first, step, alpha, offs, vals, n)
+
+            def codegen(context, builder, signature, args):
+                mod = builder.module
+
+                def declared(name, ret, params):
+                    return mod.globals.get(name) or ir.Function(
+                        mod, ir.FunctionType(ret, params), name=name
+                    )
+
+                permps = declared("llvm.x86.avx2.permps", vec, [vec, ivec])
+                permd = declared("llvm.x86.avx2.permd", ivec, [ivec, ivec])
+                ctpop = declared("llvm.ctpop.i32", i32, [i32])
+                xp, lp, op, vp = (
+                    data(context, builder, signature.args[k], args[k]) for k in (0, 2, 6, 7)
+                )
+                n = as_i64(builder, args[8])
+                v = load_vec(builder, xp, as_i64(builder, args[1]))
+                mask = builder.fcmp_unordered("!=", v, ir.Constant(vec, [0.0] * _VEC))
+                bits = builder.zext(builder.bitcast(mask, ir.IntType(_VEC)), i32)
+                at = builder.mul(builder.zext(bits, i64), ir.Constant(i64, _VEC))
+                perm = builder.load(builder.bitcast(builder.gep(lp, [at]), ivec.as_pointer()))
+                perm.align = 4
+                scaled = builder.fmul(v, splat(builder, args[5], vec))
+                first = splat(builder, builder.trunc(as_i64(builder, args[3]), i32), ivec)
+                step = splat(builder, builder.trunc(as_i64(builder, args[4]), i32), ivec)
+                places = builder.add(first, builder.mul(step, ir.Constant(ivec, list(range(_VEC)))))
+                for value, to, permute in ((scaled, vp, permps), (places, op, permd)):
+                    st = builder.store(
+                        builder.call(permute, [value, perm]),
+                        builder.bitcast(builder.gep(to, [n]), value.type.as_pointer()),
+                    )
+                    st.align = 4
+                return builder.add(n, builder.zext(builder.call(ctpop, [bits]), i64))
+
+            return sig, codegen
+
+        @jit
+        def index_nonzeros(xf, lines, inner, offset_step, alpha, limit, lut, ptr, offs, vals):
+            """The nonzeros of ``x`` (flat ``xf``) line by line: ``lines`` lines of
+            ``inner`` values, each listed with its place in the line times
+            ``offset_step`` and its value times ``alpha``; -1 past ``limit`` nonzeros.
+            Eight values at a time (:func:`list8`), the line's rest one by one."""
+            n = 0
+            whole = inner - inner % _VEC
+            for o in range(lines):
+                ptr[o] = n
+                base = o * inner
+                for i in range(0, whole, _VEC):
+                    n = list8(xf, base + i, lut, i * offset_step, offset_step, alpha, offs, vals, n)
+                for i in range(whole, inner):
+                    v = xf[base + i]
+                    if v != 0.0:
+                        offs[n] = i * offset_step
+                        vals[n] = v * alpha
+                        n += 1
+                if n > limit:
+                    return -1
+            ptr[lines] = n
+            return n
+
+    else:
+
+        @jit
+        def index_nonzeros(xf, lines, inner, offset_step, alpha, limit, lut, ptr, offs, vals):
+            """As above, one value at a time (a CPU without AVX2)."""
+            n = 0
+            for o in range(lines):
+                ptr[o] = n
+                base = o * inner
+                for i in range(inner):
+                    v = xf[base + i]
+                    if v != 0.0:
+                        offs[n] = i * offset_step
+                        vals[n] = v * alpha
+                        n += 1
+                if n > limit:
+                    return -1
+            ptr[lines] = n
+            return n
 
     @pjit
     def times_wt(ptr, offs, vals, w, out, panels, rests):
@@ -363,17 +458,30 @@ class _Scratch(threading.local):
         self.index: dict = {}
         self.panels: dict = {}
 
-    def index_for(self, outer: int, size: int):
-        key = (outer, size)
+    def index_for(self, lines: int, size: int):
+        """(ptr, offs, vals) for ``size`` values in ``lines`` lines: 8 spare places for
+        the packed stores past the last nonzero."""
+        key = (lines, size)
         got = self.index.get(key)
         if got is None:
             if len(self.index) > 8:
                 self.index.clear()
             got = self.index[key] = (
-                np.empty(outer + 1, np.int64),
-                np.empty(size, np.int64),
-                np.empty(size, np.float32),
+                np.empty(lines + 1, np.int64),
+                np.empty(size + _VEC, np.int32),
+                np.empty(size + _VEC, np.float32),
             )
+        return got
+
+    def transposed(self, x):
+        """``x``ᵀ, C-contiguous, in a buffer kept for its shape."""
+        key = ("T", x.shape)
+        got = self.panels.get(key)
+        if got is None:
+            if len(self.panels) > 8:
+                self.panels.clear()
+            got = self.panels[key] = np.empty(x.shape[::-1], np.float32)
+        np.copyto(got, x.T)
         return got
 
     def panels_for(self, threads: int, first: int, second: int):
@@ -413,13 +521,25 @@ def _ready(a, b, out, inner_agrees: bool, shape: tuple, work: int):
     """The compiled functions where a product of the 2-D ``a`` and ``b`` into ``out`` may
     run over ``a``'s nonzeros (C-contiguous float32 host arrays, the inner sizes agreeing,
     ``out`` of ``shape``, ``work`` multiply-adds of the dense product at least
-    :data:`MIN_WORK`); else None."""
+    :data:`MIN_WORK`, offsets within the index's 32 bits); else None."""
     fns = _compiled()
     if fns is None or not _host_f32(a, b, out):
         return None
     if not inner_agrees or out.shape != shape or work < MIN_WORK:
         return None
+    if max(a.size, b.size, out.size) * _BLOCK >= 1 << 31:
+        return None
     return fns
+
+
+def _list(fns, x, offset_step: int, alpha, limit: int):
+    """``x``'s nonzeros row by row (each at its column times ``offset_step``, times
+    ``alpha``): (ptr, offs, vals), or None past ``limit`` of them."""
+    lines, inner = x.shape
+    ptr, offs, vals = _scratch.index_for(lines, x.size)
+    listed = fns[0](x.reshape(-1), lines, inner, offset_step, np.float32(alpha), limit, _PACK,
+                    ptr, offs, vals)  # fmt: skip
+    return None if listed < 0 else (ptr, offs, vals)
 
 
 def _rows_listed(x, w, out, inner_agrees: bool, shape: tuple, offset_step: int, limit_of):
@@ -427,16 +547,12 @@ def _rows_listed(x, w, out, inner_agrees: bool, shape: tuple, offset_step: int, 
     nonzeros, list them row by row (each at its column times ``offset_step``) and return
     (the compiled functions, ptr, offs, vals, threads); else None (too many nonzeros:
     more than ``limit_of(x)``, or :func:`_ready` says no)."""
-    batch, inner = x.shape
-    fns = _ready(x, w, out, inner_agrees, shape, batch * w.size)  # the dense product's
+    fns = _ready(x, w, out, inner_agrees, shape, x.shape[0] * w.size)  # the dense product's
     if fns is None:
         return None
-    ptr, offs, vals = _scratch.index_for(batch, x.size)
     threads = use_host_threads()
-    one = np.float32(1.0)
-    listed = fns[0](x.reshape(-1), batch, inner, inner, 1, offset_step, one, limit_of(x),
-                    ptr, offs, vals)  # fmt: skip
-    return None if listed < 0 else (fns, ptr, offs, vals, threads)
+    index = _list(fns, x, offset_step, 1.0, limit_of(x))
+    return None if index is None else (fns, *index, threads)
 
 
 def times_wt(x, w, out) -> bool:
@@ -478,12 +594,12 @@ def ht_times(h, x, out, alpha: float = 1.0) -> bool:
     fns = _ready(x, h, out, h.shape[0] == batch, (rows, dim), batch * dim * rows)
     if fns is None:
         return False
-    ptr, offs, vals = _scratch.index_for(dim, x.size)
     threads = use_host_threads()
-    listed = fns[0](x.reshape(-1), dim, batch, 1, dim, _BLOCK, np.float32(alpha), _limit(x),
-                    ptr, offs, vals)  # fmt: skip
-    if listed < 0:  # x's columns, each nonzero at its row·32 in h's block, times alpha
+    # x's columns (the rows of xᵀ), each nonzero at its row·32 in h's block, times alpha
+    index = _list(fns, _scratch.transposed(x), _BLOCK, alpha, _limit(x))
+    if index is None:
         return False
+    ptr, offs, vals = index
     blocks, tiles = _scratch.panels_for(threads, batch * _BLOCK, dim * _BLOCK)
     fns[2](ptr, offs, vals, h, out, blocks, tiles)
     return True
@@ -491,8 +607,9 @@ def ht_times(h, x, out, alpha: float = 1.0) -> bool:
 
 def index_bytes(batch: int, dim: int) -> int:
     """The host memory the products keep for a ``batch × dim`` left operand: its index
-    (row and column forms) and a thread's panels; for memory estimates."""
-    index = 2 * (batch * dim * 12 + (max(batch, dim) + 1) * 8)
+    (row and column forms), the input transposed for the column form and a thread's
+    panels; for memory estimates."""
+    index = 2 * ((batch * dim + _VEC) * 8 + (max(batch, dim) + 1) * 8) + batch * dim * 4
     return index + 4 * _BLOCK * (2 * dim + batch + 1)
 
 

@@ -191,3 +191,32 @@ def test_the_kernel_is_the_sparse_product_on_the_host_and_one_gemm_on_a_gpu(spar
             dev.kernels.sparse_rows_times_wt(dx, dw, dout)
         assert counts.kernels == 1 and counts.reads == 0
         np.testing.assert_allclose(to_host(dout), x @ w.T, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("eight_at_a_time", [True, False])
+def test_the_nonzeros_are_listed_as_numpy_finds_them(sparse, monkeypatch, eight_at_a_time):
+    """Both listers (eight values at a time with AVX2's permutes, one at a time without):
+    each line's nonzeros in order, NaN and infinities included, −0.0 left out, lines of
+    any length (a rest past the last eight), values times alpha; -1 past the limit."""
+    if eight_at_a_time and not sparse._vector_listing():
+        pytest.skip("this CPU (or numba's target) has no AVX2")
+    monkeypatch.setattr(sparse, "_vector_listing", lambda: eight_at_a_time)
+    index_nonzeros = sparse._compile()[0]
+    rng = np.random.default_rng(11)
+    for lines, inner in ((100, 784), (7, 13), (3, 5), (40, 8), (9, 1001)):
+        x = sparse_rows(rng, lines, inner, 0.3)
+        x[0, :3] = [np.nan, -0.0, np.inf]
+        x[-1] = 0.0
+        ptr = np.empty(lines + 1, np.int64)
+        offs, vals = np.empty(x.size + 8, np.int32), np.empty(x.size + 8, np.float32)
+        alpha, step = np.float32(-0.5), 32
+        n = index_nonzeros(x.reshape(-1), lines, inner, step, alpha, x.size, sparse._PACK,
+                           ptr, offs, vals)  # fmt: skip
+        rows, cols = np.nonzero(x)
+        assert n == len(rows)
+        np.testing.assert_array_equal(ptr, np.searchsorted(rows, np.arange(lines + 1)))
+        np.testing.assert_array_equal(offs[:n], cols * step)
+        np.testing.assert_array_equal(vals[:n], x[rows, cols] * alpha)
+        limit = max(0, len(rows) - 1)
+        assert index_nonzeros(x.reshape(-1), lines, inner, step, alpha, limit, sparse._PACK,
+                              ptr, offs, vals) == -1  # fmt: skip
