@@ -14,7 +14,7 @@ import ctypes
 import os
 import threading
 
-from singa_core.contracts import sgemm_split
+from singa_core.contracts import packed_gemm, sgemm_split
 from singa_core.contracts.openblas import SETTERS as _SETTERS
 from singa_core.contracts.openblas import find_saxpy, openblas_threads
 from singa_core.contracts.openblas import openblas_libraries as _openblas_libs
@@ -409,6 +409,21 @@ def gemm_acc(a, b, c) -> None:
 _CBLAS_A_MATRIX, _CBLAS_B_MATRIX, _CBLAS_PACKED = 161, 162, 151
 
 
+def _own_packing_threads() -> int | None:
+    """The threads singa's packed GEMM (:mod:`~singa_core.contracts.packed_gemm`) runs a
+    product on where it takes the chosen OpenBLAS's place: as many as OpenBLAS's GEMMs are
+    cut over (:mod:`~singa_core.contracts.sgemm_split`), or one where OpenBLAS runs one;
+    None where it does not apply (another library, OpenBLAS's own threads, the CPU)."""
+    from singa_core.contracts import sgemm as library
+
+    lib = library._chosen or library.chosen()
+    if lib is None or lib.name != "openblas" or not packed_gemm.applies():
+        return None
+    if sgemm_split.active():
+        return sgemm_split.parts()
+    return 1 if openblas_threads() == 1 else None
+
+
 def _packed_gemm():
     """The chosen SGEMM library's packed-GEMM functions (MKL's), or None."""
     from singa_core.contracts import sgemm as library
@@ -422,50 +437,77 @@ class FixedOperand:
     rows) that all take the same ``b``: a recurrent weight over the time steps of a
     sequence. ``set(b)`` after ``b``'s values change, then ``gemm(a, fixed, c, beta=...)``.
 
-    On the host with MKL, ``set`` packs ``b`` once into the layout MKL's GEMM kernels read
-    (``cblas_sgemm_pack``, into a buffer kept from call to call) and each product reads the
-    packed copy (``cblas_sgemm_compute``): a plain ``cblas_sgemm`` repacks ``b`` at every
-    call, which dominates products of few rows (a GRU step's 50 x 512 x 1536: 0.58-0.76 of
-    the time, 1 and 2 threads). Anywhere else (OpenBLAS, a device, another ``a``) the
-    products are plain :func:`gemm` calls with ``b``: the same launches on a device."""
+    On the host ``set`` packs ``b`` once, into a buffer kept from call to call, and each
+    product reads the packed copy: a plain ``cblas_sgemm`` repacks ``b`` at every call,
+    which dominates products of few rows (a GRU step's 50 x 512 x 1536). With MKL chosen,
+    MKL's own packed GEMM (``cblas_sgemm_pack`` / ``cblas_sgemm_compute``: 0.58-0.76 of
+    the time, 1 and 2 threads); with OpenBLAS on an AVX2 CPU, singa's
+    (:mod:`singa_core.contracts.packed_gemm`: 0.75-0.84). Anywhere else (OpenBLAS on
+    another CPU or running its own threads, a device, another ``a``) the products are
+    plain :func:`gemm` calls with ``b``: the same launches on a device."""
 
-    __slots__ = ("rows", "b", "_buf", "_dims")
+    __slots__ = ("rows", "b", "_buf", "_dims", "_own")
 
     def __init__(self, rows: int) -> None:
         self.rows = int(rows)
         self.b = None
-        self._buf = None  # MKL's packed copy of b (float32 words), kept between sets
-        self._dims = None  # (n, k, compute) of the packed b, or None when b is not packed
+        self._buf = None  # the packed copy of b (float32 words), kept between sets
+        self._dims = None  # (n, k, compute) of b packed by MKL, or None
+        self._own = None  # (n, k, threads) of b packed by singa's packed_gemm, or None
 
     @staticmethod
     def packs() -> bool:
-        """Whether host operands are packed (the chosen library has MKL's packed GEMM):
-        each then keeps a packed copy about the size of ``b`` (for memory estimates)."""
-        return _packed_gemm() is not None
+        """Whether host operands are packed (MKL's packed GEMM, or singa's where it
+        applies): each then keeps a packed copy about the size of ``b`` (for memory
+        estimates)."""
+        return _packed_gemm() is not None or _own_packing_threads() is not None
 
     def set(self, b) -> None:
         """``b`` (a 2-D view; kept, not copied) is the operand from now on."""
         import numpy as np
 
-        self.b, self._dims = b, None
+        self.b, self._dims, self._own = b, None, None
         if not (_host(b) and b.ndim == 2 and b.dtype == np.float32 and self.rows > 0):
             return
+        if 0 in b.shape:
+            return
         packed, layout = _packed_gemm(), _blas_operand(b)
-        if packed is None or layout is None or 0 in b.shape:
+        if packed is None:
+            self._set_own(b)
+            return
+        if layout is None:
             return
         size, pack, compute = packed
         k, n = b.shape
         words = -(-int(size(_CBLAS_B_MATRIX, self.rows, n, k)) // 4)
-        if self._buf is None or self._buf.size < words:
-            self._buf = np.empty(words, dtype=np.float32)
+        self._reserve(words)
         trans = _TRANS if layout[0] else _NO_TRANS
         pack(_ROW_MAJOR, _CBLAS_B_MATRIX, trans, self.rows, n, k, 1.0, b.ctypes.data,
              max(layout[1], 1), self._buf.ctypes.data)  # fmt: skip
         self._dims = (n, k, compute)
 
+    def _reserve(self, words: int) -> None:
+        import numpy as np
+
+        if self._buf is None or self._buf.size < words:
+            self._buf = np.empty(words, dtype=np.float32)
+
+    def _set_own(self, b) -> None:
+        threads = _own_packing_threads()
+        if threads is None:
+            return
+        k, n = b.shape
+        self._reserve(packed_gemm.packed_size(k, n))
+        if packed_gemm.pack(b, self._buf, threads):
+            self._own = (n, k, threads)
+
     def multiply(self, a, c, beta: float, alpha: float) -> None:
         """``c = alpha·a·b + beta·c`` (:func:`gemm` with this operand)."""
-        if self._dims is not None and alpha == 1.0 and self._compute(a, c, beta):
+        if self._own is not None:
+            n, k, threads = self._own
+            if _host(a, c) and packed_gemm.multiply(self._buf, k, n, a, c, alpha, beta, threads):
+                return
+        elif self._dims is not None and alpha == 1.0 and self._compute(a, c, beta):
             return
         gemm(a, self.b, c, beta=beta, alpha=alpha)
 
