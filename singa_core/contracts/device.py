@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from singa_core.contracts import host_pages
 from singa_core.contracts.errors import SingaError
 
 #: what ``--device`` accepts, for help texts
@@ -99,6 +100,8 @@ class Device:
 
     # -- allocation ----------------------------------------------------------------------
     def zeros(self, shape, dtype=np.float32):
+        if self.kind == "cpu":  # large ones on huge pages (contracts/host_pages.py)
+            return host_pages.zeros(shape, dtype)
         with self.activate():
             return self.xp.zeros(shape, dtype=dtype)
 
