@@ -16,7 +16,8 @@ input rows of all steps and the weights stacked as ``W = [W_z; W_r; W_c]`` (``3H
   into the nine Param gradients; the input's gradient is ``Dx·W`` in one GEMM.
 
 The per-step products all take the same ``Uᵀ`` (forward) or ``U`` (backward): each is a
-``blas.FixedOperand``, which MKL packs once per pass instead of at every product.
+``blas.FixedOperand``, packed once per pass instead of at every product (by MKL, or by
+singa's own packed GEMM with OpenBLAS on an AVX2 CPU: ``contracts/packed_gemm.py``).
 
 Where every input row is one-hot (char-rnn's kOneHot), the composite kernel
 ``one_hot_rows`` has the host make ``G = X·Wᵀ`` a gather of W's columns (the same values)

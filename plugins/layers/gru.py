@@ -149,7 +149,7 @@ class GRULayer(NeuronLayer):
                 charge_memory(self, "scratch", steps, what=what, training_only=True)
             if self.device.is_host and gru_passes_compile():
                 charge_numba(self)
-            if self.device.is_host and FixedOperand.packs():  # U and Uᵀ packed by MKL
+            if self.device.is_host and FixedOperand.packs():  # U and Uᵀ packed (MKL or singa's own)
                 charge_memory(self, "scratch", (2, 3 * hdim, hdim), what="packed U, Uᵀ")
 
         # h_prev without a previous GRU: zeros, or a carried state
