@@ -442,7 +442,7 @@ class FixedOperand:
     which dominates products of few rows (a GRU step's 50 x 512 x 1536). With MKL chosen,
     MKL's own packed GEMM (``cblas_sgemm_pack`` / ``cblas_sgemm_compute``: 0.58-0.76 of
     the time, 1 and 2 threads); with OpenBLAS on an AVX2 CPU, singa's
-    (:mod:`singa_core.contracts.packed_gemm`: 0.75-0.84). Anywhere else (OpenBLAS on
+    (:mod:`singa_core.contracts.packed_gemm`: 0.75-0.83). Anywhere else (OpenBLAS on
     another CPU or running its own threads, a device, another ``a``) the products are
     plain :func:`gemm` calls with ``b``: the same launches on a device."""
 
