@@ -15,9 +15,10 @@ values at a time without a branch: a compare, and a permutation from a table pac
 nonzeros and their places) and, where at most :func:`max_density` of it is nonzero,
 compute with them alone, compiled (numba):
 
-* ``times_wt``: for each block of 32 rows of ``w`` (one thread's work), the block is
-  transposed once into a panel (V × 32, 8 × 8 tiles transposed in registers); each row of
-  ``out`` is then a sum of the panel's rows picked by ``x``'s nonzeros, weighted by them.
+* ``times_wt``: for each block of 32 rows of ``w`` (one thread's work; 64 with AVX-512),
+  the block is transposed once into a panel (V × 32, 8 × 8 tiles transposed in
+  registers); each row of ``out`` is then a sum of the panel's rows picked by ``x``'s
+  nonzeros, weighted by them.
 * ``ht_times``: for each block of 32 columns of ``h``, each column ``j`` of ``x`` gives one
   row of a tile (V × 32): the sum of the rows of ``h``'s block picked by the column's
   nonzeros; the tile is then transposed into ``out``'s 32 rows.
@@ -25,9 +26,10 @@ compute with them alone, compiled (numba):
   ``w``'s rows (their 32 values in the block, read where they are) picked by ``s``'s
   nonzeros; the columns past the last multiple of 32 in a plain loop.
 
-The weighted sums run on 32 floats at once in four 8-float vectors, two chains of
-fused multiply-adds (the even and the odd nonzeros of a row, added at the end), written
-in LLVM's IR so that the accumulators stay in registers. Each element of a result is
+The weighted sums run on a block's floats at once in four vectors as wide as the CPU's
+(:func:`vector_width`: 8 floats, 16 with AVX-512), two chains of fused multiply-adds (the
+even and the odd nonzeros of a row, added at the end), written in LLVM's IR so that the
+accumulators stay in registers. Each element of a result is
 computed by one thread, in the order of the nonzeros: the same bits on any thread count,
 run after run. They differ from a GEMM's in the last bits (another order of the sums, as
 another BLAS's would); and a product skips the zeros, so a NaN or an infinity in the
@@ -63,7 +65,16 @@ from singa_core.jit import Compiled, use_host_threads
 from singa_core.kernels import define_kernel
 from singa_core.resources import cpu_flags
 
-__all__ = ["ENV_VAR", "MIN_WORK", "ht_times", "index_bytes", "max_density", "times_w", "times_wt"]
+__all__ = [
+    "ENV_VAR",
+    "MIN_WORK",
+    "ht_times",
+    "index_bytes",
+    "max_density",
+    "times_w",
+    "times_wt",
+    "vector_width",
+]
 
 #: ``SINGA_SPARSE_ROWS=0`` turns the sparse products off (every product a GEMM)
 ENV_VAR = "SINGA_SPARSE_ROWS"
@@ -72,8 +83,16 @@ ENV_VAR = "SINGA_SPARSE_ROWS"
 #: ones take microseconds either way)
 MIN_WORK = 1 << 18
 
-_BLOCK = 32  # rows of w (columns of h) a thread takes at once: four 8-float vectors
-_VEC = 8
+_LIST = 8  # values the lister compares at once (AVX2's permutes)
+_TILE = 8  # the register transposes' tiles: 8 x 8 floats
+_MAX_BLOCK = 64  # the widest block (AVX-512), for the index's 32-bit bound
+
+
+def vector_width() -> int:
+    """The floats of the weighted sums' vectors: 16 on a CPU with AVX-512, as wide as its
+    GEMMs' kernels, else 8; a block (the rows of ``w`` a thread takes at once) is four of
+    them. Read from the CPU's flags, not timed: two runs of a job take the same path."""
+    return 16 if "avx512f" in cpu_flags() else 8
 
 
 def max_density(rows_in_place: bool = False) -> float:
@@ -81,12 +100,10 @@ def max_density(rows_in_place: bool = False) -> float:
 
     ``times_wt`` and ``ht_times`` cost about as much as a GEMM at half of ``x`` nonzero on
     an AVX2 core (measured: the AMD EPYC above), ``times_w`` (``rows_in_place``: it reads
-    rows of ``w`` scattered over memory, not a panel in cache) at a fifth; a core with
-    AVX-512 runs GEMMs on vectors twice as wide while these stay 8 floats wide, so there
-    the limits are halved. Read from the CPU's flags, not timed: two runs of a job take
-    the same path."""
-    limit = 0.15 if rows_in_place else 0.35
-    return limit / 2 if "avx512f" in cpu_flags() else limit
+    rows of ``w`` scattered over memory, not a panel in cache) at a fifth. The sums run on
+    vectors as wide as the CPU's GEMM kernels (:func:`vector_width`), so the limits are
+    the same on an AVX-512 CPU (not measured there)."""
+    return 0.15 if rows_in_place else 0.35
 
 
 def _vector_listing() -> bool:
@@ -102,9 +119,9 @@ def _vector_listing() -> bool:
 
 def _pack_permutations() -> np.ndarray:
     """For each 8-bit mask, the lanes set in it first (in order): ``list8``'s table."""
-    lut = np.zeros((1 << _VEC, _VEC), np.int32)
-    for mask in range(1 << _VEC):
-        lanes = [k for k in range(_VEC) if mask >> k & 1]
+    lut = np.zeros((1 << _LIST, _LIST), np.int32)
+    for mask in range(1 << _LIST):
+        lanes = [k for k in range(_LIST) if mask >> k & 1]
         lut[mask, : len(lanes)] = lanes
     return lut.reshape(-1)
 
@@ -112,16 +129,23 @@ def _pack_permutations() -> np.ndarray:
 _PACK = _pack_permutations()
 
 
-def _compile():
+def _compile(width: int | None = None):
+    """The compiled functions and the block they use: (index_nonzeros, times_wt, ht_times,
+    times_w, block), for vectors of :func:`vector_width` floats (cached on disk), or of
+    ``width`` (a check of the other width's code: not cached)."""
     import numba
     from llvmlite import ir
     from numba import prange, types
     from numba.extending import intrinsic
 
+    cache = width is None
+    width = vector_width() if width is None else int(width)
+    lanes = 4
+    block = lanes * width  # rows of w (columns of h) a thread takes at once
     f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
-    vec, ivec = ir.VectorType(f32, _VEC), ir.VectorType(i32, _VEC)
+    vec = ir.VectorType(f32, width)
+    vec8, ivec8 = ir.VectorType(f32, _LIST), ir.VectorType(i32, _LIST)
     vector_listing = _vector_listing()
-    lanes = _BLOCK // _VEC
 
     def data(context, builder, ty, value):
         return context.make_array(ty)(context, builder, value).data
@@ -129,19 +153,20 @@ def _compile():
     def as_i64(builder, v):
         return v if v.type == i64 else builder.sext(v, i64)
 
-    def load_vec(builder, base, at):
-        ld = builder.load(builder.bitcast(builder.gep(base, [at]), vec.as_pointer()))
+    def load_vec(builder, base, at, vtype=vec):
+        ld = builder.load(builder.bitcast(builder.gep(base, [at]), vtype.as_pointer()))
         ld.align = 4
         return ld
 
     def splat(builder, value, vtype):  # value in every lane of a vtype
+        n = vtype.count
         one = builder.insert_element(ir.Constant(vtype, ir.Undefined), value, ir.Constant(i32, 0))
         return builder.shuffle_vector(
-            one, ir.Constant(vtype, ir.Undefined), ir.Constant(ivec, [0] * _VEC)
+            one, ir.Constant(vtype, ir.Undefined), ir.Constant(ir.VectorType(i32, n), [0] * n)
         )
 
     def store_vec(builder, value, base, at):
-        st = builder.store(value, builder.bitcast(builder.gep(base, [at]), vec.as_pointer()))
+        st = builder.store(value, builder.bitcast(builder.gep(base, [at]), value.type.as_pointer()))
         st.align = 4
 
     @intrinsic
@@ -151,7 +176,7 @@ def _compile():
 
         def codegen(context, builder, signature, args):
             mod = builder.module
-            name = f"llvm.fma.v{_VEC}f32"
+            name = f"llvm.fma.v{width}f32"
             fma = mod.globals.get(name) or ir.Function(
                 mod, ir.FunctionType(vec, [vec, vec, vec]), name=name
             )
@@ -165,7 +190,7 @@ def _compile():
                 data(context, builder, tys[5], args[5]),
             )
             first, end = as_i64(builder, args[3]), as_i64(builder, args[4])
-            zero = ir.Constant(vec, [0.0] * _VEC)
+            zero = ir.Constant(vec, [0.0] * width)
 
             def term(n):  # (vals[n] in every lane, the 4 vectors of src's row offs[n])
                 s = builder.load(builder.gep(valp, [n]))
@@ -173,7 +198,7 @@ def _compile():
                 sv = splat(builder, s, vec)
                 row = builder.gep(srcp, [o])
                 return sv, [
-                    load_vec(builder, row, ir.Constant(i64, q * _VEC)) for q in range(lanes)
+                    load_vec(builder, row, ir.Constant(i64, q * width)) for q in range(lanes)
                 ]
 
             fn = builder.function
@@ -215,7 +240,7 @@ def _compile():
             out = builder.gep(dstp, [as_i64(builder, args[6])])
             for q in range(lanes):
                 total = builder.fadd(even[q], acc[lanes + q])
-                store_vec(builder, total, out, ir.Constant(i64, q * _VEC))
+                store_vec(builder, total, out, ir.Constant(i64, q * width))
             return context.get_dummy_value()
 
         return sig, codegen
@@ -238,7 +263,9 @@ def _compile():
                 return builder.shuffle_vector(a, b, mask)
 
             rows = [
-                load_vec(builder, srcp, builder.add(s_at, builder.mul(s_st, ir.Constant(i64, r))))
+                load_vec(
+                    builder, srcp, builder.add(s_at, builder.mul(s_st, ir.Constant(i64, r))), vec8
+                )
                 for r in range(8)
             ]
             pairs = []  # interleaved pairs of rows (0,1), (2,3), (4,5), (6,7): low, high
@@ -268,8 +295,8 @@ def _compile():
 
         return sig, codegen
 
-    jit = numba.njit(cache=True, nogil=True, boundscheck=False)
-    pjit = numba.njit(cache=True, nogil=True, boundscheck=False, parallel=True)
+    jit = numba.njit(cache=cache, nogil=True, boundscheck=False)
+    pjit = numba.njit(cache=cache, nogil=True, boundscheck=False, parallel=True)
 
     if vector_listing:
 
@@ -289,23 +316,25 @@ def _compile():
                         mod, ir.FunctionType(ret, params), name=name
                     )
 
-                permps = declared("llvm.x86.avx2.permps", vec, [vec, ivec])
-                permd = declared("llvm.x86.avx2.permd", ivec, [ivec, ivec])
+                permps = declared("llvm.x86.avx2.permps", vec8, [vec8, ivec8])
+                permd = declared("llvm.x86.avx2.permd", ivec8, [ivec8, ivec8])
                 ctpop = declared("llvm.ctpop.i32", i32, [i32])
                 xp, lp, op, vp = (
                     data(context, builder, signature.args[k], args[k]) for k in (0, 2, 6, 7)
                 )
                 n = as_i64(builder, args[8])
-                v = load_vec(builder, xp, as_i64(builder, args[1]))
-                mask = builder.fcmp_unordered("!=", v, ir.Constant(vec, [0.0] * _VEC))
-                bits = builder.zext(builder.bitcast(mask, ir.IntType(_VEC)), i32)
-                at = builder.mul(builder.zext(bits, i64), ir.Constant(i64, _VEC))
-                perm = builder.load(builder.bitcast(builder.gep(lp, [at]), ivec.as_pointer()))
+                v = load_vec(builder, xp, as_i64(builder, args[1]), vec8)
+                mask = builder.fcmp_unordered("!=", v, ir.Constant(vec8, [0.0] * _LIST))
+                bits = builder.zext(builder.bitcast(mask, ir.IntType(_LIST)), i32)
+                at = builder.mul(builder.zext(bits, i64), ir.Constant(i64, _LIST))
+                perm = builder.load(builder.bitcast(builder.gep(lp, [at]), ivec8.as_pointer()))
                 perm.align = 4
-                scaled = builder.fmul(v, splat(builder, args[5], vec))
-                first = splat(builder, builder.trunc(as_i64(builder, args[3]), i32), ivec)
-                step = splat(builder, builder.trunc(as_i64(builder, args[4]), i32), ivec)
-                places = builder.add(first, builder.mul(step, ir.Constant(ivec, list(range(_VEC)))))
+                scaled = builder.fmul(v, splat(builder, args[5], vec8))
+                first = splat(builder, builder.trunc(as_i64(builder, args[3]), i32), ivec8)
+                step = splat(builder, builder.trunc(as_i64(builder, args[4]), i32), ivec8)
+                places = builder.add(
+                    first, builder.mul(step, ir.Constant(ivec8, list(range(_LIST))))
+                )
                 for value, to, permute in ((scaled, vp, permps), (places, op, permd)):
                     st = builder.store(
                         builder.call(permute, [value, perm]),
@@ -323,11 +352,11 @@ def _compile():
             ``offset_step`` and its value times ``alpha``; -1 past ``limit`` nonzeros.
             Eight values at a time (:func:`list8`), the line's rest one by one."""
             n = 0
-            whole = inner - inner % _VEC
+            whole = inner - inner % _LIST
             for o in range(lines):
                 ptr[o] = n
                 base = o * inner
-                for i in range(0, whole, _VEC):
+                for i in range(0, whole, _LIST):
                     n = list8(xf, base + i, lut, i * offset_step, offset_step, alpha, offs, vals, n)
                 for i in range(whole, inner):
                     v = xf[base + i]
@@ -366,26 +395,26 @@ def _compile():
         batch = out.shape[0]
         wf, of = w.reshape(-1), out.reshape(-1)
         whole = dim - dim % 8
-        for b in prange((rows + _BLOCK - 1) // _BLOCK):
+        for b in prange((rows + block - 1) // block):
             t = numba.get_thread_id()
             panel, rest = panels[t], rests[t]
-            i0 = b * _BLOCK
-            width = min(_BLOCK, rows - i0)
-            if width == _BLOCK:  # panel[j·32 + k] = w[i0 + k, j]
-                for lb in range(0, _BLOCK, 8):
+            i0 = b * block
+            width = min(block, rows - i0)
+            if width == block:  # panel[j·32 + k] = w[i0 + k, j]
+                for lb in range(0, block, 8):
                     for jb in range(0, whole, 8):
-                        transpose8(wf, (i0 + lb) * dim + jb, dim, panel, jb * _BLOCK + lb, _BLOCK)
+                        transpose8(wf, (i0 + lb) * dim + jb, dim, panel, jb * block + lb, block)
                     for j in range(whole, dim):
                         for k in range(lb, lb + 8):
-                            panel[j * _BLOCK + k] = w[i0 + k, j]
+                            panel[j * block + k] = w[i0 + k, j]
                 for r in range(batch):
                     weighted_rows(panel, offs, vals, ptr[r], ptr[r + 1], of, r * rows + i0)
             else:  # the last, narrower block (its lanes past width zero)
                 for j in range(dim):
                     for k in range(width):
-                        panel[j * _BLOCK + k] = w[i0 + k, j]
-                    for k in range(width, _BLOCK):
-                        panel[j * _BLOCK + k] = 0.0
+                        panel[j * block + k] = w[i0 + k, j]
+                    for k in range(width, block):
+                        panel[j * block + k] = 0.0
                 for r in range(batch):
                     weighted_rows(panel, offs, vals, ptr[r], ptr[r + 1], rest, 0)
                     for k in range(width):
@@ -397,46 +426,46 @@ def _compile():
         dim = out.shape[1]
         of = out.reshape(-1)
         whole = dim - dim % 8
-        for b in prange((rows + _BLOCK - 1) // _BLOCK):
+        for b in prange((rows + block - 1) // block):
             t = numba.get_thread_id()
             hb, tile = blocks[t], tiles[t]
-            i0 = b * _BLOCK
-            width = min(_BLOCK, rows - i0)
+            i0 = b * block
+            width = min(block, rows - i0)
             for r in range(batch):  # hb[r·32 + k] = h[r, i0 + k]
                 for k in range(width):
-                    hb[r * _BLOCK + k] = h[r, i0 + k]
-                for k in range(width, _BLOCK):
-                    hb[r * _BLOCK + k] = 0.0
+                    hb[r * block + k] = h[r, i0 + k]
+                for k in range(width, block):
+                    hb[r * block + k] = 0.0
             for j in range(dim):  # tile[j·32 + k] = out[i0 + k, j]
-                weighted_rows(hb, offs, vals, ptr[j], ptr[j + 1], tile, j * _BLOCK)
-            if width == _BLOCK:
+                weighted_rows(hb, offs, vals, ptr[j], ptr[j + 1], tile, j * block)
+            if width == block:
                 for jb in range(0, whole, 8):
-                    for lb in range(0, _BLOCK, 8):
-                        transpose8(tile, jb * _BLOCK + lb, _BLOCK, of, (i0 + lb) * dim + jb, dim)
+                    for lb in range(0, block, 8):
+                        transpose8(tile, jb * block + lb, block, of, (i0 + lb) * dim + jb, dim)
                 for j in range(whole, dim):
-                    for k in range(_BLOCK):
-                        out[i0 + k, j] = tile[j * _BLOCK + k]
+                    for k in range(block):
+                        out[i0 + k, j] = tile[j * block + k]
             else:
                 for k in range(width):
                     for j in range(dim):
-                        out[i0 + k, j] = tile[j * _BLOCK + k]
+                        out[i0 + k, j] = tile[j * block + k]
 
     @pjit
     def times_w(ptr, offs, vals, w, out, rests):
         rows, dim = w.shape
         batch = out.shape[0]
         wf, of = w.reshape(-1), out.reshape(-1)
-        for b in prange((dim + _BLOCK - 1) // _BLOCK):
-            c0 = b * _BLOCK
-            width = min(_BLOCK, dim - c0)
-            if width == _BLOCK:  # w's rows read where they are: offsets i·dim from column c0
+        for b in prange((dim + block - 1) // block):
+            c0 = b * block
+            width = min(block, dim - c0)
+            if width == block:  # w's rows read where they are: offsets i·dim from column c0
                 src = wf[c0:]
                 for r in range(batch):
                     weighted_rows(src, offs, vals, ptr[r], ptr[r + 1], of, r * dim + c0)
             else:  # the last, narrower block: a plain loop (no read past w's end)
                 rest = rests[numba.get_thread_id()]
                 for r in range(batch):
-                    for k in range(_BLOCK):
+                    for k in range(block):
                         rest[k] = 0.0
                     for n in range(ptr[r], ptr[r + 1]):
                         s, base = vals[n], offs[n] + c0
@@ -445,7 +474,7 @@ def _compile():
                     for k in range(width):
                         out[r, c0 + k] = rest[k]
 
-    return index_nonzeros, times_wt, ht_times, times_w
+    return index_nonzeros, times_wt, ht_times, times_w, block
 
 
 _COMPILED = Compiled(_compile)
@@ -468,8 +497,8 @@ class _Scratch(threading.local):
                 self.index.clear()
             got = self.index[key] = (
                 np.empty(lines + 1, np.int64),
-                np.empty(size + _VEC, np.int32),
-                np.empty(size + _VEC, np.float32),
+                np.empty(size + _LIST, np.int32),
+                np.empty(size + _LIST, np.float32),
             )
         return got
 
@@ -527,7 +556,7 @@ def _ready(a, b, out, inner_agrees: bool, shape: tuple, work: int):
         return None
     if not inner_agrees or out.shape != shape or work < MIN_WORK:
         return None
-    if max(a.size, b.size, out.size) * _BLOCK >= 1 << 31:
+    if max(a.size, b.size, out.size) * _MAX_BLOCK >= 1 << 31:
         return None
     return fns
 
@@ -542,16 +571,18 @@ def _list(fns, x, offset_step: int, alpha, limit: int):
     return None if listed < 0 else (ptr, offs, vals)
 
 
-def _rows_listed(x, w, out, inner_agrees: bool, shape: tuple, offset_step: int, limit_of):
+def _rows_listed(x, w, out, inner_agrees: bool, shape: tuple, offset_step, limit_of):
     """For ``times_wt`` and ``times_w``: where ``x`` (B × K) may be multiplied over its
-    nonzeros, list them row by row (each at its column times ``offset_step``) and return
+    nonzeros, list them row by row (each at its column times ``offset_step``, None for the
+    compiled functions' block) and return
     (the compiled functions, ptr, offs, vals, threads); else None (too many nonzeros:
     more than ``limit_of(x)``, or :func:`_ready` says no)."""
     fns = _ready(x, w, out, inner_agrees, shape, x.shape[0] * w.size)  # the dense product's
     if fns is None:
         return None
     threads = use_host_threads()
-    index = _list(fns, x, offset_step, 1.0, limit_of(x))
+    step = fns[4] if offset_step is None else offset_step
+    index = _list(fns, x, step, 1.0, limit_of(x))
     return None if index is None else (fns, *index, threads)
 
 
@@ -561,11 +592,12 @@ def times_wt(x, w, out) -> bool:
     if x.ndim != 2 or w.ndim != 2:
         return False
     (batch, dim), rows = x.shape, w.shape[0]
-    got = _rows_listed(x, w, out, w.shape[1] == dim, (batch, rows), _BLOCK, _limit)
+    got = _rows_listed(x, w, out, w.shape[1] == dim, (batch, rows), None, _limit)
     if got is None:
         return False
     fns, ptr, offs, vals, threads = got
-    panels, rests = _scratch.panels_for(threads, dim * _BLOCK, _BLOCK)
+    block = fns[4]
+    panels, rests = _scratch.panels_for(threads, dim * block, block)
     fns[1](ptr, offs, vals, w, out, panels, rests)
     return True
 
@@ -580,7 +612,7 @@ def times_w(x, w, out) -> bool:
     if got is None:
         return False
     fns, ptr, offs, vals, threads = got
-    _, rests = _scratch.panels_for(threads, 1, _BLOCK)
+    _, rests = _scratch.panels_for(threads, 1, fns[4])
     fns[3](ptr, offs, vals, w, out, rests)
     return True
 
@@ -595,12 +627,13 @@ def ht_times(h, x, out, alpha: float = 1.0) -> bool:
     if fns is None:
         return False
     threads = use_host_threads()
-    # x's columns (the rows of xᵀ), each nonzero at its row·32 in h's block, times alpha
-    index = _list(fns, _scratch.transposed(x), _BLOCK, alpha, _limit(x))
+    # x's columns (the rows of xᵀ), each nonzero at its row times the block in h's block
+    block = fns[4]
+    index = _list(fns, _scratch.transposed(x), block, alpha, _limit(x))
     if index is None:
         return False
     ptr, offs, vals = index
-    blocks, tiles = _scratch.panels_for(threads, batch * _BLOCK, dim * _BLOCK)
+    blocks, tiles = _scratch.panels_for(threads, batch * block, dim * block)
     fns[2](ptr, offs, vals, h, out, blocks, tiles)
     return True
 
@@ -609,8 +642,8 @@ def index_bytes(batch: int, dim: int) -> int:
     """The host memory the products keep for a ``batch × dim`` left operand: its index
     (row and column forms), the input transposed for the column form and a thread's
     panels; for memory estimates."""
-    index = 2 * ((batch * dim + _VEC) * 8 + (max(batch, dim) + 1) * 8) + batch * dim * 4
-    return index + 4 * _BLOCK * (2 * dim + batch + 1)
+    index = 2 * ((batch * dim + _LIST) * 8 + (max(batch, dim) + 1) * 8) + batch * dim * 4
+    return index + 4 * 4 * vector_width() * (2 * dim + batch + 1)
 
 
 def _times_wt_host(x, w, out) -> None:

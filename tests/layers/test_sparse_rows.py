@@ -152,7 +152,7 @@ def test_a_nan_in_x_reaches_the_products(sparse):
     assert np.isnan(g[:, 7]).all() and not np.isnan(np.delete(g, 7, axis=1)).any()
 
 
-def test_the_density_limit_is_read_from_the_cpu(monkeypatch, tmp_path):
+def test_the_vector_width_is_read_from_the_cpu(monkeypatch, tmp_path):
     from singa_builtins.layers import _sparse_rows
 
     (tmp_path / "cpuinfo").write_text("processor\t: 0\nflags\t\t: fpu sse avx2 fma avx512f\n")
@@ -160,11 +160,38 @@ def test_the_density_limit_is_read_from_the_cpu(monkeypatch, tmp_path):
     (tmp_path / "cpuinfo").write_text("processor\t: 0\n")
     assert cpu_flags(tmp_path) == frozenset()
     monkeypatch.setattr(_sparse_rows, "cpu_flags", lambda: frozenset({"avx2", "avx512f"}))
-    assert _sparse_rows.max_density() == pytest.approx(0.175)
-    assert _sparse_rows.max_density(rows_in_place=True) == pytest.approx(0.075)
+    assert _sparse_rows.vector_width() == 16
     monkeypatch.setattr(_sparse_rows, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    assert _sparse_rows.vector_width() == 8
+    # the sums are as wide as the CPU's GEMM kernels: the same limits either way
     assert _sparse_rows.max_density() == pytest.approx(0.35)
     assert _sparse_rows.max_density(rows_in_place=True) == pytest.approx(0.15)
+
+
+@pytest.mark.slow  # compiles the other width's code, uncached: 3-7 s
+def test_the_other_vector_width_computes_the_same_products(sparse, monkeypatch):
+    """The code an AVX-512 CPU runs (16-float vectors, blocks of 64), compiled here (LLVM
+    splits its vectors where the CPU's are narrower, uncached): the float64 products."""
+    other = 8 if sparse.vector_width() == 16 else 16
+    fns = sparse._compile(other)
+    assert fns[4] == 4 * other
+    monkeypatch.setattr(sparse, "_compiled", lambda: fns)
+    rng = np.random.default_rng(12)
+    for batch, dim, rows in ((100, 784, 1000), (37, 203, 70), (9, 1001, 97)):
+        x = sparse_rows(rng, batch, dim, 0.2)
+        w = rng.standard_normal((rows, dim)).astype(np.float32)
+        h = rng.standard_normal((batch, rows)).astype(np.float32)
+        x64, w64, h64 = (a.astype(np.float64) for a in (x, w, h))
+        out = np.full((batch, rows), np.nan, np.float32)
+        assert sparse.times_wt(x, w, out)
+        close_to(out, x64 @ w64.T, np.abs(x64) @ np.abs(w64).T)
+        g = np.full((rows, dim), np.nan, np.float32)
+        assert sparse.ht_times(h, x, g, 0.5)
+        close_to(g, 0.5 * h64.T @ x64, 0.5 * np.abs(h64).T @ np.abs(x64))
+        v = rng.standard_normal((dim, rows)).astype(np.float32)
+        y = np.full((batch, rows), np.nan, np.float32)
+        assert sparse.times_w(x, v, y)
+        close_to(y, x64 @ v.astype(np.float64), np.abs(x64) @ np.abs(v.astype(np.float64)))
 
 
 def test_the_kernel_is_the_sparse_product_on_the_host_and_one_gemm_on_a_gpu(sparse):
