@@ -129,23 +129,27 @@ def _pack_permutations() -> np.ndarray:
 _PACK = _pack_permutations()
 
 
-def _compile(width: int | None = None):
+def _compile(width: int | None = None, eight_at_a_time: bool | None = None):
     """The compiled functions and the block they use: (index_nonzeros, times_wt, ht_times,
-    times_w, block), for vectors of :func:`vector_width` floats (cached on disk), or of
-    ``width`` (a check of the other width's code: not cached)."""
+    times_w, block), for vectors of :func:`vector_width` floats and the lister
+    :func:`_vector_listing` chooses (cached on disk), or for another ``width`` or
+    ``eight_at_a_time`` (a check of another CPU's code: not cached)."""
     import numba
     from llvmlite import ir
     from numba import prange, types
     from numba.extending import intrinsic
 
-    cache = width is None
+    machine_listing = _vector_listing()
+    if eight_at_a_time is None:
+        eight_at_a_time = machine_listing
+    cache = width is None and eight_at_a_time == machine_listing  # this CPU's own code
     width = vector_width() if width is None else int(width)
     lanes = 4
     block = lanes * width  # rows of w (columns of h) a thread takes at once
     f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
     vec = ir.VectorType(f32, width)
     vec8, ivec8 = ir.VectorType(f32, _LIST), ir.VectorType(i32, _LIST)
-    vector_listing = _vector_listing()
+    vector_listing = bool(eight_at_a_time)
 
     def data(context, builder, ty, value):
         return context.make_array(ty)(context, builder, value).data
@@ -345,49 +349,42 @@ def _compile(width: int | None = None):
 
             return sig, codegen
 
-        @jit
-        def index_nonzeros(xf, lines, inner, offset_step, alpha, limit, lut, ptr, offs, vals):
-            """The nonzeros of ``x`` (flat ``xf``) line by line: ``lines`` lines of
-            ``inner`` values, each listed with its place in the line times
-            ``offset_step`` and its value times ``alpha``; -1 past ``limit`` nonzeros.
-            Eight values at a time (:func:`list8`), the line's rest one by one."""
-            n = 0
-            whole = inner - inner % _LIST
-            for o in range(lines):
-                ptr[o] = n
-                base = o * inner
-                for i in range(0, whole, _LIST):
-                    n = list8(xf, base + i, lut, i * offset_step, offset_step, alpha, offs, vals, n)
-                for i in range(whole, inner):
-                    v = xf[base + i]
-                    if v != 0.0:
-                        offs[n] = i * offset_step
-                        vals[n] = v * alpha
-                        n += 1
-                if n > limit:
-                    return -1
-            ptr[lines] = n
-            return n
-
     else:
 
         @jit
-        def index_nonzeros(xf, lines, inner, offset_step, alpha, limit, lut, ptr, offs, vals):
-            """As above, one value at a time (a CPU without AVX2)."""
-            n = 0
-            for o in range(lines):
-                ptr[o] = n
-                base = o * inner
-                for i in range(inner):
-                    v = xf[base + i]
-                    if v != 0.0:
-                        offs[n] = i * offset_step
-                        vals[n] = v * alpha
-                        n += 1
-                if n > limit:
-                    return -1
-            ptr[lines] = n
+        def list8(xf, at, lut, first, step, alpha, offs, vals, n):
+            """As above, one value at a time (a CPU without AVX2; ``lut`` unread)."""
+            for lane in range(_LIST):
+                v = xf[at + lane]
+                if v != 0.0:
+                    offs[n] = first + lane * step
+                    vals[n] = v * alpha
+                    n += 1
             return n
+
+    @jit
+    def index_nonzeros(xf, lines, inner, offset_step, alpha, limit, lut, ptr, offs, vals):
+        """The nonzeros of ``x`` (flat ``xf``) line by line: ``lines`` lines of ``inner``
+        values, each listed with its place in the line times ``offset_step`` and its value
+        times ``alpha``; -1 past ``limit`` nonzeros. Eight values at a time
+        (:func:`list8`), the line's rest one by one."""
+        n = 0
+        whole = inner - inner % _LIST
+        for o in range(lines):
+            ptr[o] = n
+            base = o * inner
+            for i in range(0, whole, _LIST):
+                n = list8(xf, base + i, lut, i * offset_step, offset_step, alpha, offs, vals, n)
+            for i in range(whole, inner):
+                v = xf[base + i]
+                if v != 0.0:
+                    offs[n] = i * offset_step
+                    vals[n] = v * alpha
+                    n += 1
+            if n > limit:
+                return -1
+        ptr[lines] = n
+        return n
 
     @pjit
     def times_wt(ptr, offs, vals, w, out, panels, rests):

@@ -224,14 +224,13 @@ def test_the_kernel_is_the_sparse_product_on_the_host_and_one_gemm_on_a_gpu(spar
 
 
 @pytest.mark.parametrize("eight_at_a_time", [True, False])
-def test_the_nonzeros_are_listed_as_numpy_finds_them(sparse, monkeypatch, eight_at_a_time):
+def test_the_nonzeros_are_listed_as_numpy_finds_them(sparse, eight_at_a_time):
     """Both listers (eight values at a time with AVX2's permutes, one at a time without):
     each line's nonzeros in order, NaN and infinities included, −0.0 left out, lines of
     any length (a rest past the last eight), values times alpha; -1 past the limit."""
     if eight_at_a_time and not sparse._vector_listing():
         pytest.skip("this CPU (or numba's target) has no AVX2")
-    monkeypatch.setattr(sparse, "_vector_listing", lambda: eight_at_a_time)
-    index_nonzeros = sparse._compile()[0]
+    index_nonzeros = sparse._compile(eight_at_a_time=eight_at_a_time)[0]
     rng = np.random.default_rng(11)
     for lines, inner in ((100, 784), (7, 13), (3, 5), (40, 8), (9, 1001)):
         x = sparse_rows(rng, lines, inner, 0.3)
