@@ -24,6 +24,7 @@ import threading
 from collections.abc import Callable
 
 from singa_core.contracts import sgemm
+from singa_core.contracts.cache_keys import pin_identities
 from singa_core.contracts.openblas import openblas_threads
 
 __all__ = [
@@ -58,6 +59,8 @@ class Compiled:
                 self._made = self._build()
             except ImportError:
                 self._made = False
+            # before the first call computes a cache key with them (cache_keys.py)
+            pin_identities(self._made)
         return self._made or None
 
     def available(self) -> bool:
