@@ -229,17 +229,92 @@ def _torch_peak_and_flops(step) -> tuple[str, float, float | None]:
     return "PyTorch (torch.mm)", peak, float(counter.get_total_flops())
 
 
+def memcpy_bandwidth(threads: int, repeats: int = 5) -> float:
+    """GB/s (bytes read + written) of a 64 MiB float32 copy, on ``threads`` threads where
+    numba is there (a parallel loop on its pool), else numpy's one-thread copy."""
+    import numpy as np
+
+    x = np.random.default_rng(0).random(16 << 20, dtype=np.float32)
+    y = np.empty_like(x)
+    copy = lambda: np.copyto(y, x)  # noqa: E731
+    try:
+        import numba
+
+        @numba.njit(parallel=True, nogil=True)
+        def parallel_copy(src, dst):
+            n, parts = src.size, numba.get_num_threads()
+            for p in numba.prange(parts):
+                lo, hi = n * p // parts, n * (p + 1) // parts
+                dst[lo:hi] = src[lo:hi]
+
+        numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
+        copy = lambda: parallel_copy(x, y)  # noqa: E731
+    except ImportError:
+        pass
+    copy()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        copy()
+        best = min(best, time.perf_counter() - t0)
+    return 2 * x.nbytes / best / 1e9
+
+
+def _nbytes(x) -> int:
+    return int(getattr(x, "nbytes", 0) or 0)
+
+
+def step_traffic(net) -> dict:
+    """The least a training step of ``net`` must compute and move, layer by layer: each
+    layer's (forward FLOP, forward bytes, backward FLOP, backward bytes), FLOP from the
+    layer's own ``flops()``, bytes its sources' data read, its output written, its params
+    read (forward); its gradient read, its sources' gradients and its params' gradients
+    written, its params read again (backward); and the update's bytes (each owned Param's
+    value and gradient read, its value written)."""
+    layers = []
+    for layer in net.layers:
+        srcs = net.srclayers(layer)
+        flops = layer.flops(srcs) or (0.0, 0.0)
+        params = sum(_nbytes(p.value) for p in layer.params)
+        fwd = sum(_nbytes(s.data) for s in srcs) + _nbytes(layer.data) + params
+        src_grads = sum(_nbytes(s.grad_for(layer)) for s in srcs)
+        bwd = _nbytes(getattr(layer, "grad", None)) + src_grads + 2 * params
+        layers.append((float(flops[0]), float(fwd), float(flops[1]), float(bwd)))
+    update = 3.0 * sum(_nbytes(p.value) for p in net.owner_params)
+    return {"layers": layers, "update_bytes": update}
+
+
+def step_roofline(traffic: dict, gemm_gflops: float, bandwidth_gbs: float) -> tuple:
+    """(bound seconds, its FLOP-bound part, its byte-bound part): each pass of each layer
+    takes at least ``max(FLOP / SGEMM peak, bytes / memcpy bandwidth)``, the update its
+    bytes over the bandwidth (a roofline per pass, summed over the step)."""
+    peak, bw = gemm_gflops * 1e9, bandwidth_gbs * 1e9
+    flop_s = byte_s = 0.0
+    for ff, fb, bf, bb in traffic["layers"]:
+        for flop, nbytes in ((ff, fb), (bf, bb)):
+            if flop / peak >= nbytes / bw:
+                flop_s += flop / peak
+            else:
+                byte_s += nbytes / bw
+    byte_s += traffic["update_bytes"] / bw
+    return flop_s + byte_s, flop_s, byte_s
+
+
 def _side(conn, name, factory, fargs, threads) -> None:
     """A spawned side: build the step function, then run rounds on request."""
     step = factory(*fargs)
     if step is None:
         conn.send(("missing", None))
         return
+    facts = {}
     if name == "singa":
         peak_of, peak, flops = (*_numpy_peak(), None)
+        net = getattr(step, "train_net", None)
+        if net is not None:
+            facts = {"traffic": step_traffic(net), "bandwidth": memcpy_bandwidth(threads)}
     else:
         peak_of, peak, flops = _torch_peak_and_flops(step)
-    conn.send(("ready", {"peak": peak, "peak_of": peak_of, "flops": flops}))
+    conn.send(("ready", {"peak": peak, "peak_of": peak_of, "flops": flops, **facts}))
     i = 0
     while True:
         msg = conn.recv()
@@ -324,6 +399,15 @@ def print_roofline(times: dict, facts: dict) -> None:
     for name, t in times.items():
         rate = flops / (statistics.median(t)) / 1e9
         print(f"  {name:8s} {rate:6.0f} GFLOP/s = {rate / peak:4.0%} of the roof")
+    singa = facts.get("singa", {})
+    if "traffic" in singa and "singa" in times:
+        bound, flop_s, byte_s = step_roofline(singa["traffic"], peak, singa["bandwidth"])
+        took = statistics.median(times["singa"])
+        print(f"singa's step roofline: {bound * 1e3:.2f} ms = its layers' passes, each at "
+              f"its FLOP over the roof or its least bytes over the memcpy bandwidth "
+              f"({singa['bandwidth']:.0f} GB/s): {flop_s * 1e3:.2f} ms FLOP-bound + "
+              f"{byte_s * 1e3:.2f} ms byte-bound (the update's included)")  # fmt: skip
+        print(f"  singa    {bound / took:4.0%} of its step roofline")
 
 
 def compare_with_pytorch(title: str, sides: dict, args, *, key: str = "", note: str = "") -> dict:
@@ -429,14 +513,13 @@ def singa_train_step(conf: Path, overrides: list[str], threads: int, device=None
     stub = loop.stub
     devices = [d for d in set(prepared.devices) if not d.is_host]
     run = loop.step_runner  # as training runs it (e.g. plain SGD folded into the GEMMs)
-    if not devices:
-        return lambda s: run(s, stub)
 
     def step(s):
         run(s, stub)  # then the stub's flush: the updates a device's server held back
         for d in devices:
             d.synchronize()
 
+    step.train_net = loop.train_net  # for the step's roofline (step_traffic)
     return step
 
 

@@ -2,9 +2,9 @@
 
     python benchmarks/conv_roofline.py [--threads 1] [--repeat 15]
 
-Measures the machine's two peaks in this run — memcpy bandwidth (a 64 MiB copy, bytes
-read + written per second) and SGEMM throughput (numpy's BLAS on a 1024³ product and on
-the convolution shapes themselves) — then times forward and backward of every
+Measures the machine's two peaks in this run at the thread count asked for — memcpy
+bandwidth (a 64 MiB copy, bytes read + written per second) and SGEMM throughput (singa's
+GEMM, the one the layers call, on a 1024³ product) — then times forward and backward of every
 convolution, pooling, LRN and ReLU layer of SINGA's CIFAR-10 net (batch 100) and LeNet
 (batch 64) alone, on batch-innermost inputs as in the nets, and prints per kernel:
 
@@ -25,9 +25,9 @@ import os
 import time
 
 import numpy as np
-from _common import load_average, print_machine_facts
+from _common import load_average, memcpy_bandwidth, print_machine_facts
 
-from singa_core.blas import set_blas_threads
+from singa_core.blas import gemm, set_blas_threads
 from singa_core.layer import kBackward, kForward, kTrain
 from singa_core.testing import SourceLayer, build
 
@@ -44,15 +44,14 @@ def best(fn, repeat: int) -> float:
     return min(times)
 
 
-def peaks(repeat: int) -> tuple[float, float]:
-    """(memcpy GB/s counting read + write, SGEMM GFLOP/s on 1024³)."""
-    x = np.random.default_rng(0).random(16 << 20, dtype=np.float32)  # 64 MiB
-    y = np.empty_like(x)
-    bw = 2 * x.nbytes / best(lambda: np.copyto(y, x), repeat) / 1e9
+def peaks(repeat: int, threads: int) -> tuple[float, float]:
+    """(memcpy GB/s counting read + write, on ``threads`` threads; singa's SGEMM GFLOP/s on
+    1024³ at the thread count set, the GEMM the layers call)."""
+    bw = memcpy_bandwidth(threads, repeat)
     a = np.random.default_rng(1).random((1024, 1024), dtype=np.float32)
     c = np.empty_like(a)
-    gemm = 2 * 1024**3 / best(lambda: np.dot(a, a, out=c), repeat) / 1e9
-    return bw, gemm
+    flops = 2 * 1024**3 / best(lambda: gemm(a, a, c), repeat) / 1e9
+    return bw, flops
 
 
 def batch_innermost_source(shape, grad: bool) -> SourceLayer:
@@ -133,8 +132,9 @@ def main() -> None:
     args = ap.parse_args()
     print_machine_facts(args.threads)
     set_blas_threads(args.threads)
-    bw, gemm = peaks(args.repeat)
-    print(f"peaks: memcpy {bw:.1f} GB/s (read + write), SGEMM 1024^3 {gemm:.1f} GFLOP/s")
+    bw, peak = peaks(args.repeat, args.threads)
+    print(f"peaks at {args.threads} thread(s): memcpy {bw:.1f} GB/s (read + write), "
+          f"singa's SGEMM 1024^3 {peak:.1f} GFLOP/s")  # fmt: skip
     head = f"{'layer':14s} {'pass':4s} {'GFLOP':>7s} {'MB':>7s} {'bound ms':>9s} {'ms':>7s}"
     for net, layers in NETS.items():
         print(f"\n{net}\n{head}  x bound  limited by")
@@ -150,7 +150,7 @@ def main() -> None:
 
             bwd = max(best(both, args.repeat) - fwd, 0.0)
             for label, flop, nbytes, sec in (("fwd", ff, fb, fwd), ("bwd", bf, bb, bwd)):
-                t_flop, t_mem = flop / (gemm * 1e9), nbytes / (bw * 1e9)
+                t_flop, t_mem = flop / (peak * 1e9), nbytes / (bw * 1e9)
                 bound = max(t_flop, t_mem)
                 total["bound"] += bound
                 total["ms"] += sec

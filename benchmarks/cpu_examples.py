@@ -4,12 +4,14 @@
     python benchmarks/cpu_examples.py [--threads 2 1] [--quick] [--avx2]
 
 Runs each example's own benchmark (benchmarks/mnist_mlp.py, conv_nets.py, char_rnn.py,
-rbm.py) once per thread count and prints its medians, the ratio singa/PyTorch and the
-fraction of the measured SGEMM peak each reaches, with the machine facts and the load at
-the start and end of each. ``--avx2`` makes both libraries take their AVX2 code paths on a
-machine that has AVX-512 (OpenBLAS ``OPENBLAS_CORETYPE=Haswell``, PyTorch
-``ATEN_CPU_CAPABILITY=avx2``, oneDNN ``ONEDNN_MAX_CPU_ISA=AVX2``, MKL
-``MKL_ENABLE_INSTRUCTIONS=AVX2``): the kernels an AVX2
+rbm.py) once per thread count and prints its medians, the ratio singa/PyTorch, the
+fraction of the measured SGEMM peak each reaches, and the fraction of singa's step
+roofline singa reaches (each pass of each layer at its FLOP over that peak or its least
+bytes over the memcpy bandwidth, whichever is longer: ``_common.step_roofline``), with the
+machine facts and the load at the start and end of each. ``--avx2`` makes both libraries
+take their AVX2 code paths on a machine that has AVX-512 (OpenBLAS
+``OPENBLAS_CORETYPE=Haswell``, PyTorch ``ATEN_CPU_CAPABILITY=avx2``, oneDNN
+``ONEDNN_MAX_CPU_ISA=AVX2``, MKL ``MKL_ENABLE_INSTRUCTIONS=AVX2``): the kernels an AVX2
 machine runs, on this machine's caches and clock. ``--quick``: fewer rounds (a look, not a
 measurement).
 """
@@ -58,8 +60,10 @@ def run(name: str, threads: int, quick: bool, env: dict) -> dict:
     med = dict(re.findall(r"^(\w+)\s.*median\s+([\d.]+) ms/step", out, re.M))
     roof = dict(re.findall(r"^\s+(\w+)\s+\d+ GFLOP/s =\s+(\d+)% of the roof", out, re.M))
     ratio = re.search(r"ratio singa/pytorch.*?: ([\d.]+)x", out)
+    step_roof = re.search(r"^\s+singa\s+(\d+)% of its step roofline", out, re.M)
     return {"singa": med.get("singa"), "pytorch": med.get("pytorch"),
             "ratio": ratio.group(1) if ratio else None, "roof": roof, "start": start,
+            "step_roof": step_roof.group(1) if step_roof else "?",
             "end": load_average(), "out": out}  # fmt: skip
 
 
@@ -78,8 +82,8 @@ def main() -> None:
     if args.avx2:
         print("AVX2 code paths forced: " + ", ".join(f"{k}={v}" for k, v in AVX2.items()))
     print("| example | threads | singa ms | PyTorch ms | ratio | singa / PyTorch of the "
-          "roof | load start → end |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|")
+          "SGEMM roof | singa of its step roofline | load start → end |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
     for threads in args.threads:
         for name in args.only or EXAMPLES:
             r = run(name, threads, args.quick, env)
@@ -91,7 +95,7 @@ def main() -> None:
                 "load average "
             )
             print(f"| {name} | {threads} | {r['singa']} | {r['pytorch']} | {r['ratio']}x | "
-                  f"{roof} | {load} |", flush=True)  # fmt: skip
+                  f"{roof} | {r['step_roof']}% | {load} |", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

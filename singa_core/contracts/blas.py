@@ -267,6 +267,7 @@ def _call_sgemm(a, b, c, alpha: float, beta: float) -> bool:
         beta,
         c.ctypes.data,
         max(lc[1], 1),
+        c,
     )
     return True
 

@@ -18,7 +18,10 @@ and the GEMM-then-pass pair in 6-10 ms against 16.
 
 Each element of C is still one dot product over all of K, computed by OpenBLAS's kernel;
 only the block boundaries depend on ``parts``, so results are repeatable for a given thread
-count (OpenBLAS's own threading also changes the last bits with the count).
+count (OpenBLAS's own threading also changes the last bits with the count). A product whose
+C is too small to cut but whose K is long (a convolution's weight gradient) is cut along K
+instead: each thread's share of K into a block of its own, the blocks then added in order,
+so its sums too depend on the thread count alone.
 
 Used only where it can be: the chosen SGEMM is OpenBLAS with 64-bit sizes
 (numpy's wheels' ``scipy_cblas_sgemm64_``), numba and a thread pool that several calling
@@ -40,6 +43,11 @@ __all__ = ["MIN_WORK", "active", "call", "parts", "use"]
 #: parallel region costs a few µs) and its longer side gives each thread 32 values
 MIN_WORK = 1 << 20
 MIN_SIDE_PER_PART = 32
+#: a product whose C is too small to cut (both sides under ``MIN_SIDE_PER_PART`` values a
+#: thread) is cut along K where K gives each thread this much: each thread then reads its
+#: own share of both operands into its own block of C, and the blocks are added (a
+#: convolution's weight gradient: LeNet's first, 20 x 26 over K = 36,864)
+MIN_K_PER_PART = 512
 _ALIGN = 16  # block boundaries at multiples of 16 floats (64-byte lines of C)
 
 _ROW_MAJOR, _TRANS = 101, 112
@@ -95,6 +103,26 @@ def _compile():
         return min((total * p // parts + _ALIGN // 2) // _ALIGN * _ALIGN, total)
 
     @numba.njit(parallel=True, nogil=True, cache=True)
+    def run_k_parts(fn, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, parts, scratch):
+        # part p multiplies columns lo..hi of op(A) by rows lo..hi of op(B): part 0 into C
+        # (with beta), the others into their own m x n block of ``scratch`` (summed after)
+        for p in prange(parts):
+            lo, hi = bound(k, p, parts), bound(k, p + 1, parts)
+            if hi > lo:
+                aoff = lo * lda if ta == _TRANS else lo
+                boff = lo if tb == _TRANS else lo * ldb
+                if p == 0:
+                    sgemm_at(
+                        fn, _ROW_MAJOR, ta, tb, m, n, hi - lo, alpha, a + 4 * aoff, lda,
+                        b + 4 * boff, ldb, beta, c, ldc,
+                    )  # fmt: skip
+                else:
+                    sgemm_at(
+                        fn, _ROW_MAJOR, ta, tb, m, n, hi - lo, alpha, a + 4 * aoff, lda,
+                        b + 4 * boff, ldb, np.float32(0.0), scratch + 4 * (p - 1) * m * n, n,
+                    )  # fmt: skip
+
+    @numba.njit(parallel=True, nogil=True, cache=True)
     def run_parts(fn, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, parts, along_n):
         for p in prange(parts):
             if along_n:  # columns lo..hi of C and of op(B)
@@ -114,7 +142,13 @@ def _compile():
                         b, ldb, beta, c + 4 * lo * ldc, ldc,
                     )  # fmt: skip
 
-    return run_parts
+    class Runs:  # the two ways of cutting a GEMM
+        pass
+
+    runs = Runs()
+    runs.along_side = run_parts  # the longer side of C
+    runs.along_k = run_k_parts  # K, for a small C and a long K
+    return runs
 
 
 _RUN = Compiled(_compile)
@@ -157,17 +191,31 @@ def parts() -> int:
     return _parts
 
 
-def call(fn, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) -> None:
+def call(fn, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, c_array=None) -> None:
     """``cblas_sgemm`` (row-major, ctypes ``fn``) with the arguments after its order, cut
     over the pool when :func:`active` for this ``fn`` and the product is big enough, else
-    one call."""
+    one call. ``c_array``: C as a numpy array (``c`` its address), which lets a product
+    with a small C and a long K be cut along K (:data:`MIN_K_PER_PART`)."""
     parts = _parts
-    longer = max(m, n)
-    if parts <= 1 or fn is not _fn or m * n * k < MIN_WORK or longer < MIN_SIDE_PER_PART * parts:
+    if parts <= 1 or fn is not _fn or m * n * k < MIN_WORK:
         fn(_ROW_MAJOR, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
         return
+    if max(m, n) >= MIN_SIDE_PER_PART * parts:
+        use_threads(parts)
+        _RUN.get().along_side(
+            _address, ta, tb, m, n, k, np.float32(alpha), a, lda,
+            b, ldb, np.float32(beta), c, ldc, parts, n >= m,
+        )  # fmt: skip
+        return
+    if c_array is None or k < MIN_K_PER_PART * parts:
+        fn(_ROW_MAJOR, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+        return
+    # each thread its share of K; C = part 0 (with beta) + the others' blocks, in order
+    scratch = np.empty((parts - 1, m, n), dtype=np.float32)
     use_threads(parts)
-    _RUN.get()(
+    _RUN.get().along_k(
         _address, ta, tb, m, n, k, np.float32(alpha), a, lda,
-        b, ldb, np.float32(beta), c, ldc, parts, n >= m,
+        b, ldb, np.float32(beta), c, ldc, parts, scratch.ctypes.data,
     )  # fmt: skip
+    for block in scratch:
+        np.add(c_array, block, out=c_array)

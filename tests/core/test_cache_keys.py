@@ -27,7 +27,7 @@ TOY = textwrap.dedent(
     import numba
     import numpy as np
     from numba.extending import intrinsic
-    from singa_core.contracts import jit as jit_contract
+    from singa_core import jit as jit_contract
 
     if sys.argv[1] == "unpinned":
         jit_contract.pin_identities = lambda built: True  # as before the fix
@@ -142,6 +142,7 @@ LRN = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # two processes compiling numba's LRN passes: about 6 s
 def test_lrn_passes_load_from_the_cache_in_a_second_process(tmp_path):
     """singa's own LRN kernel (it calls two helper kernels) through its threaded wrapper."""
     script = tmp_path / "lrn.py"

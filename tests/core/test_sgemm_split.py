@@ -126,8 +126,9 @@ def test_cut_blocks_agree_with_one_uncut_call(two_threads):
 
 def test_small_products_are_not_cut(two_threads, monkeypatch):
     calls = []
-    run = sgemm_split._RUN.get()
-    monkeypatch.setattr(sgemm_split._RUN, "_made", lambda *args: calls.append(args) or run(*args))
+    runs = sgemm_split._RUN.get()
+    run = runs.along_side
+    monkeypatch.setattr(runs, "along_side", lambda *args: calls.append(args) or run(*args))
     a = np.ones((8, 8), np.float32)
     c = np.empty((8, 8), np.float32)
     gemm(a, a, c)
@@ -147,3 +148,41 @@ def test_few_row_products_are_not_transposed_when_cut(two_threads):
     assert not blas._few_rows_transposed()
     set_blas_threads(1)
     assert blas._few_rows_transposed()
+
+
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("beta", [0.0, 1.0])
+def test_small_c_long_k_is_cut_along_k(two_threads, monkeypatch, ta, tb, beta):
+    """A convolution's weight gradient (C 20 x 26, K 36,864: LeNet's first) has no side to
+    cut; it is cut along K, every layout and beta right, the sum repeatable."""
+    runs = sgemm_split._RUN.get()
+    calls = []
+    run = runs.along_k
+    monkeypatch.setattr(runs, "along_k", lambda *args: calls.append(args) or run(*args))
+    rng = np.random.default_rng(5)
+    m, n, k = 20, 26, 36864
+    a = rng.standard_normal((k, m) if ta else (m, k)).astype(np.float32)
+    b = rng.standard_normal((n, k) if tb else (k, n)).astype(np.float32)
+    a_op, b_op = (a.T if ta else a), (b.T if tb else b)
+    c0 = rng.standard_normal((m, n)).astype(np.float32)
+    c = c0.copy()
+    gemm(a_op, b_op, c, beta=beta, alpha=0.5)
+    assert len(calls) == 1
+    want = 0.5 * (a_op.astype(np.float64) @ b_op.astype(np.float64)) + beta * c0
+    np.testing.assert_allclose(c, want, rtol=1e-4, atol=2e-3)
+    again = c0.copy()
+    gemm(a_op, b_op, again, beta=beta, alpha=0.5)
+    assert np.array_equal(again, c)  # the same blocks, added in the same order
+
+
+def test_short_k_small_c_is_not_cut(two_threads, monkeypatch):
+    runs = sgemm_split._RUN.get()
+    calls = []
+    monkeypatch.setattr(runs, "along_k", lambda *args: calls.append(args))
+    monkeypatch.setattr(runs, "along_side", lambda *args: calls.append(args))
+    a = np.ones((20, 600), np.float32)  # K = 600 < 2 x MIN_K_PER_PART
+    b = np.ones((600, 26), np.float32)
+    c = np.empty((20, 26), np.float32)
+    assert 20 * 26 * 600 < sgemm_split.MIN_WORK or 600 < 2 * sgemm_split.MIN_K_PER_PART
+    gemm(a, b, c)
+    assert calls == [] and (c == 600.0).all()
