@@ -133,3 +133,22 @@ def test_bptt_resume_continues_exactly(texts, tmp_path):
     a = (whole / "checkpoint" / "step6-worker0").read_bytes()
     b = (parts / "checkpoint" / "step6-worker0").read_bytes()
     assert a == b
+
+
+@pytest.mark.slow  # a `singa time` process: about 5 s
+def test_gru_counts_its_products(texts, tmp_path):
+    """`singa time`'s FLOPs of the unrolled GRU (its copies summed): forward the three gates'
+    ``x·Wₖᵀ`` and ``h·Uₖᵀ``; backward their weight gradients and the bias's, and, in every
+    copy after the first, the gradient for the previous copy's state."""
+    unroll, batch = 5, 4
+    conf = small(texts, tmp_path / "ws", steps=1, unroll=unroll, batch=batch)
+    res = run_singa("time", str(JOB), "-n", "1", "--warmup", "0", "--json", *conf)
+    assert res.returncode == 0, res.stderr
+    rows = {r["layer"]: r for r in json.loads(res.stdout)["layers"]}
+    vocab = rows["onehot"]["shape"][-1]
+    h3 = 3 * HIDDEN
+    products = 2 * batch * h3 * (vocab + HIDDEN)
+    fwd, bwd = rows["gru1"]["flops"]
+    assert fwd == unroll * products
+    state_grads = (unroll - 1) * 2 * batch * h3 * HIDDEN
+    assert bwd == unroll * (products + 2 * batch * h3) + state_grads

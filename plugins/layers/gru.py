@@ -251,6 +251,19 @@ class GRULayer(NeuronLayer):
         bz, br, bc = (p[6], p[7], p[8]) if self.has_bias else (w.ones,) * 3
         self.kernels.gru_step_forward(w.g, w.p, bz, br, bc, h, self.data, self.has_bias)
 
+    def flops(self, srcs):
+        """The products (a multiply-add counted as 2): forward ``x·Wₖᵀ`` and ``h·Uₖᵀ`` for
+        the three gates; backward their weight gradients, the bias gradient where there is
+        a bias, and the gradients for the sources that take one."""
+        B, H, V = self.batchsize, self.hdim, self.vdim
+        products = 2.0 * B * 3 * H * (V + H)
+        bwd = products + (2.0 * B * 3 * H if self.has_bias else 0.0)
+        if srcs[0].grad_for(self) is not None:
+            bwd += 2.0 * B * 3 * H * V
+        if len(srcs) == 2 and srcs[1].grad_for(self) is not None:
+            bwd += 2.0 * B * 3 * H * H
+        return products, bwd
+
     def backward(self, phase, srcs):
         x, h = self._x(srcs), self._hprev(srcs)
         w, H, B = self._buffers(), self.hdim, self.batchsize

@@ -95,6 +95,13 @@ class RBMHidLayer(RBMLayer):
             self._hidden(vis.neg_data, self.neg_data)
             self._neg_pending = True
 
+    def flops(self, srcs):
+        """Forward: a CD step runs it once per phase, ``v·Wᵀ`` for the data and for the
+        reconstruction (counted dense: the data's product runs over its nonzeros where
+        they are few); backward: the bias gradient's sums."""
+        batch = self.pos_data.shape[0]
+        return 2 * 2.0 * batch * self.vdim * self.hdim, 2.0 * batch * self.hdim
+
     def backward(self, phase, srcs):
         inv_b = DTYPE(1.0 / self.pos_data.shape[0])
         self.weight.zero_grad()  # the visible layer computes the shared weight's gradient

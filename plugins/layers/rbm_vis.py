@@ -148,6 +148,14 @@ class RBMVisLayer(RBMLayer):
                 np.multiply(self._error, 1.0 / batch, out=self._error)
                 np.add(sums[:1], self._error, out=sums[:1])
 
+    def flops(self, srcs):
+        """Forward: the negative phase's ``h·W`` (counted dense: it runs over the sample's
+        nonzeros where they are few); backward: the weight gradient, one product over the
+        stacked negative and positive halves, and the bias gradient's sums."""
+        batch = self.pos_data.shape[0]
+        product = 2.0 * batch * self.hdim * self.vdim
+        return product, 2 * product + 2.0 * batch * self.vdim
+
     def backward(self, phase, srcs):
         hid = self.hidden(srcs)
         inv_b = DTYPE(1.0 / self.pos_data.shape[0])

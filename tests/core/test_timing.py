@@ -115,3 +115,20 @@ def test_table_sum_matches_a_measured_training_step(mnist_stores, tmp_path):
         trained.append(1000 * min(reporter._step_times[1:]))
     table_ms, train_ms = min(tables), min(trained)
     assert table_ms == pytest.approx(train_ms, rel=0.25), (tables, trained)
+
+
+def test_rbm_layers_count_their_products(mnist_stores, tmp_path):
+    """RBM1 (784-1000, batch 100): kRBMHid's forward is both phases' ``v·Wᵀ``, kRBMVis's
+    the reconstruction's ``h·W`` and its backward the stacked weight gradient (dense
+    counts: 10·B·V·H a step, PyTorch's count of the same step)."""
+    rbm1 = REPO / "examples" / "rbm" / "rbm1.conf"
+    args = [f"-o{o}" for o in overrides(mnist_stores, tmp_path / "ws")]
+    res = runner.invoke(app, ["time", str(rbm1), *args, "-n", "1", "--warmup", "0", "--json"])
+    assert res.exit_code == 0, res.output
+    rows = {r["layer"]: r for r in json.loads(res.output)["layers"]}
+    b, v, h = 100, 784, 1000
+    product = 2 * b * v * h
+    assert rows["RBMHid"]["flops"] == [2 * product, 2 * b * h]
+    assert rows["RBMVis"]["flops"] == [product, 2 * product + 2 * b * v]
+    total = sum(sum(rows[n]["flops"]) for n in ("RBMHid", "RBMVis"))
+    assert total == pytest.approx(5 * product, rel=0.01)
