@@ -71,7 +71,10 @@ def _pin(obj, kinds, seen: set[int]) -> None:
     digest = hashlib.sha256()
     digest.update(f"{fn.__module__}:{fn.__qualname__}".encode())
     digest.update(fn.__code__.co_code)
-    digest.update(dumps(tuple(_captured(fn))))
+    try:
+        digest.update(dumps(tuple(_captured(fn))))
+    except Exception:  # noqa: BLE001 - a value that does not pickle: numba's key cannot
+        return  # use it either; this object keeps a random identity (no cache, as before)
     obj._set_uuid(f"singa-{digest.hexdigest()[:32]}")
 
 

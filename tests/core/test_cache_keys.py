@@ -81,6 +81,7 @@ def _run(script, tmp_path, *args) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # two fresh processes compiling: 4-9 s
 def test_second_process_loads_a_kernel_that_captures_kernels(tmp_path):
     script = tmp_path / "toy.py"
     script.write_text(TOY)
@@ -93,6 +94,7 @@ def test_second_process_loads_a_kernel_that_captures_kernels(tmp_path):
     assert len(index_files) == 1
 
 
+@pytest.mark.slow  # two fresh processes compiling: 4-9 s
 def test_without_pinned_identities_the_cache_misses(tmp_path):
     """The case above fails without the fix: it measures what it claims."""
     script = tmp_path / "toy.py"
@@ -151,3 +153,27 @@ def test_lrn_passes_load_from_the_cache_in_a_second_process(tmp_path):
     second = _run(script, tmp_path)
     assert (first["hits"], first["misses"]) == (0, 1)
     assert (second["hits"], second["misses"]) == (1, 0)
+
+
+def test_a_value_that_does_not_pickle_leaves_the_kernel_as_it_was(monkeypatch):
+    """Where numba's pickle of the captured values fails, the kernel keeps numba's random
+    identity (no cache hit, as before) and nothing breaks."""
+    import numba
+    import numba.core.serialize as serialize
+
+    from singa_core.contracts.cache_keys import pin_identities
+
+    def refuse(obj):
+        raise TypeError("cannot pickle")
+
+    offset = 1.0
+
+    @numba.njit
+    def helper(v):
+        return v + offset
+
+    monkeypatch.setattr(serialize, "dumps", refuse)
+    assert pin_identities((helper,))
+    monkeypatch.undo()
+    assert not helper._uuid.startswith("singa-")  # drawn by numba, as before
+    assert helper(1.0) == 2.0
