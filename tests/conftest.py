@@ -452,6 +452,13 @@ def run_singa(*args: str, cwd: Path | None = None, env: dict | None = None, time
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def _stacks_then_kill(proc: subprocess.Popen) -> str:
     """A hung run: SIGABRT to it and every process below it (each Python process prints
     all its threads' stacks: run_singa sets PYTHONFAULTHANDLER), then SIGKILL to any left;
@@ -465,6 +472,10 @@ def _stacks_then_kill(proc: subprocess.Popen) -> str:
     from singa_builtins.engines.ray.headwatch import descendants  # /proc; needs no Ray
 
     pids = [*descendants(proc.pid), proc.pid]
+    # multiprocessing's resource tracker is left alone: once the others are dead it
+    # unlinks the named semaphores they made and exits (killed, it left 15 in /dev/shm)
+    trackers = [p for p in pids if b"resource_tracker" in _cmdline(p)]
+    pids = [p for p in pids if p not in trackers]
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGSTOP)
@@ -487,6 +498,14 @@ def _stacks_then_kill(proc: subprocess.Popen) -> str:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while any(_alive(p) and b"resource_tracker" in _cmdline(p) for p in trackers):
+        if time.monotonic() > deadline:  # it should have ended: stop it after all
+            for pid in trackers:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            break
+        time.sleep(0.05)
     if os.path.isdir("/dev/shm"):  # the killed launcher's segments (singa-<its pid>-...)
         for name in os.listdir("/dev/shm"):
             if name.startswith(f"singa-{proc.pid}-"):

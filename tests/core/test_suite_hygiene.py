@@ -161,7 +161,7 @@ def test_a_hung_run_fails_with_the_stacks_of_all_its_processes(small_job):
     assert stacks >= 3, text[-3000:]  # the launcher, two worker groups, a server
     assert "singa_core" in text or "singa_builtins" in text, text[-3000:]
     # one process after another: each dump is whole (its "Fatal Python error" line, its
-    # threads, then at most one "Extension modules" line: the resource tracker has none),
+    # threads, then at most one "Extension modules" line),
     # and the processes' order heads the text
     assert "processes, in the order their stacks follow:" in text
     dumps = text.split("Fatal Python error: Aborted")[1:]
