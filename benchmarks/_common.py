@@ -191,15 +191,20 @@ def standard_args(
 SETTLE_S = 0.3  # a side's pools spin after its round; the other side starts after this
 
 
-def sgemm_peak_gflops(matmul, n: int = 2048, repeats: int = 3) -> float:
-    """The best GFLOP/s of ``matmul()`` (an ``n``×``n``×``n`` float32 product)."""
-    matmul()
+def best_seconds(fn, repeats: int) -> float:
+    """The shortest of ``repeats`` timed calls of ``fn()``, after one untimed call."""
+    fn()
     best = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()
-        matmul()
+        fn()
         best = min(best, time.perf_counter() - t0)
-    return 2 * n**3 / best / 1e9
+    return best
+
+
+def sgemm_peak_gflops(matmul, n: int = 2048, repeats: int = 3) -> float:
+    """The best GFLOP/s of ``matmul()`` (an ``n``×``n``×``n`` float32 product)."""
+    return 2 * n**3 / best_seconds(matmul, repeats) / 1e9
 
 
 def _numpy_peak() -> tuple[str, float]:
@@ -251,13 +256,7 @@ def memcpy_bandwidth(threads: int, repeats: int = 5) -> float:
         copy = lambda: parallel_copy(x, y)  # noqa: E731
     except ImportError:
         pass
-    copy()
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        copy()
-        best = min(best, time.perf_counter() - t0)
-    return 2 * x.nbytes / best / 1e9
+    return 2 * x.nbytes / best_seconds(copy, repeats) / 1e9
 
 
 def _nbytes(x) -> int:

@@ -22,10 +22,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 
 import numpy as np
-from _common import load_average, memcpy_bandwidth, print_machine_facts
+from _common import best_seconds, load_average, memcpy_bandwidth, print_machine_facts
 
 from singa_core.blas import gemm, set_blas_threads
 from singa_core.layer import kBackward, kForward, kTrain
@@ -34,23 +33,13 @@ from singa_core.testing import SourceLayer, build
 F4 = 4  # bytes per float32
 
 
-def best(fn, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
-
-
 def peaks(repeat: int, threads: int) -> tuple[float, float]:
     """(memcpy GB/s counting read + write, on ``threads`` threads; singa's SGEMM GFLOP/s on
     1024³ at the thread count set, the GEMM the layers call)."""
     bw = memcpy_bandwidth(threads, repeat)
     a = np.random.default_rng(1).random((1024, 1024), dtype=np.float32)
     c = np.empty_like(a)
-    flops = 2 * 1024**3 / best(lambda: gemm(a, a, c), repeat) / 1e9
+    flops = 2 * 1024**3 / best_seconds(lambda: gemm(a, a, c), repeat) / 1e9
     return bw, flops
 
 
@@ -142,13 +131,17 @@ def main() -> None:
         for name, kind, conf, shape, grad in layers:
             lay, src = layer(kind, conf, shape, grad)
             ff, fb, bf, bb = traffic(kind, lay, src, grad)
-            fwd = best(lambda lay=lay, src=src: lay.forward(kTrain | kForward, [src]), args.repeat)
+
+            def fwd_only(lay=lay, src=src):
+                lay.forward(kTrain | kForward, [src])
+
+            fwd = best_seconds(fwd_only, args.repeat)
 
             def both(lay=lay, src=src):
                 lay.forward(kTrain | kForward, [src])
                 lay.backward(kTrain | kBackward, [src])
 
-            bwd = max(best(both, args.repeat) - fwd, 0.0)
+            bwd = max(best_seconds(both, args.repeat) - fwd, 0.0)
             for label, flop, nbytes, sec in (("fwd", ff, fb, fwd), ("bwd", bf, bb, bwd)):
                 t_flop, t_mem = flop / (peak * 1e9), nbytes / (bw * 1e9)
                 bound = max(t_flop, t_mem)
