@@ -99,7 +99,9 @@ def _compile():
         return sig, codegen
 
     @numba.njit(inline="always")
-    def bound(total, p, parts):  # p/parts of total, rounded to _ALIGN (total for p = parts)
+    def bound(total, p, parts):  # p/parts of total, rounded to _ALIGN; total for p = parts
+        if p >= parts:  # rounding total itself to _ALIGN could drop its last values
+            return total
         return min((total * p // parts + _ALIGN // 2) // _ALIGN * _ALIGN, total)
 
     @numba.njit(parallel=True, nogil=True, cache=True)

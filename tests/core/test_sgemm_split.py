@@ -87,6 +87,11 @@ def _layouts(m, k, n, rng):
         (1000, 200, 784),  # cut along m (its weight gradient)
         (32, 160, 2250),  # few rows, many columns (a convolution's)
         (77, 300, 61),  # sides not multiples of 16
+        # the last share ends at the side itself, not at a multiple of 16 below it (its
+        # last 1-7 columns or rows were left unwritten: CIFAR-10's conv2 did not learn)
+        (32, 160, 22500),  # n = 16·1406 + 4: cut along n (CIFAR-10's conv2, forward)
+        (64, 200, 2500),  # n = 16·156 + 4 (the MNIST MLP's 2,500 hidden units)
+        (1025, 64, 70),  # m = 16·64 + 1: cut along m
         (3, 5, 7),  # too small to cut: one call
     ],
 )
@@ -173,6 +178,19 @@ def test_small_c_long_k_is_cut_along_k(two_threads, monkeypatch, ta, tb, beta):
     again = c0.copy()
     gemm(a_op, b_op, again, beta=beta, alpha=0.5)
     assert np.array_equal(again, c)  # the same blocks, added in the same order
+
+
+@pytest.mark.parametrize("k", [36864 + 3, 36864 + 7])
+def test_the_last_share_of_k_is_summed_to_its_end(two_threads, k):
+    """K not a multiple of 16 by under 8: the last thread's share runs to K itself."""
+    rng = np.random.default_rng(k)
+    a = rng.standard_normal((20, k)).astype(np.float32)
+    b = rng.standard_normal((k, 26)).astype(np.float32)
+    a[:, -3:] = 1000.0  # the last values dominate: a dropped one shows at once
+    c = np.empty((20, 26), np.float32)
+    gemm(a, b, c)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(c, want, rtol=1e-4, atol=2e-2)
 
 
 def test_short_k_small_c_is_not_cut(two_threads, monkeypatch):
