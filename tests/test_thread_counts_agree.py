@@ -44,7 +44,7 @@ def _agree(conf, args, tmp_path) -> None:
     two = _losses(conf, args, tmp_path / "two", 2)
     print("1 thread: ", one, "\n2 threads:", two)
     assert len(one) == len(two)
-    worst = max(abs(a - b) for a, b in zip(one, two))
+    worst = max(abs(a - b) for a, b in zip(one, two, strict=True))
     assert worst <= 1e-3, f"losses differ by {worst:.2g}: 1 thread {one}, 2 threads {two}"
 
 
@@ -63,5 +63,6 @@ def test_the_cifar10_net_learns_the_same_at_1_and_2_threads(cifar_stores, tmp_pa
     args = []
     for k, name in ((0, "train_data.bin"), (1, "test_data.bin")):
         args += ["-o", f"neuralnet.layer[{k}].store_conf.path={cifar_stores / name}"]
-        args += ["-o", f"neuralnet.layer[{k}].store_conf.mean_file={cifar_stores / 'image_mean.bin'}"]
+        mean = cifar_stores / "image_mean.bin"
+        args += ["-o", f"neuralnet.layer[{k}].store_conf.mean_file={mean}"]
     _agree(REPO / "examples" / "cifar10" / "job.conf", args, tmp_path)
