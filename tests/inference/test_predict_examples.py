@@ -217,11 +217,8 @@ def test_lenet_predict_on_npy_equals_singa_test(mnist_stores, tmp_path):
     assert abs(accuracy - expected) <= 0.001 and accuracy > 0.8
 
 
-def test_cifar10_predict_on_npy_equals_singa_test(data_dir, tmp_path_factory, tmp_path):
-    from singa_core.commands.datasets import prepare_dataset
-
-    stores = tmp_path_factory.mktemp("cifar10")
-    prepare_dataset(get_host().get("dataset", "cifar10")(), stores, data_dir / "cifar10")
+def test_cifar10_predict_on_npy_equals_singa_test(cifar_stores, tmp_path):
+    stores = cifar_stores
     conf = REPO / "examples" / "cifar10" / "job.conf"
     overrides = example_overrides(stores, tmp_path / "ws", mean=True)
     train(conf, overrides, 150)
