@@ -46,6 +46,7 @@ over the output or its gradient).
 from __future__ import annotations
 
 import numpy as np
+from singa_builtins.layers import _conv_blocks
 from singa_builtins.layers._host_kernels import kernels as compiled
 from singa_builtins.layers._window import (
     Window,
@@ -261,6 +262,8 @@ class ConvolutionBase(NeuronLayer):
         self._out2d = self._out.reshape(nf, oh * ow * b)
         self._gout2d = self._gout.reshape(nf, oh * ow * b)
         self._gw_tmp: np.ndarray | None = None
+        self._blocks: _conv_blocks.UnfoldedBlocks | None = None  # see _setup_im2col
+        self._colx = None
         # a GPU: im2col, one GEMM, col2im, each one launch; the host: row columns where
         # they pay (see the module doc), else im2col by offset
         self._one_launch = self.kernels.window_kernels()
@@ -460,13 +463,19 @@ class ConvolutionBase(NeuronLayer):
         # the bias, and the weight gradient's g·[col; 1]ᵀ gives the bias's gradient as its
         # last column, where a separate pass over the output (and one over its gradient)
         # did; K = C·kh·kw + 1 also multiplies faster here (CIFAR-10's conv1, OpenBLAS, AMD
-        # EPYC, its products and passes paired: 15.0 -> 12.1-12.6 ms at 2 threads)
+        # EPYC, its products and passes paired: 15.0 -> 12.1-12.6 ms at 2 threads). A
+        # source that takes no gradient, with a matrix too big for the cache: unfolded and
+        # multiplied a block at a time instead (_conv_blocks.py), the whole never made
         ckk, cols = c * win.kh * win.kw, oh * ow * b
-        charge_memory(self, "scratch", (ckk + 1, cols), what="column buffer and a row of ones")
-        self._colx = self.xp.empty((ckk + 1, cols), dtype=DTYPE)
-        self._colx[ckk] = 1.0
-        self._col2d = self._colx[:ckk]
-        self._col = self._col2d.reshape(c, win.kh, win.kw, oh, ow, b)
+        if not src_grad and _conv_blocks.pays(ckk + 1, cols) and _conv_blocks.available():
+            threads = _conv_blocks.pool_threads()
+            shapes = _conv_blocks.UnfoldedBlocks.shapes(ckk + 1, self.num_filters, b, threads)
+            charge_memory(self, "scratch", shapes[0], what="unfolded blocks, one a thread")
+            charge_memory(self, "scratch", shapes[1], what="weight gradient sums, one a thread",
+                          training_only=True)  # fmt: skip
+            self._blocks = _conv_blocks.UnfoldedBlocks(ckk + 1, self.num_filters, b, threads)
+        else:
+            self._make_columns()
         charge_memory(
             self, "scratch", (2, self.num_filters, ckk + 1), what="[W | b] and its gradient"
         )
@@ -476,6 +485,17 @@ class ConvolutionBase(NeuronLayer):
         self._compiled = compiled()  # im2col in one threaded pass (numba), or numpy's copies
         if self._compiled is not None:  # its first call loads numba's compiler
             charge_numba(self)
+
+    def _make_columns(self) -> None:
+        """The whole column matrix with its row of ones (at set-up; or at the first
+        backward that finds a source gradient where set-up found none)."""
+        win, c, b = self.win, self.channels, self.batchsize
+        ckk, cols = c * win.kh * win.kw, self.out_h * self.out_w * b
+        charge_memory(self, "scratch", (ckk + 1, cols), what="column buffer and a row of ones")
+        self._colx = self.xp.empty((ckk + 1, cols), dtype=DTYPE)
+        self._colx[ckk] = 1.0
+        self._col2d = self._colx[:ckk]
+        self._col = self._col2d.reshape(c, win.kh, win.kw, self.out_h, self.out_w, b)
 
     def _input_chwn(self, x: np.ndarray) -> np.ndarray:
         """The input as a contiguous, padded CHWN array (copied unless the source is
@@ -542,6 +562,13 @@ class ConvolutionBase(NeuronLayer):
         if self._rows:
             self._forward_rows(srcs[0].data)
             return
+        if self._blocks is not None:  # [W | b]·[col; 1] a block of columns at a time
+            self._xin = xp = self._input_chwn(srcs[0].data)
+            ckk = self._wb.shape[1] - 1
+            self._wb[:, :ckk] = self.weight.value
+            self._wb[:, ckk] = self.bias.value
+            self._blocks.forward(xp, self._wb, self._out2d, self.win, self.out_h, self.out_w)
+            return
         if self._one_launch:
             self.kernels.im2col(self._chwn(srcs[0].data), self._col, *self._window_args())
         else:
@@ -560,8 +587,12 @@ class ConvolutionBase(NeuronLayer):
         g = self._gout2d
         agg = bool(phase & kAggGrad)
         if self._bias_row:  # g·[col; 1]ᵀ = [gW | gb]
-            gemm(g, self._colx.T, self._gwb)
-            ckk = self._col2d.shape[0]
+            if self._blocks is not None:
+                self._blocks.weight_grad(self._xin, g, self._gwb, self.win, self.out_h,
+                                         self.out_w)  # fmt: skip
+            else:
+                gemm(g, self._colx.T, self._gwb)
+            ckk = self._gwb.shape[1] - 1
             if agg:
                 wp.grad += self._gwb[:, :ckk]
                 bp.grad += self._gwb[:, ckk]
@@ -587,6 +618,9 @@ class ConvolutionBase(NeuronLayer):
         if self._rows:
             self._input_grad_rows(g, buf)
             return
+        if self._colx is None and not self._one_launch:  # blocks at set-up: no matrix yet
+            self._make_columns()
+            self._im2col(self._xin)
         gemm(wp.value.T, g, self._col2d)  # the column buffer is free again
         if self._one_launch:
             self.kernels.col2im(self._col, self._chwn(buf), *self._window_args())

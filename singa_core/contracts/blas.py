@@ -18,6 +18,7 @@ from singa_core.contracts import packed_gemm, sgemm_split
 from singa_core.contracts.openblas import SETTERS as _SETTERS
 from singa_core.contracts.openblas import find_saxpy, openblas_threads
 from singa_core.contracts.openblas import openblas_libraries as _openblas_libs
+from singa_core.contracts.sgemm_split import sgemm_address, sgemm_at  # noqa: F401 - plugin API
 
 #: environment variables that set the BLAS thread count, in the order they are honoured:
 #: OpenBLAS's, MKL's (singa's SGEMM on Intel CPUs with the ``mkl`` extra), then OpenMP's

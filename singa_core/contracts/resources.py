@@ -15,6 +15,8 @@ show neither. The readers here take them into account:
   rounded up.
 * :func:`cpu_flags` — the CPU's feature flags (``avx2``, ``avx512f`` …) from
   ``/proc/cpuinfo``, for code that picks a path by what the machine is, not by a clock.
+* :func:`cache_bytes` — the first CPU's data (or unified) cache size at a level, from
+  ``/sys/devices/system/cpu/cpu0/cache``, for the same kind of choice.
 
 Both take the ``/proc`` and ``/sys/fs/cgroup`` roots as arguments so tests can hand them
 fake trees. A missing or unreadable file means "no limit known here", never an error.
@@ -239,3 +241,31 @@ def cpu_flags(proc_root: str | Path = "/proc") -> frozenset[str]:
     if real:
         _flags = found
     return found
+
+
+_caches: dict[int, int] | None = None
+
+
+def cache_bytes(level: int, sys_root: str | Path = "/sys/devices/system/cpu") -> int | None:
+    """The size in bytes of the first CPU's data or unified cache at ``level`` (1, 2, 3),
+    or of its last level for ``level=0``; None where sysfs does not say. Read once per
+    process for the real ``/sys``."""
+    global _caches
+    real = str(sys_root) == "/sys/devices/system/cpu"
+    sizes = _caches if real else None
+    if sizes is None:
+        sizes = {}
+        for index in sorted((Path(sys_root) / "cpu0" / "cache").glob("index*")):
+            kind = _read(index / "type") or ""
+            lvl, size = _read(index / "level"), (_read(index / "size") or "").strip()
+            if kind.strip() == "Instruction" or not lvl or not lvl.strip().isdigit():
+                continue
+            scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:].upper(), 1)
+            digits = size.rstrip("KMGkmg")
+            if digits.isdigit():
+                sizes[int(lvl)] = int(digits) * scale
+        if real:
+            _caches = sizes
+    if level == 0:
+        return sizes[max(sizes)] if sizes else None
+    return sizes.get(level)

@@ -37,7 +37,7 @@ import numpy as np
 
 from singa_core.contracts.jit import Compiled, gemms_on_pool, parallel_ready, use_threads
 
-__all__ = ["MIN_WORK", "active", "call", "parts", "use"]
+__all__ = ["MIN_WORK", "active", "call", "parts", "sgemm_address", "sgemm_at", "use"]
 
 #: a GEMM is cut only when ``m·n·k`` reaches this (2 MFLOP, about 25 µs on one core: a
 #: parallel region costs a few µs) and its longer side gives each thread 32 values
@@ -57,14 +57,10 @@ _fn = None  # the cblas_sgemm (64-bit sizes) whose calls are cut
 _address = 0  # its address, which the compiled loop calls
 
 
-def _compile():
-    import numba
+def _make_sgemm_at():
     from llvmlite import ir
-    from numba import prange, types
+    from numba import types
     from numba.extending import intrinsic
-
-    if not parallel_ready():
-        return None
 
     @intrinsic
     def sgemm_at(typingctx, fn, order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
@@ -97,6 +93,44 @@ def _compile():
             return context.get_dummy_value()
 
         return sig, codegen
+
+    return sgemm_at
+
+
+_SGEMM_AT = Compiled(_make_sgemm_at)
+
+
+def sgemm_at():
+    """A numba intrinsic, ``sgemm_at(fn, order, ta, tb, m, n, k, alpha, a, lda, b, ldb,
+    beta, c, ldc)``: compiled code's call of the row-major ``cblas_sgemm`` with 64-bit sizes
+    at address ``fn`` (:func:`sgemm_address`), the operands as addresses (ints) and alpha,
+    beta as float32; None without numba. For kernels that interleave their own passes with
+    GEMMs on blocks they just wrote (a convolution's unfolding, block by block)."""
+    return _SGEMM_AT.get()
+
+
+def sgemm_address() -> int:
+    """The address of the host's ``cblas_sgemm`` where compiled code may call it through
+    :func:`sgemm_at`: the chosen SGEMM is OpenBLAS with 64-bit sizes (numpy's wheels); 0
+    otherwise (MKL, another BLAS, no BLAS found)."""
+    from singa_core.contracts import sgemm
+
+    lib = sgemm._chosen or sgemm.chosen()
+    if lib is None or lib.name != "openblas":
+        return 0
+    argtypes = getattr(lib.sgemm, "argtypes", None) or ()
+    if len(argtypes) != 14 or argtypes[3] is not ctypes.c_int64:
+        return 0
+    return int(ctypes.cast(lib.sgemm, ctypes.c_void_p).value or 0)
+
+
+def _compile():
+    import numba
+    from numba import prange
+
+    if not parallel_ready():
+        return None
+    sgemm_at = _SGEMM_AT.get()
 
     @numba.njit(inline="always")
     def bound(total, p, parts):  # p/parts of total, rounded to _ALIGN; total for p = parts

@@ -210,6 +210,20 @@ def _cases(tmp_path):
                 x = rng.standard_normal((2, 2, 6, 5))
                 for src in (SourceLayer(x), strided_source(x)):
                     cases.append(GradCase(conv([src], text), [src]))
+        # a source without a gradient, its matrix unfolded a block at a time (_conv_blocks)
+        from singa_builtins.layers import _conv_blocks
+
+        if _conv_blocks.available():
+            _conv.ROW_COLUMNS_MIN_K = 10**9
+            pays, _conv_blocks.pays = _conv_blocks.pays, lambda rows, cols: True
+            try:
+                for text, _ in GEOMETRIES[:3]:
+                    src = SourceLayer(rng.standard_normal((2, 2, 6, 5)), grad=False)
+                    layer = conv([src], text)
+                    assert layer._blocks is not None or layer._one_launch  # a device: no blocks
+                    cases.append(GradCase(layer, [src]))
+            finally:
+                _conv_blocks.pays = pays
     finally:
         _conv.ROW_COLUMNS_MIN_K = default
     return cases
