@@ -11,20 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-# -- one BLAS thread per singa process ------------------------------------------------------
-#
-# ``pytest -n auto`` runs a worker per core, and most tests start singa processes that train.
-# Left to choose, each in-process run times steps at 1 thread and at every CPU before its
-# first step (docs/guide/threads.md), and on a machine as busy as the suite makes it, two
-# processes of two threads each share two cores. Unless the user set a thread count, every
-# process the suite starts (and this one, before numpy loads its BLAS) runs one; the tests of
-# the automatic choice unset it themselves (monkeypatch.delenv), as they must for a user's.
-_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
-if not any(os.environ.get(name, "").strip() for name in _THREAD_VARS):
-    os.environ["OPENBLAS_NUM_THREADS"] = "1"
-
-import numpy as np  # noqa: E402 - after the thread count above
-import pytest  # noqa: E402
+import numpy as np
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 CORE_DISTRIBUTION = "singa-classic"

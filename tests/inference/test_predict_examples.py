@@ -15,7 +15,7 @@ import pytest
 from conftest import REPO, run_singa
 
 from singa_core import Job
-from singa_core.blas import THREAD_ENV_VARS, get_blas_threads
+from singa_core.blas import THREAD_ENV_VARS, get_blas_threads, set_blas_threads
 from singa_core.plugin_host.host import get_host
 from singa_core.schema import common_pb2
 
@@ -180,6 +180,20 @@ def _npy_round_trip(conf, overrides, store, tmp_path, n, steps_of_test):
     x, y, raw = read_records(store, n)
     np.save(tmp_path / "x.npy", x)
     out = tmp_path / "preds.npz"
+    # one thread on both sides, whatever count a test before left this process at: at 2
+    # threads with numba the two processes' CIFAR-10 outputs differed in the last bit
+    # (7e-8), on the code before this change too (noticed 2026-11-30, not yet explained)
+    before = get_blas_threads() or 1
+    set_blas_threads(1)
+    try:
+        return _npy_round_trip_at_one_thread(conf, overrides, store, tmp_path, n,
+                                             steps_of_test, x, y, raw, out)  # fmt: skip
+    finally:
+        set_blas_threads(before)
+
+
+def _npy_round_trip_at_one_thread(conf, overrides, store, tmp_path, n, steps_of_test, x, y,
+                                  raw, out):  # fmt: skip
     threads = str(get_blas_threads() or 1)
     same = {name: threads for name in THREAD_ENV_VARS}  # `singa predict` keeps this count
     res = run_singa(
