@@ -81,6 +81,8 @@ def traffic(kind: str, lay, src, grad: bool) -> tuple[float, float, float, float
         w = lay.weight.value.size * F4
         if lay._rows:
             col = lay._xcol.size * F4  # written once, read by the kh GEMMs' packing
+        elif getattr(lay, "_blocks", None) is not None:
+            col = 0  # unfolded a block at a time, each block within the L2 cache
         else:
             col = lay._col.size * F4
         fwd_bytes = x + w + y + 2 * col
