@@ -7,6 +7,6 @@ __version__ = "0.1.0"
 #: MAJOR one may break plugins. A plugin states what it was built for with a module
 #: attribute ``SINGA_PLUGIN_API = ">=1,<2"`` or its dependency on ``singa-classic``; one
 #: built for another major version is skipped at load (see singa_core.plugin_host.host).
-PLUGIN_API_VERSION = "1.4"
+PLUGIN_API_VERSION = "1.5"
 #: the distribution plugins depend on
 CORE_DISTRIBUTION = "singa-classic"
