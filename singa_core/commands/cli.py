@@ -1200,6 +1200,12 @@ def predict(
         if needs_choice(model.plan.job):  # BLAS threads as `singa train` chooses them
             n, why = choose_for_model(model, samples)
             print(f"BLAS threads: {n} ({why})", file=sys.stderr)
+        else:  # job.conf's or the environment's count, applied as train applies it (on
+            # OpenBLAS with numba: its GEMMs cut over singa's pool, the passes on it too)
+            from singa_core.contracts.blas import blas_threads_for, set_blas_threads
+            from singa_core.contracts.resources import usable_cpus
+
+            set_blas_threads(blas_threads_for(model.plan.job, usable_cpus()))
         _say_checkpoint(model)  # after the inputs' checks: an error comes first
         scores = predict_noting_range(model, samples)  # a far-off range: a warning line
         class_names = read_labels(labels)

@@ -180,9 +180,10 @@ def _npy_round_trip(conf, overrides, store, tmp_path, n, steps_of_test):
     x, y, raw = read_records(store, n)
     np.save(tmp_path / "x.npy", x)
     out = tmp_path / "preds.npz"
-    # one thread on both sides, whatever count a test before left this process at: at 2
-    # threads with numba the two processes' CIFAR-10 outputs differed in the last bit
-    # (7e-8), on the code before this change too (noticed 2026-11-30, not yet explained)
+    # one thread on both sides, whatever count a test before left this process at (at 2
+    # threads `singa predict` left the count to OpenBLAS's own threads, where this process
+    # cut its GEMMs over singa's pool: 7e-8 apart; the test below checks that it no longer
+    # does)
     before = get_blas_threads() or 1
     set_blas_threads(1)
     try:
@@ -241,3 +242,32 @@ def test_cifar10_predict_on_npy_equals_singa_test(cifar_stores, tmp_path):
     )
     print(f"CIFAR-10 net on 300 .npy images: predict {accuracy:.4f}, singa test {expected:.4f}")
     assert abs(accuracy - expected) <= 0.001 and accuracy > 0.15  # 150 steps: above chance (0.1)
+
+
+def test_predict_runs_on_the_thread_count_the_environment_sets(mlp, mnist_stores, tmp_path):
+    """`singa predict` with OPENBLAS_NUM_THREADS=2 applies the count as `singa train` does
+    (on OpenBLAS with numba: its GEMMs cut over singa's pool), so its outputs are those of
+    a model in a process set to 2 threads, bit for bit. (It left the count to OpenBLAS's
+    own threads, and the last bits differed.)"""
+    from singa_core.contracts import sgemm_split
+
+    conf, overrides, _ = mlp
+    x, _, _ = read_records(mnist_stores / "test_data.bin", 200)
+    x = x.reshape(len(x), -1)  # the MLP's samples: 784 values
+    np.save(tmp_path / "x.npy", x)
+    before = get_blas_threads() or 1
+    set_blas_threads(2)
+    try:
+        if not sgemm_split.active():
+            pytest.skip("GEMMs not cut over singa's pool here (no numba, MKL, or 1 CPU)")
+        mine = model_of(conf, overrides).predict(x)
+    finally:
+        set_blas_threads(before)
+    out = tmp_path / "preds.npz"
+    two = {name: "2" for name in THREAD_ENV_VARS}
+    res = run_singa(
+        "predict", str(conf), *overrides, str(tmp_path / "x.npy"), "--output", str(out), env=two
+    )
+    assert res.returncode == 0, res.stderr
+    with np.load(out) as saved:
+        assert np.array_equal(saved["output"], mine)
