@@ -137,12 +137,14 @@ class UnfoldedBlocks:
     ``threads`` threads (numba's pool), :meth:`forward` and :meth:`weight_grad` run on the
     host's thread count at the time, at most that."""
 
-    def __init__(self, rows: int, filters: int, batch: int, threads: int, xp=np) -> None:
+    def __init__(self, rows: int, filters: int, batch: int, threads: int) -> None:
         self.per = positions_per_block(rows, batch)
         self.threads = max(1, threads)
-        self.bufs = xp.empty((self.threads, rows, self.per * batch), dtype=np.float32)
+        blocks, sums = self.shapes(rows, filters, batch, threads)
+        self.bufs = np.empty(blocks, dtype=np.float32)
         self.bufs[:, rows - 1] = 1.0
-        self.sums = xp.empty((self.threads, filters, rows), dtype=np.float32)
+        self.sums = np.empty(sums, dtype=np.float32)
+        self.fn = sgemm_address()  # the cblas_sgemm the compiled loops call, fixed per process
 
     @staticmethod
     def shapes(rows: int, filters: int, batch: int, threads: int) -> list[tuple]:
@@ -156,7 +158,7 @@ class UnfoldedBlocks:
     def forward(self, xp, wb, out, win, oh: int, ow: int) -> None:
         """``out (F, oH·oW·B) = wb (F, K+1) · [im2col(xp); 1]`` for the padded CHWN ``xp``."""
         kernels().forward(
-            sgemm_address(), xp, wb, out, win.kh, win.kw, win.sh, win.sw, oh, ow, self.per,
+            self.fn, xp, wb, out, win.kh, win.kw, win.sh, win.sw, oh, ow, self.per,
             self._parts(), self.bufs,
         )  # fmt: skip
 
@@ -164,7 +166,7 @@ class UnfoldedBlocks:
         """``target (F, K+1) = g (F, oH·oW·B) · [im2col(xp); 1]ᵀ``."""
         parts = self._parts()
         kernels().weight_grad(
-            sgemm_address(), xp, g, win.kh, win.kw, win.sh, win.sw, oh, ow, self.per, parts,
+            self.fn, xp, g, win.kh, win.kw, win.sh, win.sw, oh, ow, self.per, parts,
             self.bufs, self.sums,
         )  # fmt: skip
         np.copyto(target, self.sums[0])

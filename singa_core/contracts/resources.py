@@ -257,8 +257,8 @@ def cache_bytes(level: int, sys_root: str | Path = "/sys/devices/system/cpu") ->
         sizes = {}
         for index in sorted((Path(sys_root) / "cpu0" / "cache").glob("index*")):
             kind = _read(index / "type") or ""
-            lvl, size = _read(index / "level"), (_read(index / "size") or "").strip()
-            if kind.strip() == "Instruction" or not lvl or not lvl.strip().isdigit():
+            lvl, size = _read(index / "level"), _read(index / "size") or ""
+            if kind == "Instruction" or not lvl or not lvl.isdigit():
                 continue
             scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:].upper(), 1)
             digits = size.rstrip("KMGkmg")

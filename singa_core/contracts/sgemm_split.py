@@ -115,7 +115,11 @@ def sgemm_address() -> int:
     otherwise (MKL, another BLAS, no BLAS found)."""
     from singa_core.contracts import sgemm
 
-    lib = sgemm._chosen or sgemm.chosen()
+    return _address_of(sgemm._chosen or sgemm.chosen())
+
+
+def _address_of(lib) -> int:
+    """``lib``'s ``cblas_sgemm`` address where it is OpenBLAS with 64-bit sizes, else 0."""
     if lib is None or lib.name != "openblas":
         return 0
     argtypes = getattr(lib.sgemm, "argtypes", None) or ()
@@ -197,10 +201,8 @@ def use(lib, threads: int) -> bool:
     global _parts, _fn, _address
     _parts, _fn, _address = 1, None, 0
     gemms_on_pool(1)
-    if threads <= 1 or lib is None or lib.name != "openblas":
-        return False
-    argtypes = getattr(lib.sgemm, "argtypes", None) or ()
-    if len(argtypes) != 14 or argtypes[3] is not ctypes.c_int64:
+    address = _address_of(lib)
+    if threads <= 1 or not address:
         return False
     try:
         import numba
@@ -208,8 +210,7 @@ def use(lib, threads: int) -> bool:
         return False
     if threads > numba.config.NUMBA_NUM_THREADS or _RUN.get() is None:
         return False
-    _parts, _fn = int(threads), lib.sgemm
-    _address = ctypes.cast(lib.sgemm, ctypes.c_void_p).value
+    _parts, _fn, _address = int(threads), lib.sgemm, address
     gemms_on_pool(_parts)
     return True
 

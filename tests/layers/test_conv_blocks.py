@@ -15,8 +15,8 @@ from singa_core.blas import get_blas_threads, set_blas_threads
 from singa_core.layer import kBackward, kForward, kTrain
 from singa_core.resources import cache_bytes
 from singa_core.testing import SourceLayer, build
-from tests.layers.spatial_reference import conv_backward, conv_forward, strided_source
-from tests.layers.test_layer_cconvolution import GEOMETRIES, PARAMS
+from tests.layers.spatial_reference import strided_source
+from tests.layers.test_layer_cconvolution import GEOMETRIES, PARAMS, check_against_reference
 
 
 def conv(srcs, conv_conf):
@@ -58,15 +58,7 @@ def test_blocks_equal_the_reference(blocks, threads, text, geom, strided):
     src.grad = None  # an input layer's: no source gradient
     layer = conv([src], text)
     assert layer._blocks is not None and layer._colx is None
-    layer.forward(kTrain | kForward, [src])
-    w, b = (p.value.astype(np.float64) for p in layer.params)
-    np.testing.assert_allclose(layer.data, conv_forward(x, w, b, *geom), rtol=1e-4, atol=1e-4)
-    g = rng.standard_normal(layer.data.shape)
-    layer.grad[...] = g
-    layer.backward(kTrain | kBackward, [src])
-    _, gw, gb = conv_backward(x, w, g, *geom)
-    np.testing.assert_allclose(layer.params[0].grad, gw, rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(layer.params[1].grad, gb, rtol=1e-4, atol=1e-4)
+    check_against_reference(layer, src, x, geom, rng)
     y1, gw1 = layer.data.copy(), layer.params[0].grad.copy()
     layer.forward(kTrain | kForward, [src])
     layer.backward(kTrain | kBackward, [src])

@@ -73,6 +73,22 @@ def test_three_d_source_is_one_channel():
     GradientChecker().check(c, [src])
 
 
+def check_against_reference(layer, src, x, geom, rng):
+    """One forward and one backward of ``layer`` on ``x`` against the loop reference: the
+    output and both Params' gradients; returns (the output gradient used, the reference
+    input gradient)."""
+    layer.forward(kTrain | kForward, [src])
+    w, b = (p.value.astype(np.float64) for p in layer.params)
+    np.testing.assert_allclose(layer.data, conv_forward(x, w, b, *geom), rtol=1e-4, atol=1e-4)
+    g = rng.standard_normal(layer.data.shape)
+    layer.grad[...] = g
+    layer.backward(kTrain | kBackward, [src])
+    gx, gw, gb = conv_backward(x, w, g, *geom)
+    np.testing.assert_allclose(layer.params[0].grad, gw, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(layer.params[1].grad, gb, rtol=1e-4, atol=1e-4)
+    return g, gx
+
+
 @pytest.mark.parametrize("strided", [False, True])
 @pytest.mark.parametrize(("text", "geom"), GEOMETRIES)
 def test_forward_backward_against_reference(text, geom, strided, conv_path):
@@ -81,16 +97,8 @@ def test_forward_backward_against_reference(text, geom, strided, conv_path):
     src = strided_source(x) if strided else SourceLayer(x)
     layer = conv([src], text)
     assert layer._rows == (conv_path == "rows" and geom[4] == 1)
-    layer.forward(kTrain | kForward, [src])
-    w, b = (p.value.astype(np.float64) for p in layer.params)
-    np.testing.assert_allclose(layer.data, conv_forward(x, w, b, *geom), rtol=1e-4, atol=1e-4)
-    g = rng.standard_normal(layer.data.shape)
-    layer.grad[...] = g
-    layer.backward(kTrain | kBackward, [src])
-    gx, gw, gb = conv_backward(x, w, g, *geom)
+    g, gx = check_against_reference(layer, src, x, geom, rng)
     np.testing.assert_allclose(src.grad, gx, rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(layer.params[0].grad, gw, rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(layer.params[1].grad, gb, rtol=1e-4, atol=1e-4)
     # the row path reuses its column buffer for the input gradient: the next forward must
     # see zero padding again, and a second backward must give the same gradients
     y1 = layer.data.copy()
