@@ -184,11 +184,19 @@ def standard_args(
 # OpenBLAS or OpenMP pool spinning after its last call while the other library computes).
 # ``compare_in_processes`` gives each side a process of its own (spawned: nothing of the
 # parent's imports), alternates their rounds, and lets the side that just ran fall idle
-# before the other starts. Each side also measures its own library's SGEMM peak at the same
-# thread count; PyTorch's side counts the step's FLOP (its FlopCounterMode, on the same
-# model), and every side is printed with its fraction of the machine's measured peak.
+# before the other starts; each round begins with untimed steps (LEAD_IN_S). Each side
+# also measures its own library's SGEMM peak at the same thread count; PyTorch's side
+# counts the step's FLOP (its FlopCounterMode, on the same model), and every side is
+# printed with its fraction of the machine's measured peak.
 
 SETTLE_S = 0.3  # a side's pools spin after its round; the other side starts after this
+#: each round starts with untimed steps for this long (at least one): after the idle
+#: pause (the other side's round and SETTLE_S) this VM runs the first 100-200 ms of steps
+#: slower, on one thread as on two (LeNet at 2 threads, 2026-12-01: 13-14 ms a step for the
+#: first 10-15 steps after a 0.5 s sleep, then 10-11 as in an unbroken run), where a
+#: training run never pauses: timed without the lead-in, the short rounds measured the
+#: ramp as much as the step (LeNet's median 13.4-15.4 ms with it, 11.4-12.9 after a lead-in)
+LEAD_IN_S = 0.3
 
 
 def best_seconds(fn, repeats: int) -> float:
@@ -320,6 +328,13 @@ def _side(conn, name, factory, fargs, threads) -> None:
         if msg[0] == "stop":
             return
         times = []
+        if msg[0] == "round":  # untimed steps first (LEAD_IN_S)
+            end = time.perf_counter() + LEAD_IN_S
+            step(i)
+            i += 1
+            while time.perf_counter() < end:
+                step(i)
+                i += 1
         for _ in range(msg[1]):
             t0 = time.perf_counter()
             step(i)
@@ -370,7 +385,7 @@ def run_sides(sides: dict, args) -> tuple[dict, dict]:
             time.sleep(SETTLE_S)
         for _ in range(args.rounds):
             for name, conn in conns.items():
-                conn.send(("run", args.steps))
+                conn.send(("round", args.steps))
                 times[name] += conn.recv()[1]
                 time.sleep(SETTLE_S)
     finally:
@@ -424,7 +439,7 @@ def compare_with_pytorch(title: str, sides: dict, args, *, key: str = "", note: 
         where = "one process for all"
     else:
         times, facts = run_sides(sides, args)
-        where = "each in a process of its own"
+        where = f"each in a process of its own, after {LEAD_IN_S:.1f} s of untimed steps a round"
     for name, t in times.items():
         print(f"{name:8s} {title}, {args.threads} thread(s): {summary(t)}")
     print(f"(timed {where}, in alternating rounds of {args.steps} steps)")
