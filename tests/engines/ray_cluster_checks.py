@@ -800,15 +800,25 @@ def _failing_attempt(tmp_path: Path, dies: bool):
 def test_killed_process_after_its_own_error_is_reported_as_lost(cluster, tmp_path):
     """A process that reports an error and then vanishes within the grace is a loss (exit 2
     naming it, a restart with --max-restarts); one that stays is its error."""
+    import ray
     from singa_builtins.engines.ray.driver import ProcessLost
 
     from singa_core.errors import SingaError
 
-    with pytest.raises(ProcessLost, match=r"worker process 0 \(fake\) on node 127\.0\.0\.1"):
-        _failing_attempt(tmp_path / "dies", dies=True)._supervise()
-    with pytest.raises(SingaError, match="worker 0 of group 0 .* failed") as err:
-        _failing_attempt(tmp_path / "stays", dies=False)._supervise()
-    assert "BrokenPipeError" in str(err.value)
+    attempts = []
+    try:
+        with pytest.raises(ProcessLost, match=r"worker process 0 \(fake\) on node 127\.0\.0\.1"):
+            attempts.append(_failing_attempt(tmp_path / "dies", dies=True))
+            attempts[-1]._supervise()
+        with pytest.raises(SingaError, match="worker 0 of group 0 .* failed") as err:
+            attempts.append(_failing_attempt(tmp_path / "stays", dies=False))
+            attempts[-1]._supervise()
+        assert "BrokenPipeError" in str(err.value)
+    finally:  # the process that stays is this test's to end (the next checks count actors)
+        for attempt in attempts:
+            for actor in attempt.actors:
+                ray.kill(actor)
+    assert_nothing_left()
 
 
 def test_every_groups_progress_is_shown_while_it_trains(cluster, tmp_path):
