@@ -976,11 +976,9 @@ def time_command(
     the engine's share."""
 
     from singa_core.commands.timing import time_training_step
-    from singa_core.contracts.blas import blas_threads_for, set_blas_threads
-    from singa_core.contracts.resources import usable_cpus
     from singa_core.jobconf.parse import load_job
     from singa_core.running.job import prepare_job
-    from singa_core.running.thread_trial import needs_choice
+    from singa_core.running.thread_trial import needs_choice, pin_the_set_count
 
     try:
         if iterations < 1 or warmup < 0:
@@ -1000,7 +998,7 @@ def time_command(
         # steps at 1 thread and at all
         choose = needs_choice(prepared.job)
         if not choose:
-            set_blas_threads(blas_threads_for(prepared.job, usable_cpus()))
+            pin_the_set_count(prepared.job)
         timing = time_training_step(prepared, iterations, warmup, choose_threads=choose)
         if timing.threads is not None:
             n, why = timing.threads
@@ -1162,7 +1160,11 @@ def predict(
         read_labels,
     )
     from singa_core.running.fileio import atomic_write_bytes, output_target
-    from singa_core.running.thread_trial import choose_for_model, needs_choice
+    from singa_core.running.thread_trial import (
+        choose_for_model,
+        needs_choice,
+        pin_the_set_count,
+    )
 
     _at_least("--sample-shape", sample_shape, 1, "a sample dimension", "--sample-shape 28")
     try:
@@ -1200,12 +1202,8 @@ def predict(
         if needs_choice(model.plan.job):  # BLAS threads as `singa train` chooses them
             n, why = choose_for_model(model, samples)
             print(f"BLAS threads: {n} ({why})", file=sys.stderr)
-        else:  # job.conf's or the environment's count, applied as train applies it (on
-            # OpenBLAS with numba: its GEMMs cut over singa's pool, the passes on it too)
-            from singa_core.contracts.blas import blas_threads_for, set_blas_threads
-            from singa_core.contracts.resources import usable_cpus
-
-            set_blas_threads(blas_threads_for(model.plan.job, usable_cpus()))
+        else:  # job.conf's or the environment's count, applied as train applies it
+            pin_the_set_count(model.plan.job)
         _say_checkpoint(model)  # after the inputs' checks: an error comes first
         scores = predict_noting_range(model, samples)  # a far-off range: a warning line
         class_names = read_labels(labels)

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 
 from singa_core.contracts.blas import (
+    blas_threads_for,
     blas_threads_set_by,
     faster_thread_count,
     set_blas_threads,
@@ -87,6 +88,15 @@ def timed_choice(run_once: Callable[[], None], cpus: int) -> tuple[int, str]:
 def needs_choice(job, cpus: int | None = None) -> bool:
     """Whether singa chooses the count here: nothing sets it and several CPUs are usable."""
     return blas_threads_set_by(job) is None and (cpus or usable_cpus()) > 1
+
+
+def pin_the_set_count(job) -> int:
+    """Pin the count job.conf or the environment sets (where :func:`needs_choice` is False),
+    as the engines pin it: on OpenBLAS with numba its GEMMs are then cut over singa's pool
+    and the compiled passes run on it too; returns the count."""
+    n = blas_threads_for(job, usable_cpus())
+    set_blas_threads(n)
+    return n
 
 
 def choose_for_net(net, phase: int, worker=None) -> tuple[int, str]:
